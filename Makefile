@@ -1,0 +1,41 @@
+# nmt-cli: make install | test | demo | recipes | recipe NAME=... | recipes-check | bench
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+# A CPU build of torch, installed before the project so pip never pulls CUDA wheels.
+# On a GPU machine: make install TORCH_SPEC="torch>=2.2"
+TORCH_SPEC ?= torch==2.13.0
+BIN := $(VENV)/bin
+NMT := $(BIN)/nmt
+
+.PHONY: install test demo recipes recipe recipes-check bench clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+test: install
+	$(BIN)/python -m pytest -q
+
+demo: install
+	$(BIN)/python recipes/run_recipe.py demo
+
+recipes: install
+	$(BIN)/python recipes/run_recipe.py --list
+
+recipe: install
+	$(BIN)/python recipes/run_recipe.py $(NAME)
+
+recipes-check: install
+	$(BIN)/python -m pytest -q tests/test_recipes.py
+
+bench: install
+	$(BIN)/python bench/run_all.py
+
+clean:
+	rm -rf results work build *.egg-info

@@ -1,0 +1,5 @@
+"""Allow ``python -m nmt_cli``."""
+
+from nmt_cli.cli import main
+
+main()

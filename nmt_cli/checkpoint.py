@@ -1,0 +1,249 @@
+"""The checkpoint format; the only module that knows it.
+
+A checkpoint is a directory, written under a temporary name and renamed into place,
+so a kill at any moment leaves the previous checkpoint whole::
+
+    step-00001000/
+        model.safetensors   weights (tied tensors stored once, aliases listed in state.json)
+        optimizer.pt        optimizer + scheduler state, loaded with weights_only=True
+        state.json          config, step, epoch, RNG states, data position, metrics, ...
+        spm.model           the SentencePiece model(s) the weights were trained with
+
+Loading never unpickles arbitrary objects: weights come from safetensors, everything
+else from JSON, and the optimizer file through ``torch.load(weights_only=True)``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from nmt_cli import __version__
+from nmt_cli.config import Config
+from nmt_cli.errors import NmtError
+from nmt_cli.fileio import atomic_directory
+from nmt_cli.models import Seq2SeqModel, build_model
+from nmt_cli.tokenization import Tokenizer
+
+FORMAT_VERSION = 1
+STEP_DIR = re.compile(r"^step-(\d+)$")
+WEIGHTS = "model.safetensors"
+OPTIMIZER = "optimizer.pt"
+STATE = "state.json"
+
+
+@dataclass
+class Checkpoint:
+    """A loaded checkpoint: settings, weights and tokenizer; no model built yet."""
+
+    path: Path
+    config: Config
+    weights: dict[str, torch.Tensor]
+    state: dict[str, Any]
+    tokenizer: Tokenizer
+
+    @property
+    def step(self) -> int:
+        return int(self.state.get("step", 0))
+
+    def build_model(self, device: str | torch.device = "cpu") -> Seq2SeqModel:
+        """Instantiate the architecture and load the weights; mismatches fail with one line."""
+        model = build_model(
+            self.config.model,
+            self.tokenizer.src_vocab_size,
+            self.tokenizer.tgt_vocab_size,
+            self.tokenizer.joint,
+        )
+        load_weights(model, self.weights, source=str(self.path))
+        return model.to(device).eval()
+
+
+def checkpoint_dir_name(step: int) -> str:
+    return f"step-{step:08d}"
+
+
+def _split_tied(state_dict: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Keep one name per shared storage (safetensors refuses shared tensors)."""
+    unique: dict[str, torch.Tensor] = {}
+    aliases: dict[str, str] = {}
+    seen: dict[tuple[int, int, tuple[int, ...]], str] = {}
+    for name, tensor in state_dict.items():
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
+        if key in seen:
+            aliases[name] = seen[key]
+        else:
+            seen[key] = name
+            unique[name] = tensor.detach().contiguous().cpu()
+    return unique, aliases
+
+
+def save_checkpoint(
+    directory: str | os.PathLike,
+    model: torch.nn.Module,
+    config: Config,
+    tokenizer: Tokenizer,
+    state: dict[str, Any],
+    optimizer_state: dict[str, Any] | None = None,
+) -> Path:
+    """Write a complete checkpoint directory atomically and return its path.
+
+    ``state`` must be JSON-serialisable; it should hold at least ``step``.
+    """
+    directory = Path(directory)
+    weights, aliases = _split_tied(model.state_dict())
+    record = {
+        "format": FORMAT_VERSION,
+        "nmt_cli_version": __version__,
+        "config": config.to_dict(),
+        "tied_weights": aliases,
+        "tokenizer_files": sorted(tokenizer.model_files()),
+        **state,
+    }
+    with atomic_directory(directory) as tmp:
+        save_file(weights, str(tmp / WEIGHTS))
+        if optimizer_state is not None:
+            torch.save(optimizer_state, tmp / OPTIMIZER)
+        for name, data in tokenizer.model_files().items():
+            (tmp / name).write_bytes(data)
+        (tmp / STATE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    return directory
+
+
+def list_checkpoints(run_dir: str | os.PathLike) -> list[Path]:
+    """Complete ``step-*`` checkpoints under ``run_dir`` (or ``run_dir/checkpoints``), oldest first."""
+    run_dir = Path(run_dir)
+    base = run_dir / "checkpoints" if (run_dir / "checkpoints").is_dir() else run_dir
+    found = []
+    if base.is_dir():
+        for child in base.iterdir():
+            match = STEP_DIR.match(child.name)
+            if match and (child / STATE).is_file() and (child / WEIGHTS).is_file():
+                found.append((int(match.group(1)), child))
+    return [path for _, path in sorted(found)]
+
+
+def resolve_checkpoint(path: str | os.PathLike) -> Path:
+    """A checkpoint directory, or a run directory (-> its newest checkpoint)."""
+    path = Path(path)
+    if (path / STATE).is_file():
+        return path
+    if path.is_file() and path.name in (STATE, WEIGHTS):
+        return path.parent
+    candidates = list_checkpoints(path)
+    if candidates:
+        return candidates[-1]
+    if not path.exists():
+        raise NmtError(f"{path}: checkpoint not found")
+    raise NmtError(f"{path}: no checkpoint here (expected {STATE} and {WEIGHTS}, or step-* directories)")
+
+
+def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
+    """Read a checkpoint (weights on CPU) without executing any code from it."""
+    path = resolve_checkpoint(path)
+    try:
+        state = json.loads((path / STATE).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise NmtError(f"{path / STATE}: unreadable checkpoint state ({exc})") from None
+    if state.get("format") != FORMAT_VERSION:
+        raise NmtError(f"{path / STATE}: unsupported checkpoint format {state.get('format')!r}")
+    config = Config.from_dict(state["config"])
+    try:
+        weights = load_file(str(path / WEIGHTS))
+    except Exception as exc:  # safetensors raises its own error types
+        raise NmtError(f"{path / WEIGHTS}: unreadable weights ({exc})") from None
+    for alias, target in state.get("tied_weights", {}).items():
+        weights[alias] = weights[target]
+    files = state.get("tokenizer_files") or []
+    if files == ["spm.model"]:
+        tokenizer = Tokenizer.from_files(path / "spm.model")
+    else:
+        tokenizer = Tokenizer.from_files(path / "spm.src.model", path / "spm.tgt.model")
+    return Checkpoint(path=path, config=config, weights=weights, state=state, tokenizer=tokenizer)
+
+
+def load_optimizer_state(path: str | os.PathLike) -> dict[str, Any] | None:
+    """Optimizer/scheduler state saved with a checkpoint (``None`` when absent)."""
+    file = resolve_checkpoint(path) / OPTIMIZER
+    if not file.is_file():
+        return None
+    return torch.load(file, map_location="cpu", weights_only=True)
+
+
+def load_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor], source: str) -> None:
+    """``load_state_dict`` with one-line errors that say what does not match."""
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(weights))
+    unexpected = sorted(set(weights) - set(expected))
+    if missing or unexpected:
+        raise NmtError(
+            f"{source}: weights do not match the model (missing: {', '.join(missing[:5]) or '-'}; "
+            f"unexpected: {', '.join(unexpected[:5]) or '-'})"
+        )
+    for name, tensor in expected.items():
+        if tuple(weights[name].shape) != tuple(tensor.shape):
+            raise NmtError(
+                f"{source}: {name} has shape {tuple(weights[name].shape)} in the checkpoint but the model "
+                f"expects {tuple(tensor.shape)} (does the vocabulary match the model?)"
+            )
+    model.load_state_dict(weights)
+
+
+def average_weights(paths: Iterable[str | os.PathLike]) -> dict[str, torch.Tensor]:
+    """Element-wise mean of the weights of several checkpoints (float tensors only)."""
+    paths = [resolve_checkpoint(p) for p in paths]
+    if not paths:
+        raise NmtError("no checkpoints to average")
+    total: dict[str, torch.Tensor] = {}
+    for path in paths:
+        weights = load_file(str(path / WEIGHTS))
+        for name, tensor in weights.items():
+            if name not in total:
+                total[name] = tensor.double() if tensor.is_floating_point() else tensor.clone()
+            elif tensor.is_floating_point():
+                if tensor.shape != total[name].shape:
+                    raise NmtError(f"{path}: {name} has another shape than in {paths[0]}; cannot average")
+                total[name] += tensor.double()
+    reference = load_file(str(paths[-1] / WEIGHTS))
+    return {
+        name: (tensor / len(paths)).to(reference[name].dtype) if tensor.is_floating_point() else tensor
+        for name, tensor in total.items()
+    }
+
+
+def load_averaged(spec: str, path: str | os.PathLike) -> Checkpoint:
+    """Load ``path`` with weights averaged over ``spec`` = ``last:N`` checkpoints of its run."""
+    match = re.fullmatch(r"last:(\d+)", spec or "")
+    if not match or int(match.group(1)) < 1:
+        raise NmtError(f"bad --average {spec!r}: expected last:N with N >= 1")
+    count = int(match.group(1))
+    newest = resolve_checkpoint(path)
+    run = [p for p in list_checkpoints(newest.parent) if p <= newest] or [newest]
+    chosen = run[-count:]
+    checkpoint = load_checkpoint(newest)
+    averaged = average_weights(chosen)
+    for alias, target in checkpoint.state.get("tied_weights", {}).items():
+        averaged[alias] = averaged[target]
+    checkpoint.weights = averaged
+    checkpoint.state = {**checkpoint.state, "averaged": [p.name for p in chosen]}
+    return checkpoint
+
+
+__all__ = [
+    "Checkpoint",
+    "save_checkpoint",
+    "load_checkpoint",
+    "load_optimizer_state",
+    "load_weights",
+    "list_checkpoints",
+    "resolve_checkpoint",
+    "average_weights",
+    "load_averaged",
+    "checkpoint_dir_name",
+]

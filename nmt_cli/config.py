@@ -1,0 +1,348 @@
+"""Settings as frozen dataclasses, loaded from YAML and overridden from the command line.
+
+A configuration has five sections: ``data`` (what ``nmt prepare`` reads and how it
+cleans and tokenises), ``model`` (architecture and sizes), ``train``, ``decode`` and
+``recipe`` (descriptive metadata shown by ``make recipes``). Every key is checked:
+an unknown key or a bad value raises :class:`ConfigError` with one line naming the
+key and listing the valid keys or choices. ``Config.to_yaml`` writes the resolved
+settings so any run can be repeated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from nmt_cli.errors import ConfigError
+
+__all__ = [
+    "Config",
+    "DataConfig",
+    "ModelConfig",
+    "TrainConfig",
+    "DecodeConfig",
+    "RecipeConfig",
+    "load_config",
+    "parse_overrides",
+    "config_replace",
+]
+
+
+def choice(default: Any, *choices: Any, help: str = "") -> Any:
+    """A dataclass field whose value must be one of ``choices``."""
+    return field(default=default, metadata={"choices": choices, "help": help})
+
+
+def setting(default: Any, help: str = "") -> Any:
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where parallel text comes from, how it is cleaned and how it is tokenised."""
+
+    source: str = choice(
+        "synthetic", "synthetic", "files", "tsv", "jsonl", "hf", "hf_disk",
+        help="synthetic: built-in grammar; files: <split>.<lang> text pairs in `path`; "
+        "tsv/jsonl: <split>.tsv / <split>.jsonl in `path`; hf: load_dataset(path, hf_config); "
+        "hf_disk: a save_to_disk folder",
+    )
+    path: str = setting("", "folder, dataset id or save_to_disk folder, depending on `source`")
+    hf_config: str = setting("", "dataset configuration name for `source: hf`, e.g. de-en")
+    src_lang: str = setting("de")
+    tgt_lang: str = setting("en")
+    train_split: str = setting("train", "name of the training split in the source")
+    valid_split: str = setting("validation", "name of the validation split in the source")
+    test_split: str = setting("test", "name of the test split in the source")
+    max_train_pairs: int = setting(0, "keep only the first N training pairs (0 = all)")
+    max_eval_pairs: int = setting(0, "keep only the first N validation/test pairs (0 = all)")
+    synthetic_train_size: int = setting(20000)
+    synthetic_valid_size: int = setting(500)
+    synthetic_test_size: int = setting(500)
+    synthetic_seed: int = setting(1)
+    normalize: bool = setting(True, "Unicode NFC and whitespace normalisation")
+    min_length: int = setting(1, "minimum words per side (training split)")
+    max_length: int = setting(250, "maximum words per side (training split; 0 = no limit)")
+    max_length_ratio: float = setting(3.0, "maximum word-count ratio between sides (0 = no limit)")
+    dedup: bool = setting(False, "drop repeated training pairs")
+    on_invalid: str = choice("error", "error", "skip", help="bad pairs: stop with an error, or skip and count")
+    spm_model_type: str = choice("bpe", "bpe", "unigram")
+    vocab_size: int = setting(8000)
+    joint_vocab: bool = setting(True, "one SentencePiece model for both languages")
+    character_coverage: float = setting(1.0)
+    spm_input_sentence_size: int = setting(2_000_000, "sentences sampled to train SentencePiece")
+    spm_seed: int = setting(1)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Architecture and sizes; ``arch`` names an entry of the model registry."""
+
+    arch: str = choice(
+        "transformer", "transformer", "linear_transformer", "rnn_bahdanau", "rnn_luong"
+    )
+    # Transformer family
+    d_model: int = setting(512)
+    heads: int = setting(8)
+    ffn_dim: int = setting(2048)
+    encoder_layers: int = setting(6)
+    decoder_layers: int = setting(6)
+    dropout: float = setting(0.1)
+    attention_dropout: float = setting(0.0)
+    activation_dropout: float = setting(0.0)
+    norm_position: str = choice("post", "post", "pre", help="post-norm as in the paper, or pre-norm")
+    positions: str = choice("sinusoidal", "sinusoidal", "learned")
+    max_positions: int = setting(1024, "table size for learned positions")
+    scale_embeddings: bool = setting(True, "multiply embeddings by sqrt(d_model)")
+    tie_embeddings: bool = setting(
+        True, "share decoder input and output embeddings (and the source's when the vocabulary is joint)"
+    )
+    linear_sites: tuple[str, ...] = setting(
+        ("decoder_self",),
+        "linear_transformer: which attentions use linear attention "
+        "(any of encoder_self, decoder_self, cross)",
+    )
+    linear_chunk_size: int = setting(64, "causal linear attention: positions per chunk in training")
+    # RNN family
+    rnn_cell: str = choice("lstm", "lstm", "gru")
+    embed_dim: int = setting(256)
+    hidden_size: int = setting(512)
+    rnn_layers: int = setting(1)
+    attention: str = choice("additive", "additive", "dot", "general", "concat", "location")
+    local_attention: str = choice("global", "global", "local-m", "local-p")
+    local_window: int = setting(10, "D: local attention looks at [p_t - D, p_t + D]")
+    input_feeding: bool = setting(True, "rnn_luong: feed the attentional hidden state to the next step")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimisation, batching, validation and checkpointing."""
+
+    max_tokens: int = setting(4096, "target+source tokens per batch (per process)")
+    update_freq: int = setting(1, "gradient accumulation: batches per optimizer step")
+    max_steps: int = setting(10000, "optimizer steps (0 = no limit)")
+    max_epochs: int = setting(0, "epochs (0 = no limit)")
+    max_minutes: float = setting(0.0, "wall-clock budget in minutes (0 = no limit)")
+    optimizer: str = choice("adam", "adam", "adamw", "sgd")
+    lr: float = setting(5e-4, "peak learning rate")
+    adam_betas: tuple[float, ...] = setting((0.9, 0.98))
+    adam_eps: float = setting(1e-9)
+    weight_decay: float = setting(0.0)
+    schedule: str = choice("inverse_sqrt", "inverse_sqrt", "constant", "plateau")
+    warmup_steps: int = setting(4000)
+    plateau_factor: float = setting(0.5)
+    plateau_patience: int = setting(2)
+    clip_norm: float = setting(1.0, "gradient clipping by global norm (0 = off)")
+    label_smoothing: float = setting(0.1)
+    precision: str = choice("auto", "auto", "fp32", "bf16", "fp16", help="auto: bf16 on CUDA, fp32 on CPU")
+    compile: bool = setting(False, "torch.compile the model")
+    seed: int = setting(1)
+    num_threads: int = setting(0, "torch CPU threads (0 = torch's default)")
+    log_every: int = setting(50)
+    valid_every: int = setting(1000)
+    valid_bleu: bool = setting(True, "greedy-decode the validation split and score it with sacreBLEU")
+    valid_max_sentences: int = setting(0, "decode at most N validation sentences for BLEU (0 = all)")
+    early_stop_metric: str = choice("bleu", "bleu", "loss")
+    patience: int = setting(0, "validations without improvement before stopping (0 = off)")
+    keep_best: int = setting(1)
+    keep_last: int = setting(2)
+    average_last: int = setting(0, "average the last N checkpoints when training ends (0 = off)")
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """Search settings for translation and validation."""
+
+    beam_size: int = setting(5)
+    alpha: float = setting(0.6, "GNMT length penalty ((5+|y|)/6)^alpha; 0 = none")
+    max_len_a: float = setting(1.2, "maximum output length = a * source length + b")
+    max_len_b: int = setting(10)
+    min_len: int = setting(1)
+    nbest: int = setting(1)
+    sampling: str = choice("none", "none", "top_k", "top_p")
+    top_k: int = setting(0)
+    top_p: float = setting(0.9)
+    temperature: float = setting(1.0)
+    max_tokens: int = setting(6000, "source tokens per decoding batch")
+
+
+@dataclass(frozen=True)
+class RecipeConfig:
+    """What ``make recipes`` shows about a recipe; not used by training itself."""
+
+    name: str = setting("")
+    description: str = setting("")
+    hardware: str = setting("CPU")
+    expected_time: str = setting("")
+    expected_score: str = setting("")
+    reference: str = setting("", "where the expected score comes from")
+
+
+@dataclass(frozen=True)
+class Config:
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+    recipe: RecipeConfig = field(default_factory=RecipeConfig)
+
+    # ---- conversions -------------------------------------------------------------
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for section in fields(self):
+            values = dataclasses.asdict(getattr(self, section.name))
+            out[section.name] = {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
+        return out
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False, allow_unicode=True)
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any] | None) -> "Config":
+        raw = dict(raw or {})
+        sections = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(raw) - set(sections))
+        if unknown:
+            raise ConfigError(
+                f"unknown config section {unknown[0]!r}; valid sections: {', '.join(sections)}"
+            )
+        built = {}
+        for name, section_field in sections.items():
+            section_cls = section_field.default_factory  # type: ignore[misc]
+            values = raw.get(name) or {}
+            if not isinstance(values, Mapping):
+                raise ConfigError(f"config section {name!r} must be a mapping, got {values!r}")
+            built[name] = _build_section(name, section_cls, values)
+        return cls(**built)
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> "Config":
+        """Return a copy with ``{"train.max_steps": 100, ...}`` applied and validated."""
+        updated = self.to_dict()
+        for dotted, value in overrides.items():
+            section, _, key = dotted.partition(".")
+            if section not in updated or not key:
+                raise ConfigError(
+                    f"bad override key {dotted!r}; use <section>.<key> with section one of: "
+                    f"{', '.join(updated)}"
+                )
+            if key not in updated[section]:
+                raise ConfigError(
+                    f"unknown config key '{dotted}'; valid keys in '{section}': "
+                    f"{', '.join(updated[section])}"
+                )
+            updated[section][key] = value
+        return Config.from_dict(updated)
+
+    def section(self, name: str) -> Any:
+        return getattr(self, name)
+
+
+def _build_section(section: str, section_cls: type, values: Mapping[str, Any]) -> Any:
+    hints = typing.get_type_hints(section_cls)
+    valid = {f.name: f for f in fields(section_cls)}
+    kwargs = {}
+    for key, value in values.items():
+        if key not in valid:
+            raise ConfigError(
+                f"unknown config key '{section}.{key}'; valid keys in '{section}': {', '.join(valid)}"
+            )
+        kwargs[key] = _coerce(f"{section}.{key}", hints[key], value, valid[key].metadata.get("choices"))
+    return section_cls(**kwargs)
+
+
+def _coerce(key: str, hint: Any, value: Any, choices: tuple | None) -> Any:
+    """Check ``value`` against the field's type (and choices) and convert where lossless."""
+    origin = typing.get_origin(hint)
+    if origin is tuple:
+        (item_type, _ellipsis) = typing.get_args(hint)
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"config key '{key}': expected a list, got {value!r}")
+        return tuple(_coerce(key, item_type, v, None) for v in value)
+    if hint is bool:
+        if isinstance(value, bool):
+            result: Any = value
+        elif isinstance(value, str) and value.lower() in {"true", "false", "yes", "no", "1", "0"}:
+            result = value.lower() in {"true", "yes", "1"}
+        else:
+            raise ConfigError(f"config key '{key}': expected true or false, got {value!r}")
+    elif hint is int:
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise ConfigError(f"config key '{key}': expected an integer, got {value!r}")
+        try:
+            result = int(value)
+        except ValueError:
+            raise ConfigError(f"config key '{key}': expected an integer, got {value!r}") from None
+    elif hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise ConfigError(f"config key '{key}': expected a number, got {value!r}")
+        try:
+            result = float(value)
+        except ValueError:
+            raise ConfigError(f"config key '{key}': expected a number, got {value!r}") from None
+    elif hint is str:
+        if value is None:
+            value = ""
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            raise ConfigError(f"config key '{key}': expected a string, got {value!r}")
+        result = str(value)
+    else:  # pragma: no cover - all fields use the types above
+        raise TypeError(f"unsupported config type {hint!r} for {key}")
+    if choices and result not in choices:
+        raise ConfigError(
+            f"config key '{key}': {result!r} is not one of: {', '.join(map(str, choices))}"
+        )
+    return result
+
+
+def parse_overrides(items: typing.Iterable[str]) -> dict[str, Any]:
+    """Parse ``["train.max_steps=100", "model.arch=rnn_luong"]`` (values read as YAML scalars)."""
+    overrides: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"bad --set {item!r}: expected <section>.<key>=<value>")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        overrides[key.strip()] = value
+    return overrides
+
+
+def load_config(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None) -> Config:
+    """Read a YAML config (or start from the defaults) and apply overrides."""
+    raw: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"{path}: config file not found")
+        try:
+            raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            line = f":{mark.line + 1}" if mark is not None else ""
+            raise ConfigError(f"{path}{line}: invalid YAML ({getattr(exc, 'problem', exc)})") from None
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{path}: a config file must be a mapping of sections")
+        try:
+            config = Config.from_dict(raw)
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+    else:
+        config = Config()
+    if overrides:
+        config = config.with_overrides(overrides)
+    return config
+
+
+def config_replace(config: Config, section: str, **changes: Any) -> Config:
+    """Copy of ``config`` with some keys of one section replaced (validated)."""
+    return config.with_overrides({f"{section}.{k}": v for k, v in changes.items()}) if changes else config
+

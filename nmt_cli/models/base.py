@@ -1,0 +1,90 @@
+"""The one interface every model family implements.
+
+Beam search, training and alignment extraction are written once against it.
+
+Conventions (all model families):
+
+* Masks are boolean with ``True`` = real token, ``False`` = padding.
+* ``encode(src_tokens, src_mask) -> memory``: ``memory`` is a dict of tensors whose first
+  dimension is the batch. It always holds ``"src_mask"`` (B, S); model families add what
+  they need (encoder states, keys projected once per sentence, cross-attention K/V).
+* ``decode_step(prev_tokens, memory, state, need_attention) -> (logits, state, attention)``:
+  ``prev_tokens`` is (B,) with the last emitted token (BOS on the first step, when
+  ``state`` is ``None``). ``logits`` is (B, V). ``state`` is a dict of tensors, batch first
+  (recurrent state, key/value cache, or the linear-attention sums ``S`` and ``Z``).
+  ``attention`` is ``None`` unless asked for, then (B, L, H, S): cross-attention weights
+  per decoder layer ``L`` and head ``H`` (RNN models: L = H = 1).
+* ``reorder_state`` / ``reorder_memory`` select batch rows (beam search); the default
+  ``index_select`` of every tensor along dimension 0 is right for all state kept batch first.
+* ``forward(src_tokens, src_mask, tgt_in, tgt_mask, need_attention)`` is teacher forcing:
+  returns logits (B, T, V) and, when asked, attention (B, L, H, T, S).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+Memory = dict[str, Any]
+State = dict[str, Any]
+
+
+def index_select_tree(tree: Any, indices: Tensor) -> Any:
+    """Select rows ``indices`` along dimension 0 of every tensor in a nested dict/list/tuple."""
+    if isinstance(tree, Tensor):
+        return tree.index_select(0, indices)
+    if isinstance(tree, dict):
+        return {key: index_select_tree(value, indices) for key, value in tree.items()}
+    if isinstance(tree, list):
+        return [index_select_tree(value, indices) for value in tree]
+    if isinstance(tree, tuple):
+        return tuple(index_select_tree(value, indices) for value in tree)
+    return tree
+
+
+class Seq2SeqModel(nn.Module):
+    """Base class: subclasses implement ``encode``, ``decode_step`` and ``forward``."""
+
+    #: number of decoder layers and heads whose cross-attention ``decode_step`` reports
+    attention_layers: int = 1
+    attention_heads: int = 1
+
+    def encode(self, src_tokens: Tensor, src_mask: Tensor) -> Memory:  # pragma: no cover
+        raise NotImplementedError
+
+    def decode_step(
+        self,
+        prev_tokens: Tensor,
+        memory: Memory,
+        state: State | None,
+        need_attention: bool = False,
+    ) -> tuple[Tensor, State, Tensor | None]:  # pragma: no cover
+        raise NotImplementedError
+
+    def forward(
+        self,
+        src_tokens: Tensor,
+        src_mask: Tensor,
+        tgt_in: Tensor,
+        tgt_mask: Tensor,
+        need_attention: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:  # pragma: no cover
+        raise NotImplementedError
+
+    def reorder_state(self, state: State, indices: Tensor) -> State:
+        return index_select_tree(state, indices)
+
+    def reorder_memory(self, memory: Memory, indices: Tensor) -> Memory:
+        return index_select_tree(memory, indices)
+
+    def num_parameters(self) -> int:
+        """Distinct parameters (tied embeddings counted once)."""
+        return sum(p.numel() for p in self.parameters())
+
+
+def lengths_to_mask(lengths: Tensor, max_len: int | None = None) -> Tensor:
+    """(B,) lengths -> (B, max_len) boolean mask, True = real token."""
+    max_len = int(lengths.max()) if max_len is None else max_len
+    return torch.arange(max_len, device=lengths.device)[None, :] < lengths[:, None]
