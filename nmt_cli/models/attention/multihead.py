@@ -1,0 +1,158 @@
+"""Multi-head attention over a pluggable kernel (Vaswani et al. 2017, section 3.2).
+
+``MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O`` with
+``head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)`` and ``d_k = d_model / h``.
+
+:class:`MultiHeadAttention` owns the projections and splits heads; a *kernel* computes
+``Attention`` on per-head tensors (B, H, T, d_k). Every kernel has the same four methods:
+
+* ``summarize(k, v, key_mask) -> summary``: what queries read from a fixed set of keys
+  (an encoder memory), computed once per sentence; a dict of batch-first tensors.
+* ``read(q, summary, need_weights) -> (context, weights | None)``: non-causal attention;
+  weights are (B, H, T, S), exactly 0 on padded keys.
+* ``causal(q, k, v) -> context``: parallel causal self-attention (training).
+* ``step(q, k, v, state | None) -> (context, state)``: causal self-attention for one new
+  position given everything before it (decoding); ``state`` is a dict of batch-first tensors.
+
+:class:`SoftmaxAttention` is the kernel here; :class:`nmt_cli.models.attention.linear.LinearAttention`
+is the other.
+
+Causal self-attention takes no key mask: targets are right-padded, so every key a real
+query ``i`` may see (positions ``j <= i``) is real.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from nmt_cli.errors import ConfigError
+from nmt_cli.models.attention.common import attend, masked_softmax
+
+__all__ = ["AttentionKernel", "MultiHeadAttention", "SoftmaxAttention"]
+
+Summary = dict[str, Tensor]
+KernelState = dict[str, Tensor]
+
+
+class AttentionKernel(Protocol):
+    """The signature every kernel implements (see the module docstring)."""
+
+    def summarize(self, k: Tensor, v: Tensor, key_mask: Tensor) -> Summary: ...
+
+    def read(self, q: Tensor, summary: Summary, need_weights: bool) -> tuple[Tensor, Tensor | None]: ...
+
+    def causal(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor: ...
+
+    def step(self, q: Tensor, k: Tensor, v: Tensor, state: KernelState | None) -> tuple[Tensor, KernelState]: ...
+
+
+class SoftmaxAttention(nn.Module):
+    """Scaled dot-product attention ``softmax(Q K^T / sqrt(d_k)) V``.
+
+    Without weights it runs ``torch.nn.functional.scaled_dot_product_attention`` (fused);
+    with weights it computes the same formula explicitly. ``dropout`` applies to the weights
+    in training. The decoding state is the key/value cache ``{"k", "v"}`` (B, H, t, d_k).
+    """
+
+    def __init__(self, dropout: float = 0.0):
+        super().__init__()
+        self.dropout = dropout
+
+    def _dropout_p(self) -> float:
+        return self.dropout if self.training else 0.0
+
+    def summarize(self, k: Tensor, v: Tensor, key_mask: Tensor) -> Summary:
+        return {"k": k, "v": v, "mask": key_mask[:, None, None, :]}  # mask (B, 1, 1, S)
+
+    def read(self, q: Tensor, summary: Summary, need_weights: bool) -> tuple[Tensor, Tensor | None]:
+        k, v, mask = summary["k"], summary["v"], summary["mask"]
+        if not need_weights:
+            context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self._dropout_p())
+            return context, None  # (B, H, T, d_k)
+        scores = torch.matmul(q, k.transpose(-2, -1)) * q.size(-1) ** -0.5  # (B, H, T, S)
+        weights = masked_softmax(scores, mask)  # (B, H, T, S)
+        dropped = F.dropout(weights, self.dropout, self.training)
+        return attend(dropped, v), weights  # (B, H, T, d_k), (B, H, T, S)
+
+    def causal(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self._dropout_p())
+
+    def step(
+        self, q: Tensor, k: Tensor, v: Tensor, state: KernelState | None
+    ) -> tuple[Tensor, KernelState]:
+        if state is not None:
+            k = torch.cat([state["k"], k], dim=2)  # (B, H, t, d_k)
+            v = torch.cat([state["v"], v], dim=2)  # (B, H, t, d_k)
+        context = F.scaled_dot_product_attention(q, k, v, dropout_p=self._dropout_p())  # (B, H, 1, d_k)
+        return context, {"k": k, "v": v}
+
+
+class MultiHeadAttention(nn.Module):
+    """Projections ``W^Q, W^K, W^V`` (one fused matrix) and ``W^O`` around a kernel.
+
+    Encoder self-attention: ``forward``; decoder self-attention: ``causal`` (training) and
+    ``step`` (decoding); cross-attention: ``summarize_memory`` once per sentence, then ``cross``.
+    """
+
+    def __init__(self, d_model: int, heads: int, kernel: AttentionKernel):
+        super().__init__()
+        if d_model % heads:
+            raise ConfigError(f"model.d_model={d_model} is not divisible by model.heads={heads}")
+        self.d_model = d_model
+        self.heads = heads
+        self.in_proj = nn.Linear(d_model, 3 * d_model)  # rows: [W^Q; W^K; W^V] for all heads
+        self.out_proj = nn.Linear(d_model, d_model)  # W^O
+        self.kernel = kernel
+        for block in self.in_proj.weight.detach().split(d_model):
+            nn.init.xavier_uniform_(block)
+        nn.init.xavier_uniform_(self.out_proj.weight)
+        nn.init.zeros_(self.in_proj.bias)
+        nn.init.zeros_(self.out_proj.bias)
+
+    def _split_heads(self, projected: Tensor, parts: int) -> tuple[Tensor, ...]:
+        """(B, T, parts * d_model) -> ``parts`` tensors (B, H, T, d_k)."""
+        batch, length, _ = projected.shape
+        return projected.view(batch, length, parts, self.heads, -1).permute(2, 0, 3, 1, 4).unbind(0)
+
+    def _merge_heads(self, context: Tensor) -> Tensor:
+        """(B, H, T, d_k) -> Concat(heads) W^O: (B, T, d_model)."""
+        batch, _, length, _ = context.shape
+        return self.out_proj(context.transpose(1, 2).reshape(batch, length, self.d_model))
+
+    def _project(self, x: Tensor, first: int, parts: int) -> tuple[Tensor, ...]:
+        """Apply ``parts`` of [W^Q; W^K; W^V] starting at block ``first`` (0 = Q, 1 = K)."""
+        rows = slice(first * self.d_model, (first + parts) * self.d_model)
+        projected = F.linear(x, self.in_proj.weight[rows], self.in_proj.bias[rows])  # (B, T, parts*d)
+        return self._split_heads(projected, parts)
+
+    def forward(self, x: Tensor, key_mask: Tensor) -> Tensor:
+        """Non-causal self-attention: (B, T, d_model), mask (B, T) -> (B, T, d_model)."""
+        q, k, v = self._split_heads(self.in_proj(x), 3)  # (B, H, T, d_k) each
+        context, _ = self.kernel.read(q, self.kernel.summarize(k, v, key_mask), need_weights=False)
+        return self._merge_heads(context)
+
+    def causal(self, x: Tensor) -> Tensor:
+        """Causal self-attention over a whole right-padded sequence: (B, T, d) -> (B, T, d)."""
+        q, k, v = self._split_heads(self.in_proj(x), 3)
+        return self._merge_heads(self.kernel.causal(q, k, v))
+
+    def step(self, x: Tensor, state: KernelState | None) -> tuple[Tensor, KernelState]:
+        """Causal self-attention for one new position: (B, 1, d) -> (B, 1, d) and the new state."""
+        q, k, v = self._split_heads(self.in_proj(x), 3)  # (B, H, 1, d_k) each
+        context, state = self.kernel.step(q, k, v, state)
+        return self._merge_heads(context), state
+
+    def summarize_memory(self, memory: Tensor, key_mask: Tensor) -> Summary:
+        """Project encoder states to keys and values once: (B, S, d), (B, S) -> kernel summary."""
+        k, v = self._project(memory, first=1, parts=2)  # (B, H, S, d_k) each
+        return self.kernel.summarize(k, v, key_mask)
+
+    def cross(self, x: Tensor, summary: Summary, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        """Queries (B, T, d) attend to a summarised memory -> (B, T, d), weights (B, H, T, S) | None."""
+        (q,) = self._project(x, first=0, parts=1)  # (B, H, T, d_k)
+        context, weights = self.kernel.read(q, summary, need_weights)
+        return self._merge_heads(context), weights

@@ -1,0 +1,304 @@
+"""The Transformer (Vaswani et al. 2017) and the linear-attention Transformer (Katharopoulos et al. 2020).
+
+Both implement :class:`nmt_cli.models.base.Seq2SeqModel`. Each sublayer is wrapped as
+``LayerNorm(x + Sublayer(x))`` (post-norm, the paper) or ``x + Sublayer(LayerNorm(x))``
+(pre-norm, with a final LayerNorm on each stack); ``FFN(x) = max(0, x W_1 + b_1) W_2 + b_2``.
+
+``linear_transformer`` is the same network with linear attention at the sites named in
+``model.linear_sites`` (``encoder_self``, ``decoder_self``, ``cross``); its decoder
+self-attention then runs as an RNN at decoding time.
+
+Decoding state (``decode_step``):
+
+* ``memory["cross"]``: per decoder layer, the encoder keys/values projected once by ``encode``
+  (softmax: ``k, v`` (B, H, S, d_k); linear: also ``S = phi(K)^T V`` and ``Z``).
+* ``state["layers"]``: per decoder layer, the self-attention state: the key/value cache
+  ``k, v`` (B, H, t, d_k), or the running sums ``s`` (B, H, d_k, d_k) and ``z`` (B, H, 1, d_k)
+  for linear attention (constant cost per step). ``state["step"]`` is the number of tokens
+  consumed so far (a Python int, left alone by reordering).
+* ``model.use_cache = False`` switches to decoding without any cache: each step re-runs the
+  decoder over the whole prefix ``state["tokens"]`` (B, t). Outputs are identical; the cost
+  of a step grows with the prefix. It exists to measure what the cache saves.
+
+Parameter count of Transformer base (6+6 layers, d_model 512, 8 heads, FFN 2048, one joint
+37,000-piece vocabulary, tied source/target/output embeddings, post-norm, no output bias):
+embeddings 37,000 x 512 = 18,944,000; encoder layer 3,152,384 (attention 1,050,624,
+FFN 2,099,712, two LayerNorms 2,048); decoder layer 4,204,032 (two attentions, FFN, three
+LayerNorms); total 63,082,496 (the paper's Table 3 rounds its base model to 65M).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from nmt_cli.config import ModelConfig
+from nmt_cli.errors import ConfigError
+from nmt_cli.models import MODELS
+from nmt_cli.models.attention.linear import LinearAttention
+from nmt_cli.models.attention.multihead import MultiHeadAttention, SoftmaxAttention
+from nmt_cli.models.base import Memory, Seq2SeqModel, State
+from nmt_cli.models.embeddings import LearnedPositions, SinusoidalPositions, TransformerEmbedding, token_table
+
+__all__ = ["Transformer", "LinearTransformer", "LINEAR_SITES"]
+
+LINEAR_SITES = ("encoder_self", "decoder_self", "cross")
+
+
+class FeedForward(nn.Module):
+    """Position-wise ``FFN(x) = max(0, x W_1 + b_1) W_2 + b_2``."""
+
+    def __init__(self, d_model: int, ffn_dim: int, activation_dropout: float):
+        super().__init__()
+        self.linear1 = nn.Linear(d_model, ffn_dim)
+        self.linear2 = nn.Linear(ffn_dim, d_model)
+        self.dropout = nn.Dropout(activation_dropout)
+        for linear in (self.linear1, self.linear2):
+            nn.init.xavier_uniform_(linear.weight)
+            nn.init.zeros_(linear.bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.linear2(self.dropout(F.relu(self.linear1(x))))  # (B, T, d)
+
+
+class Residual(nn.Module):
+    """Residual connection and LayerNorm around one sublayer, post- or pre-norm.
+
+    Use as ``residual.add(x, sublayer(residual.input(x)))``.
+    """
+
+    def __init__(self, d_model: int, dropout: float, pre_norm: bool):
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.pre_norm = pre_norm
+
+    def input(self, x: Tensor) -> Tensor:
+        return self.norm(x) if self.pre_norm else x
+
+    def add(self, x: Tensor, sublayer_output: Tensor) -> Tensor:
+        x = x + self.dropout(sublayer_output)
+        return x if self.pre_norm else self.norm(x)
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention and FFN sublayers."""
+
+    def __init__(self, cfg: ModelConfig, kernel: nn.Module):
+        super().__init__()
+        pre_norm = cfg.norm_position == "pre"
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, kernel)
+        self.self_res = Residual(cfg.d_model, cfg.dropout, pre_norm)
+        self.ffn = FeedForward(cfg.d_model, cfg.ffn_dim, cfg.activation_dropout)
+        self.ffn_res = Residual(cfg.d_model, cfg.dropout, pre_norm)
+
+    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
+        x = self.self_res.add(x, self.self_attn(self.self_res.input(x), mask))  # (B, S, d)
+        return self.ffn_res.add(x, self.ffn(self.ffn_res.input(x)))  # (B, S, d)
+
+
+class DecoderLayer(nn.Module):
+    """Causal self-attention, cross-attention and FFN sublayers."""
+
+    def __init__(self, cfg: ModelConfig, self_kernel: nn.Module, cross_kernel: nn.Module):
+        super().__init__()
+        pre_norm = cfg.norm_position == "pre"
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, self_kernel)
+        self.self_res = Residual(cfg.d_model, cfg.dropout, pre_norm)
+        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cross_kernel)
+        self.cross_res = Residual(cfg.d_model, cfg.dropout, pre_norm)
+        self.ffn = FeedForward(cfg.d_model, cfg.ffn_dim, cfg.activation_dropout)
+        self.ffn_res = Residual(cfg.d_model, cfg.dropout, pre_norm)
+
+    def forward(self, x: Tensor, cross: dict, need_weights: bool) -> tuple[Tensor, Tensor | None]:
+        """Whole target prefix (B, T, d) -> (B, T, d), cross weights (B, H, T, S) | None."""
+        x = self.self_res.add(x, self.self_attn.causal(self.self_res.input(x)))
+        return self._cross_and_ffn(x, cross, need_weights)
+
+    def step(
+        self, x: Tensor, cross: dict, state: dict | None, need_weights: bool
+    ) -> tuple[Tensor, dict, Tensor | None]:
+        """One new position (B, 1, d) -> (B, 1, d), self-attention state, weights (B, H, 1, S) | None."""
+        attended, state = self.self_attn.step(self.self_res.input(x), state)
+        x, weights = self._cross_and_ffn(self.self_res.add(x, attended), cross, need_weights)
+        return x, state, weights
+
+    def _cross_and_ffn(self, x: Tensor, cross: dict, need_weights: bool) -> tuple[Tensor, Tensor | None]:
+        attended, weights = self.cross_attn.cross(self.cross_res.input(x), cross, need_weights)
+        x = self.cross_res.add(x, attended)
+        return self.ffn_res.add(x, self.ffn(self.ffn_res.input(x))), weights
+
+
+class Encoder(nn.Module):
+    """Embedding, a stack of encoder layers and (pre-norm) a final LayerNorm."""
+
+    def __init__(self, cfg: ModelConfig, embedding: TransformerEmbedding, kernels: list[nn.Module]):
+        super().__init__()
+        self.embedding = embedding
+        self.layers = nn.ModuleList(EncoderLayer(cfg, kernel) for kernel in kernels)
+        self.final_norm = nn.LayerNorm(cfg.d_model) if cfg.norm_position == "pre" else nn.Identity()
+
+    def forward(self, tokens: Tensor, mask: Tensor) -> Tensor:
+        x = self.embedding(tokens)  # (B, S, d)
+        for layer in self.layers:
+            x = layer(x, mask)
+        return self.final_norm(x)  # (B, S, d)
+
+
+class Decoder(nn.Module):
+    """Embedding, a stack of decoder layers and (pre-norm) a final LayerNorm."""
+
+    def __init__(self, cfg: ModelConfig, embedding: TransformerEmbedding, layers: list[DecoderLayer]):
+        super().__init__()
+        self.embedding = embedding
+        self.layers = nn.ModuleList(layers)
+        self.final_norm = nn.LayerNorm(cfg.d_model) if cfg.norm_position == "pre" else nn.Identity()
+
+    def forward(self, tokens: Tensor, cross: list[dict], need_weights: bool) -> tuple[Tensor, Tensor | None]:
+        """(B, T) prefix -> hidden (B, T, d), cross weights (B, L, H, T, S) | None."""
+        x = self.embedding(tokens)  # (B, T, d)
+        all_weights = []
+        for layer, layer_cross in zip(self.layers, cross):
+            x, weights = layer(x, layer_cross, need_weights)
+            all_weights.append(weights)
+        return self.final_norm(x), torch.stack(all_weights, dim=1) if need_weights else None
+
+    def step(
+        self, tokens: Tensor, cross: list[dict], states: list[dict] | None, position: int, need_weights: bool
+    ) -> tuple[Tensor, list[dict], Tensor | None]:
+        """(B,) tokens at ``position`` -> hidden (B, d), new states, weights (B, L, H, S) | None."""
+        x = self.embedding(tokens[:, None], offset=position)  # (B, 1, d)
+        states = states or [None] * len(self.layers)
+        new_states, all_weights = [], []
+        for layer, layer_cross, state in zip(self.layers, cross, states):
+            x, state, weights = layer.step(x, layer_cross, state, need_weights)
+            new_states.append(state)
+            all_weights.append(weights)
+        attention = torch.stack(all_weights, dim=1).squeeze(3) if need_weights else None  # (B, L, H, S)
+        return self.final_norm(x).squeeze(1), new_states, attention  # (B, d)
+
+
+@MODELS.register("transformer")
+class Transformer(Seq2SeqModel):
+    """Encoder-decoder Transformer; softmax attention except at ``linear_sites``."""
+
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        src_vocab_size: int,
+        tgt_vocab_size: int,
+        joint_vocab: bool,
+        linear_sites: frozenset[str] = frozenset(),
+    ):
+        super().__init__()
+        _check_config(cfg, src_vocab_size, tgt_vocab_size, joint_vocab, linear_sites)
+        self.attention_layers = cfg.decoder_layers
+        self.attention_heads = cfg.heads
+        #: False: decode by re-running the decoder over the whole prefix (see module docstring)
+        self.use_cache = True
+
+        def kernel(site: str) -> nn.Module:
+            if site in linear_sites:
+                return LinearAttention(cfg.linear_chunk_size)
+            return SoftmaxAttention(cfg.attention_dropout)
+
+        tgt_table = token_table(tgt_vocab_size, cfg.d_model)
+        shared_source = joint_vocab and cfg.tie_embeddings
+        src_table = tgt_table if shared_source else token_table(src_vocab_size, cfg.d_model)
+        self.encoder = Encoder(
+            cfg,
+            _embedding(cfg, src_table),
+            [kernel("encoder_self") for _ in range(cfg.encoder_layers)],
+        )
+        self.decoder = Decoder(
+            cfg,
+            _embedding(cfg, tgt_table),
+            [DecoderLayer(cfg, kernel("decoder_self"), kernel("cross")) for _ in range(cfg.decoder_layers)],
+        )
+        self.output_projection = nn.Linear(cfg.d_model, tgt_vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.output_projection.weight = tgt_table.weight
+        else:
+            nn.init.normal_(self.output_projection.weight, mean=0.0, std=cfg.d_model**-0.5)
+
+    @classmethod
+    def from_config(cls, cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, joint_vocab: bool):
+        return cls(cfg, src_vocab_size, tgt_vocab_size, joint_vocab)
+
+    def encode(self, src_tokens: Tensor, src_mask: Tensor) -> Memory:
+        encoded = self.encoder(src_tokens, src_mask)  # (B, S, d)
+        cross = [layer.cross_attn.summarize_memory(encoded, src_mask) for layer in self.decoder.layers]
+        return {"src_mask": src_mask, "cross": cross}
+
+    def decode_step(
+        self, prev_tokens: Tensor, memory: Memory, state: State | None, need_attention: bool = False
+    ) -> tuple[Tensor, State, Tensor | None]:
+        if not self.use_cache:
+            return self._decode_step_without_cache(prev_tokens, memory, state, need_attention)
+        position = 0 if state is None else state["step"]
+        layer_states = None if state is None else state["layers"]
+        hidden, layer_states, attention = self.decoder.step(
+            prev_tokens, memory["cross"], layer_states, position, need_attention
+        )
+        return self.output_projection(hidden), {"step": position + 1, "layers": layer_states}, attention
+
+    def _decode_step_without_cache(
+        self, prev_tokens: Tensor, memory: Memory, state: State | None, need_attention: bool
+    ) -> tuple[Tensor, State, Tensor | None]:
+        tokens = prev_tokens[:, None]  # (B, 1)
+        if state is not None:
+            tokens = torch.cat([state["tokens"], tokens], dim=1)  # (B, t)
+        hidden, attention = self.decoder(tokens, memory["cross"], need_attention)  # (B, t, d)
+        last_attention = attention[:, :, :, -1] if need_attention else None  # (B, L, H, S)
+        return self.output_projection(hidden[:, -1]), {"tokens": tokens}, last_attention
+
+    def forward(
+        self,
+        src_tokens: Tensor,
+        src_mask: Tensor,
+        tgt_in: Tensor,
+        tgt_mask: Tensor,
+        need_attention: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Teacher forcing. ``tgt_mask`` is implied: targets are right-padded and attention is causal."""
+        memory = self.encode(src_tokens, src_mask)
+        hidden, attention = self.decoder(tgt_in, memory["cross"], need_attention)  # (B, T, d)
+        return self.output_projection(hidden), attention  # (B, T, V), (B, L, H, T, S) | None
+
+
+@MODELS.register("linear_transformer")
+class LinearTransformer(Transformer):
+    """The Transformer with linear attention at ``model.linear_sites``."""
+
+    @classmethod
+    def from_config(cls, cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, joint_vocab: bool):
+        if not cfg.linear_sites:
+            raise ConfigError(f"model.linear_sites is empty; choose any of: {', '.join(LINEAR_SITES)}")
+        sites = frozenset(cfg.linear_sites)
+        return cls(cfg, src_vocab_size, tgt_vocab_size, joint_vocab, linear_sites=sites)
+
+
+def _embedding(cfg: ModelConfig, table: nn.Embedding) -> TransformerEmbedding:
+    if cfg.positions == "learned":
+        positions: nn.Module = LearnedPositions(cfg.d_model, cfg.max_positions)
+    else:
+        positions = SinusoidalPositions(cfg.d_model, cfg.max_positions)
+    return TransformerEmbedding(table, positions, cfg.scale_embeddings, cfg.dropout)
+
+
+def _check_config(
+    cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, joint_vocab: bool, linear_sites: frozenset[str]
+) -> None:
+    unknown = sorted(linear_sites - set(LINEAR_SITES))
+    if unknown:
+        raise ConfigError(
+            f"model.linear_sites: unknown site {unknown[0]!r}; valid: {', '.join(LINEAR_SITES)}"
+        )
+    if linear_sites and cfg.linear_chunk_size < 1:
+        raise ConfigError(f"model.linear_chunk_size must be at least 1, got {cfg.linear_chunk_size}")
+    if joint_vocab and src_vocab_size != tgt_vocab_size:
+        raise ConfigError(
+            f"a joint vocabulary needs equal sizes, got {src_vocab_size} (source) "
+            f"and {tgt_vocab_size} (target)"
+        )

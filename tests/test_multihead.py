@@ -1,0 +1,153 @@
+"""Scaled dot-product and multi-head attention against naive loops of their formulas."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from nmt_cli.errors import ConfigError
+from nmt_cli.models.attention.multihead import MultiHeadAttention, SoftmaxAttention
+
+B, H, T, S, DK = 3, 2, 4, 6, 5
+
+
+@pytest.fixture
+def qkv():
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(B, H, T, DK, generator=gen, dtype=torch.float64)
+    k = torch.randn(B, H, S, DK, generator=gen, dtype=torch.float64)
+    v = torch.randn(B, H, S, DK, generator=gen, dtype=torch.float64)
+    lengths = torch.tensor([6, 2, 4])
+    key_mask = torch.arange(S)[None, :] < lengths[:, None]  # (B, S)
+    return q, k, v, key_mask
+
+
+def naive_attention(q, k, v, allowed):
+    """Per (batch, head, query): softmax over allowed keys of q.k_j / sqrt(d_k), then sum_j a_j v_j."""
+    batch, heads, queries, d_k = q.shape
+    weights = torch.zeros(batch, heads, queries, k.size(2), dtype=q.dtype)
+    context = torch.zeros(batch, heads, queries, v.size(-1), dtype=q.dtype)
+    for b in range(batch):
+        for h in range(heads):
+            for i in range(queries):
+                keys = [j for j in range(k.size(2)) if allowed(b, i, j)]
+                scores = torch.stack([q[b, h, i] @ k[b, h, j] / math.sqrt(d_k) for j in keys])
+                alpha = torch.softmax(scores, dim=0)
+                for a, j in zip(alpha, keys):
+                    weights[b, h, i, j] = a
+                    context[b, h, i] += a * v[b, h, j]
+    return context, weights
+
+
+def test_read_matches_naive_loop(qkv):
+    q, k, v, key_mask = qkv
+    kernel = SoftmaxAttention()
+    context, weights = kernel.read(q, kernel.summarize(k, v, key_mask), need_weights=True)
+    expected_context, expected_weights = naive_attention(q, k, v, lambda b, i, j: bool(key_mask[b, j]))
+    torch.testing.assert_close(weights, expected_weights)
+    torch.testing.assert_close(context, expected_context)
+
+
+def test_fast_path_equals_explicit_path(qkv):
+    q, k, v, key_mask = qkv
+    kernel = SoftmaxAttention()
+    summary = kernel.summarize(k, v, key_mask)
+    fast, no_weights = kernel.read(q, summary, need_weights=False)
+    explicit, _ = kernel.read(q, summary, need_weights=True)
+    assert no_weights is None
+    torch.testing.assert_close(fast, explicit)
+
+
+def test_masked_keys_get_exactly_zero_weight_and_rows_sum_to_one(qkv):
+    q, k, v, key_mask = qkv
+    kernel = SoftmaxAttention()
+    _, weights = kernel.read(q * 30, kernel.summarize(k, v, key_mask), need_weights=True)  # sharp scores
+    padded = ~key_mask[:, None, None, :].expand_as(weights)
+    assert torch.all(weights[padded] == 0.0)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(B, H, T, dtype=torch.float64))
+
+
+def test_causal_matches_naive_loop_and_step_by_step(qkv):
+    _, k, v, _ = qkv
+    q = torch.randn(B, H, S, DK, dtype=torch.float64)
+    kernel = SoftmaxAttention()
+    expected, _ = naive_attention(q, k, v, lambda b, i, j: j <= i)
+    torch.testing.assert_close(kernel.causal(q, k, v), expected)
+    state, steps = None, []
+    for i in range(S):
+        context, state = kernel.step(q[:, :, i : i + 1], k[:, :, i : i + 1], v[:, :, i : i + 1], state)
+        steps.append(context)
+    torch.testing.assert_close(torch.cat(steps, dim=2), expected)
+    assert state["k"].shape == (B, H, S, DK)
+
+
+def test_causal_output_ignores_later_positions(qkv):
+    _, k, v, _ = qkv
+    q = torch.randn(B, H, S, DK, dtype=torch.float64)
+    kernel = SoftmaxAttention()
+    before = kernel.causal(q, k, v)
+    k2, v2 = k.clone(), v.clone()
+    k2[:, :, 3:] += 5.0
+    v2[:, :, 3:] -= 5.0
+    after = kernel.causal(q, k2, v2)
+    torch.testing.assert_close(after[:, :, :3], before[:, :, :3])
+    assert not torch.allclose(after[:, :, 3:], before[:, :, 3:])
+
+
+def heads_loop(layer: MultiHeadAttention, queries, keys, allowed):
+    """Concat_i Attention(Q W_i^Q, K W_i^K, V W_i^V) W^O, one head at a time."""
+    d_model, d_k = layer.d_model, layer.d_model // layer.heads
+    w, b = layer.in_proj.weight, layer.in_proj.bias
+    heads = []
+    for i in range(layer.heads):
+        rows = [slice(part * d_model + i * d_k, part * d_model + (i + 1) * d_k) for part in range(3)]
+        q = F.linear(queries, w[rows[0]], b[rows[0]])[:, None]  # (B, 1, T, d_k)
+        k = F.linear(keys, w[rows[1]], b[rows[1]])[:, None]
+        v = F.linear(keys, w[rows[2]], b[rows[2]])[:, None]
+        heads.append(naive_attention(q, k, v, allowed)[0][:, 0])  # (B, T, d_k)
+    return layer.out_proj(torch.cat(heads, dim=-1))
+
+
+@pytest.fixture
+def layer():
+    torch.manual_seed(0)
+    return MultiHeadAttention(d_model=8, heads=2, kernel=SoftmaxAttention()).double()
+
+
+def test_multihead_self_attention_matches_loop_over_heads(layer):
+    x = torch.randn(2, 5, 8, dtype=torch.float64)
+    mask = torch.tensor([[True] * 5, [True, True, True, False, False]])
+    expected = heads_loop(layer, x, x, lambda b, i, j: bool(mask[b, j]))
+    real = mask[:, :, None].expand_as(expected)
+    torch.testing.assert_close(layer(x, mask)[real], expected[real])
+
+
+def test_multihead_causal_and_cross_match_loop_over_heads(layer):
+    x = torch.randn(2, 4, 8, dtype=torch.float64)
+    memory = torch.randn(2, 6, 8, dtype=torch.float64)
+    mask = torch.tensor([[True] * 6, [True, True, False, False, False, False]])
+    torch.testing.assert_close(layer.causal(x), heads_loop(layer, x, x, lambda b, i, j: j <= i))
+    summary = layer.summarize_memory(memory, mask)
+    output, weights = layer.cross(x, summary, need_weights=True)
+    torch.testing.assert_close(output, heads_loop(layer, x, memory, lambda b, i, j: bool(mask[b, j])))
+    assert weights.shape == (2, 2, 4, 6)
+    torch.testing.assert_close(layer.cross(x, summary)[0], output)
+
+
+def test_heads_must_divide_model_size():
+    with pytest.raises(ConfigError, match="not divisible"):
+        MultiHeadAttention(d_model=10, heads=3, kernel=SoftmaxAttention())
+
+
+def test_attention_dropout_only_in_training(qkv):
+    q, k, v, key_mask = qkv
+    kernel = SoftmaxAttention(dropout=0.5)
+    summary = kernel.summarize(k, v, key_mask)
+    kernel.eval()
+    first, second = kernel.read(q, summary, True)[0], kernel.read(q, summary, True)[0]
+    torch.testing.assert_close(first, second)
+    kernel.train()
+    assert not torch.allclose(kernel.read(q, summary, True)[0], first)

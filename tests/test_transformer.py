@@ -1,0 +1,231 @@
+"""Transformer and linear-attention Transformer behind the Seq2SeqModel interface."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+
+from nmt_cli.config import ModelConfig
+from nmt_cli.errors import ConfigError, NmtError
+from nmt_cli.models import MODELS
+from nmt_cli.models.base import lengths_to_mask
+from nmt_cli.models.embeddings import sinusoidal_table
+from nmt_cli.models.transformer import LINEAR_SITES, LinearTransformer, Transformer
+from nmt_cli.specials import BOS_ID, PAD_ID
+
+VOCAB = 23
+
+SOFTMAX_VARIANTS = [
+    {"arch": "transformer", "norm_position": norm, "positions": positions}
+    for norm, positions in itertools.product(("post", "pre"), ("sinusoidal", "learned"))
+]
+LINEAR_VARIANTS = [
+    {"arch": "linear_transformer", "linear_sites": sites, "norm_position": ("post", "pre")[n % 2]}
+    for n, sites in enumerate(
+        combo for size in (1, 2, 3) for combo in itertools.combinations(LINEAR_SITES, size)
+    )
+]
+VARIANTS = SOFTMAX_VARIANTS + LINEAR_VARIANTS
+
+
+def variant_id(variant: dict) -> str:
+    return "-".join("+".join(v) if isinstance(v, tuple) else str(v) for v in variant.values())
+
+
+def tiny_config(**overrides) -> ModelConfig:
+    settings = dict(
+        d_model=16, heads=2, ffn_dim=24, encoder_layers=2, decoder_layers=2, dropout=0.1,
+        attention_dropout=0.1, activation_dropout=0.1, max_positions=32, linear_chunk_size=3,
+    )
+    settings.update(overrides)
+    return ModelConfig(**settings)
+
+
+def build(variant: dict, joint: bool = True, **overrides):
+    cfg = tiny_config(**variant, **overrides)
+    torch.manual_seed(0)
+    model = MODELS.get(cfg.arch).from_config(cfg, VOCAB, VOCAB, joint)
+    return model.double().eval()
+
+
+def batch(src_lengths, tgt_lengths, seed=1):
+    """Right-padded random source and BOS-initial target prefixes with their masks."""
+    gen = torch.Generator().manual_seed(seed)
+    src_lengths, tgt_lengths = torch.tensor(src_lengths), torch.tensor(tgt_lengths)
+    src_mask, tgt_mask = lengths_to_mask(src_lengths), lengths_to_mask(tgt_lengths)
+    src = torch.randint(4, VOCAB, src_mask.shape, generator=gen).masked_fill(~src_mask, PAD_ID)
+    tgt = torch.randint(4, VOCAB, tgt_mask.shape, generator=gen).masked_fill(~tgt_mask, PAD_ID)
+    tgt[:, 0] = BOS_ID
+    return src, src_mask, tgt, tgt_mask
+
+
+def decode_all(model, src, src_mask, tgt, need_attention=True):
+    """Feed ``tgt`` one token at a time through ``decode_step``: logits (B, T, V), attention (B, L, H, T, S)."""
+    memory, state = model.encode(src, src_mask), None
+    logits, attention = [], []
+    for t in range(tgt.size(1)):
+        step_logits, state, step_attention = model.decode_step(tgt[:, t], memory, state, need_attention)
+        logits.append(step_logits)
+        attention.append(step_attention)
+    return torch.stack(logits, 1), torch.stack(attention, 3) if need_attention else None
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=variant_id)
+def test_incremental_decoding_equals_teacher_forcing(variant):
+    model = build(variant)
+    src, src_mask, tgt, tgt_mask = batch([7, 4, 5], [6, 6, 6])
+    logits, attention = model(src, src_mask, tgt, tgt_mask, need_attention=True)
+    assert logits.shape == (3, 6, VOCAB)
+    assert attention.shape == (3, model.attention_layers, model.attention_heads, 6, 7)
+    step_logits, step_attention = decode_all(model, src, src_mask, tgt)
+    torch.testing.assert_close(step_logits, logits)
+    torch.testing.assert_close(step_attention, attention)
+    assert torch.all(attention.masked_select(~src_mask[:, None, None, None, :]) == 0.0)
+    torch.testing.assert_close(attention.sum(-1), torch.ones_like(attention.sum(-1)))
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=variant_id)
+def test_decoding_without_cache_equals_with_cache(variant):
+    model = build(variant)
+    src, src_mask, tgt, _ = batch([5, 3], [5, 5])
+    cached = decode_all(model, src, src_mask, tgt)
+    model.use_cache = False
+    uncached = decode_all(model, src, src_mask, tgt)
+    torch.testing.assert_close(uncached, cached)
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+@pytest.mark.parametrize("variant", VARIANTS, ids=variant_id)
+def test_reordering_equals_recomputing_with_reordered_inputs(variant, use_cache):
+    model = build(variant)
+    model.use_cache = use_cache
+    src, src_mask, tgt, _ = batch([6, 3, 5], [5, 5, 5])
+    order = torch.tensor([2, 0, 0, 1])
+    memory, state = model.encode(src, src_mask), None
+    for t in range(2):
+        _, state, _ = model.decode_step(tgt[:, t], memory, state)
+    memory, state = model.reorder_memory(memory, order), model.reorder_state(state, order)
+    reordered_tgt = tgt[order]
+    for t in range(2, 5):
+        logits, state, attention = model.decode_step(reordered_tgt[:, t], memory, state, need_attention=True)
+    expected_logits, expected_attention = decode_all(model, src[order], src_mask[order], reordered_tgt)
+    torch.testing.assert_close(logits, expected_logits[:, -1])
+    torch.testing.assert_close(attention, expected_attention[:, :, :, -1])
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=variant_id)
+def test_padding_a_batch_changes_no_sentence(variant):
+    model = build(variant)
+    src_lengths, tgt_lengths = [5, 2, 8], [4, 7, 2]
+    src, src_mask, tgt, tgt_mask = batch(src_lengths, tgt_lengths)
+    logits, attention = model(src, src_mask, tgt, tgt_mask, need_attention=True)
+    for i, (s, t) in enumerate(zip(src_lengths, tgt_lengths)):
+        row = slice(i, i + 1)
+        alone_logits, alone_attention = model(src[row, :s], src_mask[row, :s], tgt[row, :t], tgt_mask[row, :t], True)
+        torch.testing.assert_close(logits[i : i + 1, :t], alone_logits)
+        torch.testing.assert_close(attention[i : i + 1, :, :, :t, :s], alone_attention)
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=variant_id)
+@pytest.mark.parametrize("joint", [True, False])
+def test_gradients_reach_every_parameter(variant, joint):
+    model = build(variant, joint=joint).train()
+    src, src_mask, tgt, tgt_mask = batch([5, 3], [4, 6])
+    logits, _ = model(src, src_mask, tgt, tgt_mask)
+    logits.logsumexp(-1).sum().backward()
+    for name, parameter in model.named_parameters():
+        assert parameter.grad is not None, name
+        assert torch.isfinite(parameter.grad).all() and parameter.grad.abs().sum() > 0, name
+
+
+def test_linear_decoder_state_has_constant_size():
+    model = build({"arch": "linear_transformer", "linear_sites": ("decoder_self",)})
+    src, src_mask, tgt, _ = batch([4, 6], [9, 9])
+    memory, state, sizes = model.encode(src, src_mask), None, set()
+    for t in range(9):
+        _, state, _ = model.decode_step(tgt[:, t], memory, state)
+        sizes.add(tuple(tensor.numel() for layer in state["layers"] for tensor in layer.values()))
+    assert len(sizes) == 1
+    assert set(state["layers"][0]) == {"s", "z"}
+
+
+def test_softmax_decoder_cache_grows_one_position_per_step():
+    model = build(SOFTMAX_VARIANTS[0])
+    src, src_mask, tgt, _ = batch([4, 6], [5, 5])
+    memory, state = model.encode(src, src_mask), None
+    for t in range(5):
+        _, state, _ = model.decode_step(tgt[:, t], memory, state)
+        assert state["layers"][0]["k"].shape == (2, 2, t + 1, 8)
+
+
+def expected_base_parameters(vocab: int, d: int, ffn: int, enc: int, dec: int) -> int:
+    attention = 4 * (d * d + d)  # W^Q, W^K, W^V, W^O with biases
+    feed_forward = d * ffn + ffn + ffn * d + d
+    layer_norm = 2 * d
+    encoder_layer = attention + feed_forward + 2 * layer_norm
+    decoder_layer = 2 * attention + feed_forward + 3 * layer_norm
+    return vocab * d + enc * encoder_layer + dec * decoder_layer  # one shared embedding table
+
+
+def test_transformer_base_has_the_papers_parameter_count():
+    """Vaswani et al. (2017) base with a shared 37,000-piece vocabulary: 63,082,496 (~63M)."""
+    cfg = ModelConfig(arch="transformer")  # the defaults are the base model
+    with torch.device("meta"):
+        model = Transformer.from_config(cfg, 37000, 37000, joint_vocab=True)
+    assert model.num_parameters() == expected_base_parameters(37000, 512, 2048, 6, 6) == 63_082_496
+
+
+def test_embedding_sharing_follows_vocabulary_and_tie_setting():
+    joint = build(SOFTMAX_VARIANTS[0], joint=True)
+    src_table = joint.encoder.embedding.tokens.weight
+    assert src_table is joint.decoder.embedding.tokens.weight is joint.output_projection.weight
+    separate = build(SOFTMAX_VARIANTS[0], joint=False)
+    assert separate.encoder.embedding.tokens.weight is not separate.decoder.embedding.tokens.weight
+    assert separate.decoder.embedding.tokens.weight is separate.output_projection.weight
+    untied = build(SOFTMAX_VARIANTS[0], joint=True, tie_embeddings=False)
+    assert untied.decoder.embedding.tokens.weight is not untied.output_projection.weight
+    assert untied.num_parameters() == joint.num_parameters() + 2 * VOCAB * 16
+
+
+def test_sinusoidal_table_matches_formula():
+    table = sinusoidal_table(50, 16)
+    for pos, i in [(0, 0), (3, 1), (17, 5), (49, 7)]:
+        angle = pos / 10000 ** (2 * i / 16)
+        assert table[pos, 2 * i].item() == pytest.approx(math.sin(angle), abs=1e-6)
+        assert table[pos, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-6)
+
+
+def test_embeddings_are_scaled_by_sqrt_d_model():
+    model = build(SOFTMAX_VARIANTS[0])
+    tokens = torch.tensor([[5, 6, 7]])
+    embedding = model.encoder.embedding
+    expected = embedding.tokens.weight[tokens] * 4.0 + sinusoidal_table(3, 16).double()
+    torch.testing.assert_close(embedding(tokens), expected)
+
+
+def test_sinusoidal_positions_extend_past_the_initial_table():
+    model = build(SOFTMAX_VARIANTS[0], max_positions=4)
+    src, src_mask, tgt, tgt_mask = batch([9], [7])
+    logits, _ = model(src, src_mask, tgt, tgt_mask)
+    torch.testing.assert_close(decode_all(model, src, src_mask, tgt, need_attention=False)[0], logits)
+
+
+def test_learned_positions_refuse_sequences_longer_than_the_table():
+    model = build(SOFTMAX_VARIANTS[1], max_positions=4)
+    src, src_mask, tgt, tgt_mask = batch([5], [3])
+    with pytest.raises(NmtError, match="max_positions"):
+        model(src, src_mask, tgt, tgt_mask)
+
+
+@pytest.mark.parametrize("sites", [("decoder",), ()])
+def test_bad_linear_sites_list_the_valid_ones(sites):
+    with pytest.raises(ConfigError, match="encoder_self, decoder_self, cross"):
+        LinearTransformer.from_config(tiny_config(linear_sites=sites), VOCAB, VOCAB, True)
+
+
+def test_registry_builds_both_architectures():
+    assert MODELS.get("transformer") is Transformer
+    assert MODELS.get("linear_transformer") is LinearTransformer
