@@ -13,6 +13,7 @@ half-written split behind.
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 
@@ -41,6 +42,15 @@ class TokenArrayWriter:
         self._bin.write(array.tobytes())
         self._total += len(array)
         self._offsets.append(self._total)
+
+    def extend(self, sentences: list[list[int]]) -> None:
+        """Append many sentences with one write (much faster than ``append`` per sentence)."""
+        lengths = np.fromiter((len(s) for s in sentences), dtype=np.int64, count=len(sentences))
+        flat = np.fromiter(itertools.chain.from_iterable(sentences), dtype=self.dtype, count=int(lengths.sum()))
+        self._bin.write(flat.tobytes())
+        ends = self._total + np.cumsum(lengths)
+        self._offsets.extend(ends.tolist())
+        self._total = int(ends[-1]) if len(ends) else self._total
 
     def __len__(self) -> int:
         return len(self._offsets) - 1

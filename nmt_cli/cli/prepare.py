@@ -1,0 +1,45 @@
+"""``nmt prepare``: clean, tokenise and binarise parallel text into a prepared directory."""
+
+from __future__ import annotations
+
+import click
+
+from nmt_cli.cli import cli
+from nmt_cli.cli.options import config_options
+from nmt_cli.config import Config, config_replace
+from nmt_cli.data.prepare import prepare
+
+
+@cli.command("prepare")
+@config_options
+@click.option("--out", "-o", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="Prepared directory to write (built atomically; reused when up to date).")
+@click.option("--force", is_flag=True, help="Rebuild even when the directory is up to date.")
+@click.option("--on-invalid", type=click.Choice(["error", "skip"]), default=None,
+              help="Bad pairs (invalid UTF-8, unpaired lines, bad records): stop (default) or drop and count.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+def prepare_command(config: Config, out_dir: str, force: bool, on_invalid: str | None, quiet: bool) -> None:
+    """Read data.source, clean it, train SentencePiece and write token arrays to OUT."""
+    if on_invalid:
+        config = config_replace(config, "data", on_invalid=on_invalid)
+    manifest = prepare(config, out_dir, force=force, progress=not quiet)
+    click.echo(format_report(manifest, out_dir))
+
+
+def format_report(manifest: dict, out_dir: str) -> str:
+    """A short human-readable summary of a manifest."""
+    lines = [f"{'reused' if manifest.get('reused') else 'prepared'} {out_dir} "
+             f"({manifest['src_lang']}->{manifest['tgt_lang']}, source: {manifest['source']['kind']})"]
+    for name, stats in manifest["splits"].items():
+        dropped = ", ".join(f"{reason} {count:,}" for reason, count in stats["dropped"].items()) or "none"
+        tokens = stats["tokens"]
+        lines.append(f"  {name:<5} {stats['kept']:>10,} pairs (read {stats['read']:,}; dropped: {dropped}; "
+                     f"normalized {stats['normalized']:,}; tokens {tokens['src']['tokens']:,} src "
+                     f"/ {tokens['tgt']['tokens']:,} tgt)")
+    tok = manifest["tokenizer"]
+    vocab = (f"joint {tok['src_vocab_size']}" if tok["joint"]
+             else f"src {tok['src_vocab_size']}, tgt {tok['tgt_vocab_size']}")
+    lines.append(f"  vocab {tok['model_type']} {vocab}; token dtype {manifest['token_dtype']}")
+    when = "built earlier in" if manifest.get("reused") else "time"
+    lines.append(f"  {when} {manifest['elapsed_seconds']:.1f}s, {manifest['pairs_per_second']:,.0f} pairs/s")
+    return "\n".join(lines)

@@ -1,0 +1,260 @@
+"""``nmt prepare``: raw parallel text -> a prepared directory (see docs/ARCHITECTURE.md).
+
+Everything streams, so memory does not grow with the corpus:
+
+1. Each split is read, cleaned (:mod:`nmt_cli.data.cleaning`) and written as text
+   ``<split>.<src_lang>`` / ``<split>.<tgt_lang>`` (plus ``<split>.align`` for the
+   synthetic corpus). Splits are renamed ``train``, ``valid``, ``test``.
+2. SentencePiece is trained on a uniform sample of at most ``spm_input_sentence_size``
+   training sentences, chosen by index once the number of training pairs is known and
+   streamed from the cleaned text (no sentence list in memory).
+3. The cleaned text is encoded in batches into token arrays (:mod:`nmt_cli.data.binarized`).
+
+The directory is built under a temporary name and renamed into place whole. Its
+``manifest.json`` records a fingerprint of the data settings and of the inputs
+(sha256 of local files, generator settings of the synthetic corpus, dataset identity for
+the hub); running again with the same fingerprint reuses the directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+
+from nmt_cli import __version__
+from nmt_cli.config import Config, config_replace
+from nmt_cli.data.binarized import TokenArrayWriter, token_dtype
+from nmt_cli.data.cleaning import PairCleaner
+from nmt_cli.data.progress import Progress
+from nmt_cli.data.sources import Corpus, iter_limited, open_corpus
+from nmt_cli.errors import NmtError
+from nmt_cli.fileio import atomic_directory, atomic_open, atomic_write_bytes, atomic_write_json, atomic_write_text
+from nmt_cli.specials import SPECIAL_IDS
+from nmt_cli.tokenization import Tokenizer, train_sentencepiece
+
+FORMAT = "nmt-prepared"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+ENCODE_BATCH = 10_000
+
+__all__ = ["prepare", "MANIFEST", "FORMAT", "FORMAT_VERSION"]
+
+
+def prepare(config: Config, out_dir: str | Path, force: bool = False, progress: bool = True) -> dict[str, Any]:
+    """Build (or reuse) the prepared directory ``out_dir`` and return its manifest.
+
+    The returned dict is the manifest plus ``"reused"`` (True when an up-to-date
+    directory was found and nothing was rebuilt). ``progress`` shows bars/log lines on stderr.
+    """
+    out = Path(out_dir).expanduser().resolve()
+    corpus = open_corpus(config.data)
+    splits = corpus.splits()
+    inputs = {name: corpus.fingerprint(source_split) for name, source_split in splits.items()}
+    fingerprint = _fingerprint(config, inputs)
+    existing = _read_manifest(out)
+    if existing is not None and existing.get("fingerprint") == fingerprint and not force:
+        _say(progress, f"prepare: {out} is up to date (same inputs and settings); reusing it (--force rebuilds)")
+        return {**existing, "reused": True}
+    if existing is None and out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise NmtError(f"{out}: exists and is not a prepared directory; choose another --out or remove it")
+
+    started = time.monotonic()
+    with atomic_directory(out) as tmp:
+        stats = {name: _write_clean_split(corpus, name, source_split, tmp, config, progress)
+                 for name, source_split in splits.items()}
+        tokenizer, tokenizer_info = _train_tokenizer(tmp, config, stats["train"]["kept"], progress)
+        dtype = token_dtype(max(tokenizer.src_vocab_size, tokenizer.tgt_vocab_size))
+        for name in splits:
+            stats[name]["tokens"] = _binarize(tmp, name, stats[name]["kept"], config, tokenizer, dtype, progress)
+        for name, model in tokenizer.model_files().items():
+            atomic_write_bytes(tmp / name, model)
+        elapsed = time.monotonic() - started
+        pairs_read = sum(s["read"] for s in stats.values())
+        manifest = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "tool_version": __version__,
+            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "fingerprint": fingerprint,
+            "src_lang": config.data.src_lang,
+            "tgt_lang": config.data.tgt_lang,
+            "source": corpus.describe(),
+            "inputs": inputs,
+            "splits": stats,
+            "tokenizer": tokenizer_info,
+            "special_ids": dict(SPECIAL_IDS),
+            "token_dtype": dtype.name,
+            "gold_alignments": corpus.kind == "synthetic",
+            "elapsed_seconds": round(elapsed, 2),
+            "pairs_per_second": round(pairs_read / max(elapsed, 1e-9), 1),
+        }
+        atomic_write_json(tmp / MANIFEST, manifest)
+        atomic_write_text(tmp / "config.yaml", _resolved_config(config).to_yaml())
+    return {**manifest, "reused": False}
+
+
+def _say(enabled: bool, message: str) -> None:
+    if enabled:
+        print(message, file=sys.stderr, flush=True)
+
+
+def _fingerprint(config: Config, inputs: dict[str, Any]) -> str:
+    """sha256 of what decides the prepared data: data settings (but not where the folder
+    is; its content is in ``inputs``), input fingerprints and the format version."""
+    settings = {k: v for k, v in config.to_dict()["data"].items() if k != "path"}
+    if config.data.source == "hf":
+        settings["path"] = config.data.path  # a hub id is part of the identity
+    blob = json.dumps({"data": settings, "inputs": inputs, "format_version": FORMAT_VERSION,
+                       "tool_version": __version__}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _read_manifest(out: Path) -> dict[str, Any] | None:
+    try:
+        manifest = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return manifest if isinstance(manifest, dict) and manifest.get("format") == FORMAT else None
+
+
+def _resolved_config(config: Config) -> Config:
+    """The config with a local ``data.path`` made absolute, so it works from any folder."""
+    path = config.data.path
+    if path and config.data.source != "synthetic" and Path(path).expanduser().exists():
+        return config_replace(config, "data", path=str(Path(path).expanduser().resolve()))
+    return config
+
+
+# ---- pass 1: read, clean, write text ------------------------------------------------------
+
+
+def _write_clean_split(corpus: Corpus, name: str, source_split: str, out: Path, config: Config,
+                       progress: bool) -> dict[str, Any]:
+    data = config.data
+    limit = data.max_train_pairs if name == "train" else data.max_eval_pairs
+    total = corpus.size_hint(source_split)
+    if limit:
+        total = min(total, limit) if total is not None else limit
+    cleaner = PairCleaner(data, training=name == "train")
+    with_alignment = corpus.kind == "synthetic"
+    paths = [out / f"{name}.{data.src_lang}", out / f"{name}.{data.tgt_lang}"]
+    if with_alignment:
+        paths.append(out / f"{name}.align")
+    with (Progress(f"read {name} ({source_split})", total, enabled=progress) as bar,
+          atomic_open(paths[0]) as src, atomic_open(paths[1]) as tgt,
+          atomic_open(paths[2]) if with_alignment else contextlib.nullcontext() as align):
+        for pair in cleaner.clean(_counted(iter_limited(corpus.pairs(source_split), limit), bar)):
+            src.write(pair.source + "\n")
+            tgt.write(pair.target + "\n")
+            if with_alignment:
+                align.write(pair.alignment + "\n")
+    stats = cleaner.stats()
+    if stats["kept"] == 0:
+        raise NmtError(f"split '{source_split}' has no pairs left after cleaning "
+                       f"(read {stats['read']}, dropped {stats['dropped']})")
+    return {"source_split": source_split, **stats}
+
+
+def _counted(items: Iterator[Any], bar: Progress) -> Iterator[Any]:
+    for item in items:
+        bar.update()
+        yield item
+
+
+def _read_text(path: Path) -> Iterator[str]:
+    """Lines of a cleaned text file we wrote (valid UTF-8, one sentence per ``\\n``)."""
+    with path.open("rb") as handle:
+        for raw in handle:
+            yield raw[:-1].decode("utf-8")
+
+
+# ---- SentencePiece ----------------------------------------------------------------------------
+
+
+def _train_tokenizer(out: Path, config: Config, train_pairs: int, progress: bool) -> tuple[Tokenizer, dict[str, Any]]:
+    """Train joint or separate SentencePiece models on a seeded uniform sample of pairs."""
+    data = config.data
+    budget = max(1, data.spm_input_sentence_size // (2 if data.joint_vocab else 1))
+    sample = min(train_pairs, budget)
+    chosen = np.ones(train_pairs, dtype=bool)
+    if sample < train_pairs:
+        chosen[:] = False
+        chosen[np.random.default_rng(data.spm_seed).choice(train_pairs, sample, replace=False)] = True
+    paths = {"src": out / f"train.{data.src_lang}", "tgt": out / f"train.{data.tgt_lang}"}
+
+    def sentences(*sides: str) -> Iterator[str]:
+        for selected, lines in zip(chosen, zip(*(_read_text(paths[side]) for side in sides))):
+            if selected:
+                yield from lines
+
+    def train(*sides: str) -> bytes:
+        _say(progress, f"prepare: training SentencePiece ({data.spm_model_type}, vocab {data.vocab_size}) "
+                       f"on {sample * len(sides):,} sentences ({'+'.join(sides)})")
+        try:
+            return train_sentencepiece(sentences(*sides), data.vocab_size, data.spm_model_type,
+                                       data.character_coverage, data.spm_input_sentence_size, data.spm_seed)
+        except RuntimeError as exc:
+            problem = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+            raise NmtError(f"SentencePiece training failed (data.vocab_size={data.vocab_size}): {problem}") from None
+
+    if data.joint_vocab:
+        tokenizer = Tokenizer(train("src", "tgt"))
+    else:
+        tokenizer = Tokenizer(train("src"), train("tgt"))
+    info = {
+        "type": "sentencepiece",
+        "model_type": data.spm_model_type,
+        "joint": tokenizer.joint,
+        "vocab_size_requested": data.vocab_size,
+        "src_vocab_size": tokenizer.src_vocab_size,
+        "tgt_vocab_size": tokenizer.tgt_vocab_size,
+        "character_coverage": data.character_coverage,
+        "sampled_pairs": sample,
+        "seed": data.spm_seed,
+        "files": sorted(tokenizer.model_files()),
+    }
+    return tokenizer, info
+
+
+# ---- pass 2: token arrays -----------------------------------------------------------------------
+
+
+def _binarize(out: Path, name: str, pairs: int, config: Config, tokenizer: Tokenizer, dtype: np.dtype,
+              progress: bool) -> dict[str, Any]:
+    """Encode ``<name>.<lang>`` into ``<name>.src|tgt.bin/.idx.npy``; token counts per side."""
+    counts = {}
+    for side, lang, encode in (("src", config.data.src_lang, tokenizer.encode_src_batch),
+                               ("tgt", config.data.tgt_lang, tokenizer.encode_tgt_batch)):
+        writer = TokenArrayWriter(out / f"{name}.{side}", dtype)
+        longest = 0
+        try:
+            with Progress(f"encode {name}.{lang}", pairs, unit="sentences", enabled=progress) as bar:
+                batch: list[str] = []
+                for line in _read_text(out / f"{name}.{lang}"):
+                    batch.append(line)
+                    if len(batch) == ENCODE_BATCH:
+                        longest = max(longest, _encode_batch(writer, encode, batch, bar))
+                        batch = []
+                if batch:
+                    longest = max(longest, _encode_batch(writer, encode, batch, bar))
+        except BaseException:
+            writer.abort()
+            raise
+        writer.close()
+        counts[side] = {"tokens": writer.num_tokens, "max_length": longest}
+    return counts
+
+
+def _encode_batch(writer: TokenArrayWriter, encode: Any, batch: list[str], bar: Progress) -> int:
+    ids = encode(batch)
+    writer.extend(ids)
+    bar.update(len(batch))
+    return max(map(len, ids), default=0)

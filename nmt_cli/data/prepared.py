@@ -1,0 +1,77 @@
+"""Read access to a prepared directory (the output of ``nmt prepare``).
+
+``PreparedData(path)`` checks the manifest once; token arrays are memory-mapped only when
+a split is asked for, so opening a WMT-size directory costs nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from nmt_cli.config import Config, load_config
+from nmt_cli.data.binarized import ParallelSplit
+from nmt_cli.data.prepare import FORMAT, FORMAT_VERSION, MANIFEST
+from nmt_cli.errors import NmtError
+from nmt_cli.tokenization import Tokenizer
+
+SIDES = ("src", "tgt")
+
+
+class PreparedData:
+    """``manifest``, ``tokenizer``, ``src_lang``, ``tgt_lang``, ``config`` and the splits."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        manifest_path = self.path / MANIFEST
+        if not manifest_path.is_file():
+            raise NmtError(f"{self.path}: not a prepared directory (no {MANIFEST}); run `nmt prepare --out {self.path}`")
+        try:
+            manifest: Any = json.loads(manifest_path.read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise NmtError(f"{manifest_path}: invalid JSON ({exc})") from None
+        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+            raise NmtError(f"{manifest_path}: not a manifest written by nmt prepare")
+        if manifest.get("format_version") != FORMAT_VERSION:
+            raise NmtError(f"{manifest_path}: format version {manifest.get('format_version')} is not supported "
+                           f"(expected {FORMAT_VERSION}); prepare the data again")
+        self.manifest: dict[str, Any] = manifest
+        self.src_lang: str = manifest["src_lang"]
+        self.tgt_lang: str = manifest["tgt_lang"]
+        self.tokenizer = Tokenizer.from_directory(self.path)
+        self.config: Config = load_config(self.path / "config.yaml")
+
+    @property
+    def split_names(self) -> list[str]:
+        return list(self.manifest["splits"])
+
+    def _check_split(self, name: str) -> None:
+        if name not in self.manifest["splits"]:
+            raise NmtError(f"{self.path}: no split '{name}' (splits: {', '.join(self.split_names)})")
+
+    def split(self, name: str) -> ParallelSplit:
+        """Token ids of ``train``, ``valid`` or ``test`` (memory-mapped)."""
+        self._check_split(name)
+        try:
+            return ParallelSplit(self.path, name, self.manifest["token_dtype"])
+        except (OSError, ValueError) as exc:
+            raise NmtError(f"{self.path}: split '{name}' is damaged ({exc})") from None
+
+    def text_path(self, split: str, side: str) -> Path:
+        """The cleaned text of one side (``"src"`` or ``"tgt"``), one sentence per line."""
+        self._check_split(split)
+        if side not in SIDES:
+            raise ValueError(f"side must be 'src' or 'tgt', not {side!r}")
+        return self.path / f"{split}.{self.src_lang if side == 'src' else self.tgt_lang}"
+
+    def gold_alignment_path(self, split: str) -> Path | None:
+        """Gold Pharaoh alignments (source-target) for the synthetic corpus, else None."""
+        self._check_split(split)
+        path = self.path / f"{split}.align"
+        return path if path.is_file() else None
+
+    def __repr__(self) -> str:
+        sizes = ", ".join(f"{name}={s['kept']}" for name, s in self.manifest["splits"].items())
+        return f"PreparedData({str(self.path)!r}, {self.src_lang}-{self.tgt_lang}, {sizes})"
