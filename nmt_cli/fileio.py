@@ -15,6 +15,17 @@ from pathlib import Path
 from typing import IO, Any, Iterator
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _default_mode(directory: bool) -> int:
+    """Permissions a plain ``open``/``mkdir`` would give (mkstemp/mkdtemp use 0600/0700)."""
+    return (0o777 if directory else 0o666) & ~_umask()
+
+
 def _fsync_dir(path: Path) -> None:
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -37,6 +48,7 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None =
     if "b" in mode:
         encoding = None
     try:
+        os.chmod(tmp_name, _default_mode(directory=False))
         with os.fdopen(fd, mode, encoding=encoding) as handle:
             yield handle
             handle.flush()
@@ -73,6 +85,7 @@ def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    os.chmod(tmp, _default_mode(directory=True))
     try:
         yield tmp
         _fsync_dir(tmp)
