@@ -1,0 +1,145 @@
+"""Alignment error rate, precision and recall (Och & Ney 2003), summed over a corpus.
+
+With hypothesis links ``A``, sure gold links ``S`` and possible gold links ``P``
+(``S ⊆ P``), each summed over all sentences before dividing::
+
+    precision = |A ∩ P| / |A|
+    recall    = |A ∩ S| / |S|
+    AER       = 1 - (|A ∩ S| + |A ∩ P|) / (|A| + |S|)
+
+A perfect hypothesis (``A = S = P``) has AER 0; an empty one has AER 1.
+Gold links that point outside their sentence (an index at or beyond its word count,
+known when the tokenised sentences are given) are reported and left out, never fatal.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from nmt_cli.alignment.pharaoh import GoldAlignment, Link, read_alignments
+from nmt_cli.errors import InputError
+
+__all__ = ["AlignmentScore", "score_alignments", "score_files", "sentence_lengths"]
+
+
+@dataclass(frozen=True)
+class AlignmentScore:
+    """Corpus-level figures and the counts they come from."""
+
+    aer: float
+    precision: float
+    recall: float
+    sentences: int
+    predicted: int  # |A|
+    sure: int  # |S|
+    possible: int  # |P|
+    predicted_sure: int  # |A ∩ S|
+    predicted_possible: int  # |A ∩ P|
+    out_of_range: int  # gold links outside their sentence, left out
+    out_of_range_example: str | None  # the first of them, "line N: i-j (...)"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def summary(self) -> str:
+        """``AER 0.1234  precision 0.9000  recall 0.8000  (447 sentences, ...)``."""
+        text = (
+            f"AER {self.aer:.4f}  precision {self.precision:.4f}  recall {self.recall:.4f}  "
+            f"({self.sentences} sentences, {self.predicted} predicted, {self.sure} sure, "
+            f"{self.possible} possible links)"
+        )
+        if self.out_of_range:
+            text += (f"; {self.out_of_range} gold link(s) outside their sentence left out, "
+                     f"first at {self.out_of_range_example}")
+        return text
+
+
+def _in_range(link: Link, length: tuple[int, int]) -> bool:
+    return 0 <= link[0] < length[0] and 0 <= link[1] < length[1]
+
+
+def score_alignments(
+    gold: Sequence[GoldAlignment],
+    hypotheses: Sequence[Iterable[Link]],
+    lengths: Sequence[tuple[int, int]] | None = None,
+) -> AlignmentScore:
+    """Score hypothesis links against gold; ``lengths`` = (source words, target words) per pair."""
+    if len(gold) != len(hypotheses):
+        raise ValueError(f"{len(gold)} gold alignments but {len(hypotheses)} hypotheses")
+    if lengths is not None and len(lengths) != len(gold):
+        raise ValueError(f"{len(gold)} gold alignments but {len(lengths)} sentence lengths")
+    predicted = sure = possible = predicted_sure = predicted_possible = out_of_range = 0
+    example = None
+    for index, (gold_pair, hypothesis) in enumerate(zip(gold, hypotheses)):
+        gold_sure, gold_possible = set(gold_pair.sure), set(gold_pair.possible) | set(gold_pair.sure)
+        if lengths is not None:
+            outside = sorted(link for link in gold_possible if not _in_range(link, lengths[index]))
+            if outside and example is None:
+                src_len, tgt_len = lengths[index]
+                i, j = outside[0]
+                example = f"line {index + 1}: {i}-{j} (source {src_len} words, target {tgt_len} words)"
+            out_of_range += len(outside)
+            gold_sure -= set(outside)
+            gold_possible -= set(outside)
+        links = set(hypothesis)
+        predicted += len(links)
+        sure += len(gold_sure)
+        possible += len(gold_possible)
+        predicted_sure += len(links & gold_sure)
+        predicted_possible += len(links & gold_possible)
+    return AlignmentScore(
+        aer=1.0 - (predicted_sure + predicted_possible) / (predicted + sure) if predicted + sure else 0.0,
+        precision=predicted_possible / predicted if predicted else 0.0,
+        recall=predicted_sure / sure if sure else 0.0,
+        sentences=len(gold),
+        predicted=predicted,
+        sure=sure,
+        possible=possible,
+        predicted_sure=predicted_sure,
+        predicted_possible=predicted_possible,
+        out_of_range=out_of_range,
+        out_of_range_example=example,
+    )
+
+
+def sentence_lengths(path: str | os.PathLike) -> list[int]:
+    """Whitespace token count of every line of a tokenised text file."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(path, "file not found")
+    with open(path, encoding="utf-8") as handle:
+        return [len(line.split()) for line in handle]
+
+
+def _require_same_count(reference: Path, count: int, other: Path, other_count: int) -> None:
+    if count != other_count:
+        raise InputError(other, f"has {other_count} lines but {reference} has {count}; they must pair line by line")
+
+
+def score_files(
+    gold_path: str | os.PathLike,
+    hyp_path: str | os.PathLike,
+    src_path: str | os.PathLike | None = None,
+    tgt_path: str | os.PathLike | None = None,
+) -> AlignmentScore:
+    """Score a Pharaoh hypothesis file against a gold file (with ``ipj`` possible links).
+
+    With the tokenised source and target files, gold links outside their sentence are
+    reported and left out; without them they count as ordinary (unreachable) gold links.
+    """
+    gold_path, hyp_path = Path(gold_path), Path(hyp_path)
+    gold = read_alignments(gold_path)
+    hypotheses = [pair.possible for pair in read_alignments(hyp_path)]
+    _require_same_count(gold_path, len(gold), hyp_path, len(hypotheses))
+    lengths = None
+    if (src_path is None) != (tgt_path is None):
+        raise InputError(src_path or tgt_path, "give both --src and --tgt (the tokenised sentences), or neither")
+    if src_path is not None and tgt_path is not None:
+        src_lengths, tgt_lengths = sentence_lengths(src_path), sentence_lengths(tgt_path)
+        _require_same_count(gold_path, len(gold), Path(src_path), len(src_lengths))
+        _require_same_count(gold_path, len(gold), Path(tgt_path), len(tgt_lengths))
+        lengths = list(zip(src_lengths, tgt_lengths))
+    return score_alignments(gold, hypotheses, lengths)

@@ -1,0 +1,131 @@
+"""Forced decoding: run a model on a given target and read its cross-attention.
+
+The decoder is fed ``BOS y_1 ... y_T`` (teacher forcing, as in training) and returns
+attention (B, L, H, T+1, S): row ``t`` is the step whose decoder input is ``tgt_in[t]``
+and which predicts ``y_{t+1}`` (the last row predicts EOS). For RNN models these are the
+weights ``alpha_{t,i}`` of the seed formula ``c_t = sum_i alpha_{t,i} h_i`` (L = H = 1).
+
+Which row belongs to target piece ``k`` (0-based)?
+
+* ``shift=False``: row ``k``, the step that *predicts* ``y_k``. This is what the RNN
+  attention models mean by alignment: ``alpha_{t,i} = align(y_t, x_i)``.
+* ``shift=True`` (shift-att, Chen et al. 2020, "Accurate word alignment induction from
+  neural machine translation"): row ``k + 1``, the step where ``y_k`` is the decoder
+  *input*. A Transformer decoder attends to the source before it has seen the word it
+  predicts, so its weights at that step describe the next word poorly; one step later
+  the word is in the input and the weights align it much better.
+
+Either way the EOS row (or the BOS-input row) is dropped; source columns are exactly
+the source pieces (training feeds the source without BOS/EOS), so padding is dropped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from nmt_cli.decoding.batching import pad_sources
+from nmt_cli.errors import NmtError
+from nmt_cli.models.base import Seq2SeqModel
+from nmt_cli.specials import BOS_ID
+
+__all__ = ["HeadSelection", "forced_attention", "default_shift"]
+
+Pair = tuple[Sequence[int], Sequence[int]]
+SHIFTED_ARCHITECTURES = ("transformer", "linear_transformer")
+
+
+@dataclass(frozen=True)
+class HeadSelection:
+    """Which decoder layers and heads to average: ``layer`` None = all, ``heads`` None = all."""
+
+    layer: int | None = -1
+    heads: tuple[int, ...] | None = None
+
+    @classmethod
+    def parse(cls, layer: str, heads: str) -> "HeadSelection":
+        """From option text: ``layer`` ``"-1"``/``"2"``/``"all"``, ``heads`` ``"all"``/``"0,3"``."""
+        try:
+            chosen_layer = None if layer.strip().lower() == "all" else int(layer)
+            chosen_heads = (
+                None if heads.strip().lower() == "all" else tuple(int(h) for h in heads.split(",") if h.strip())
+            )
+        except ValueError:
+            raise NmtError(f"bad --layer {layer!r} or --heads {heads!r}: use an integer or 'all', "
+                           "and a comma-separated list of head indices or 'all'") from None
+        if chosen_heads == ():
+            raise NmtError("--heads lists no head; use e.g. --heads 0,3 or --heads all")
+        return cls(chosen_layer, chosen_heads)
+
+    @property
+    def layer_text(self) -> str:
+        """The ``--layer`` value that selects this: ``"-1"``, ``"all"``."""
+        return "all" if self.layer is None else str(self.layer)
+
+    @property
+    def heads_text(self) -> str:
+        """The ``--heads`` value that selects this: ``"all"``, ``"0,3"``."""
+        return "all" if self.heads is None else ",".join(map(str, self.heads))
+
+    def describe(self) -> str:
+        return f"layer={self.layer_text} heads={self.heads_text}"
+
+    def check(self, layers: int, heads: int) -> None:
+        """Fail with one line when the selection does not exist in a model of this size."""
+        if self.layer is not None and not -layers <= self.layer < layers:
+            raise NmtError(f"--layer {self.layer} is out of range: the model has {layers} decoder layer(s)")
+        bad = [h for h in self.heads or () if not 0 <= h < heads]
+        if bad:
+            raise NmtError(f"--heads {bad[0]} is out of range: the model has {heads} head(s) per layer")
+
+    def apply(self, attention: np.ndarray) -> np.ndarray:
+        """(L, H, T, S) -> (T, S): the mean over the selected layers and heads."""
+        layers = attention if self.layer is None else attention[[self.layer]]  # (L', H, T, S)
+        heads = layers if self.heads is None else layers[:, list(self.heads)]  # (L', H', T, S)
+        return heads.mean(axis=(0, 1))
+
+
+def default_shift(arch: str) -> bool:
+    """Shift-att for the Transformer families (Chen et al.'s finding), no shift for RNN attention."""
+    return arch in SHIFTED_ARCHITECTURES
+
+
+def _batches(pairs: Sequence[Pair], batch_size: int) -> list[list[int]]:
+    """Pair indices grouped by similar length (less padding), in length order."""
+    order = sorted(range(len(pairs)), key=lambda k: (len(pairs[k][0]) + len(pairs[k][1]), k))
+    return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+
+
+@torch.inference_mode()
+def forced_attention(
+    model: Seq2SeqModel, pairs: Sequence[Pair], shift: bool, batch_size: int = 32,
+    selection: HeadSelection | None = None,
+) -> list[np.ndarray]:
+    """Cross-attention per pair of piece-id lists, in input order.
+
+    Each result is (L, H, T, S), or (T, S) when ``selection`` is given (averaged batch by
+    batch, so a large corpus never holds every head in memory). ``T`` and ``S`` are the
+    target and source piece counts (no BOS/EOS, no padding). Pairs with an empty side get
+    an all-zero array of the right shape without running the model.
+    """
+    if batch_size < 1:
+        raise NmtError(f"batch size must be positive, got {batch_size}")
+    device = next(model.parameters()).device
+    heads_shape = () if selection else (model.attention_layers, model.attention_heads)
+    first_row = 1 if shift else 0
+    results = [np.zeros((*heads_shape, len(tgt), len(src)), dtype=np.float32) for src, tgt in pairs]
+    runnable = [k for k, (src, tgt) in enumerate(pairs) if len(src) and len(tgt)]
+    for batch in _batches([pairs[k] for k in runnable], batch_size):
+        indices = [runnable[b] for b in batch]
+        src, src_mask = pad_sources([pairs[k][0] for k in indices], device)  # (B, S)
+        tgt_in, tgt_mask = pad_sources([[BOS_ID, *pairs[k][1]] for k in indices], device)  # (B, T+1)
+        _, attention = model(src, src_mask, tgt_in, tgt_mask, need_attention=True)  # (B, L, H, T+1, S)
+        attention = attention.float().cpu().numpy()
+        for row, k in enumerate(indices):
+            src_len, tgt_len = len(pairs[k][0]), len(pairs[k][1])
+            weights = attention[row, :, :, first_row : first_row + tgt_len, :src_len]  # (L, H, T, S)
+            results[k] = selection.apply(weights) if selection else weights.copy()
+    return results

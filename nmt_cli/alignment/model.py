@@ -1,0 +1,85 @@
+"""A checkpoint loaded for alignment: text pairs -> pieces -> attention -> word matrices."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from nmt_cli.alignment.extract import HeadSelection, default_shift, forced_attention
+from nmt_cli.alignment.words import aggregate_to_words, words_from_pieces
+from nmt_cli.checkpoint import load_checkpoint
+from nmt_cli.decoding.translator import resolve_device
+from nmt_cli.errors import NmtError
+
+__all__ = ["EncodedPair", "AlignmentModel"]
+
+
+@dataclass(frozen=True)
+class EncodedPair:
+    """One sentence pair as surface pieces (an unknown character shows as itself) and ids."""
+
+    src_pieces: list[str]
+    tgt_pieces: list[str]
+    src_ids: list[int]
+    tgt_ids: list[int]
+
+    @property
+    def src_words(self) -> list[str]:
+        return words_from_pieces(self.src_pieces)
+
+    @property
+    def tgt_words(self) -> list[str]:
+        return words_from_pieces(self.tgt_pieces)
+
+    def word_matrix(self, attention: np.ndarray) -> np.ndarray:
+        """Piece attention (T, S) -> word matrix (T_words, S_words); empty when a side is empty."""
+        if not self.src_pieces or not self.tgt_pieces:
+            return np.zeros((len(self.tgt_words), len(self.src_words)))
+        return aggregate_to_words(attention, self.src_pieces, self.tgt_pieces)
+
+
+class AlignmentModel:
+    """A model and its tokenizer, loaded once; forced decoding in batches of ``batch_size`` pairs."""
+
+    def __init__(self, path: str | os.PathLike, device: str = "cpu", batch_size: int = 32):
+        checkpoint = load_checkpoint(path)
+        self.path = checkpoint.path
+        self.step = checkpoint.step
+        self.arch = checkpoint.config.model.arch
+        self.tokenizer = checkpoint.tokenizer
+        self.model = checkpoint.build_model(resolve_device(device))
+        self.batch_size = batch_size
+
+    @property
+    def default_shift(self) -> bool:
+        return default_shift(self.arch)
+
+    @property
+    def layers_and_heads(self) -> tuple[int, int]:
+        return self.model.attention_layers, self.model.attention_heads
+
+    def check(self, selection: HeadSelection) -> None:
+        """Fail with one line naming this checkpoint when the selection does not exist in it."""
+        try:
+            selection.check(*self.layers_and_heads)
+        except NmtError as exc:
+            raise NmtError(f"{self.path}: {exc}") from None
+
+    def encode(self, src_lines: Sequence[str], tgt_lines: Sequence[str]) -> list[EncodedPair]:
+        if len(src_lines) != len(tgt_lines):
+            raise NmtError(f"{len(src_lines)} source but {len(tgt_lines)} target sentences")
+        src_pieces = [self.tokenizer.src.encode(line, out_type=str) for line in src_lines]
+        tgt_pieces = [self.tokenizer.tgt.encode(line, out_type=str) for line in tgt_lines]
+        return [
+            EncodedPair(src, tgt, self.tokenizer.src.piece_to_id(src), self.tokenizer.tgt.piece_to_id(tgt))
+            for src, tgt in zip(src_pieces, tgt_pieces)
+        ]
+
+    def attention(self, pairs: Sequence[EncodedPair], shift: bool,
+                  selection: HeadSelection | None = None) -> list[np.ndarray]:
+        """Piece attention per pair: (L, H, T, S), or (T, S) averaged over ``selection``."""
+        ids = [(pair.src_ids, pair.tgt_ids) for pair in pairs]
+        return forced_attention(self.model, ids, shift, self.batch_size, selection)

@@ -1,0 +1,90 @@
+"""Combine the links of two translation directions into one alignment (Koehn et al. 2003).
+
+Both inputs are in source-target orientation: ``forward`` from the source->target model,
+``reverse`` from the target->source model with each link ``(j, i)`` already turned into
+``(i, j)``.
+
+* ``intersection``: links both directions agree on (high precision);
+* ``union``: links either direction proposes (high recall);
+* ``grow-diag``: start from the intersection and repeatedly add union links that touch
+  an existing link horizontally, vertically or diagonally, provided the new link's
+  source word or its target word is still unaligned;
+* ``grow-diag-final``: then, for each direction's links in turn, add a link whose
+  source word *or* target word is unaligned;
+* ``grow-diag-final-and``: the same, but the source word *and* the target word must
+  both be unaligned.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from nmt_cli.alignment.pharaoh import Link
+
+__all__ = ["SYMMETRIZATIONS", "symmetrize"]
+
+SYMMETRIZATIONS = ("intersection", "union", "grow-diag", "grow-diag-final", "grow-diag-final-and")
+_NEIGHBOURS = ((-1, 0), (0, -1), (1, 0), (0, 1), (-1, -1), (-1, 1), (1, -1), (1, 1))
+
+
+class _Alignment:
+    """A growing link set that knows which source and target words are aligned."""
+
+    def __init__(self, links: Iterable[Link]):
+        self.links: set[Link] = set()
+        self.src_aligned: set[int] = set()
+        self.tgt_aligned: set[int] = set()
+        for link in links:
+            self.add(link)
+
+    def add(self, link: Link) -> None:
+        self.links.add(link)
+        self.src_aligned.add(link[0])
+        self.tgt_aligned.add(link[1])
+
+    def may_add(self, link: Link, both_unaligned: bool) -> bool:
+        src_free = link[0] not in self.src_aligned
+        tgt_free = link[1] not in self.tgt_aligned
+        return link not in self.links and ((src_free and tgt_free) if both_unaligned else (src_free or tgt_free))
+
+
+def _grow_diag(alignment: _Alignment, union: set[Link], src_len: int, tgt_len: int) -> None:
+    """Add union links next to existing links until nothing changes (grid order, as in Moses)."""
+    changed = True
+    while changed:
+        changed = False
+        for i in range(src_len):
+            for j in range(tgt_len):
+                if (i, j) not in alignment.links:
+                    continue
+                for di, dj in _NEIGHBOURS:
+                    candidate = (i + di, j + dj)
+                    if candidate in union and alignment.may_add(candidate, both_unaligned=False):
+                        alignment.add(candidate)
+                        changed = True
+
+
+def _final(alignment: _Alignment, direction: set[Link], both_unaligned: bool) -> None:
+    """Add the direction's links whose words are still unaligned (or/and, see module doc)."""
+    for link in sorted(direction):
+        if alignment.may_add(link, both_unaligned):
+            alignment.add(link)
+
+
+def symmetrize(
+    forward: Iterable[Link], reverse: Iterable[Link], method: str, src_len: int, tgt_len: int
+) -> list[Link]:
+    """Symmetrised links, sorted; ``src_len``/``tgt_len`` are the sentence lengths in words."""
+    forward, reverse = set(forward), set(reverse)
+    if method not in SYMMETRIZATIONS:
+        raise ValueError(f"unknown symmetrization {method!r}; choose one of: {', '.join(SYMMETRIZATIONS)}")
+    if method == "union":
+        return sorted(forward | reverse)
+    alignment = _Alignment(forward & reverse)
+    if method != "intersection":
+        _grow_diag(alignment, forward | reverse, src_len, tgt_len)
+    if method.startswith("grow-diag-final"):
+        both = method == "grow-diag-final-and"
+        _final(alignment, forward, both)
+        _final(alignment, reverse, both)
+    return sorted(alignment.links)

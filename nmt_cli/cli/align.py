@@ -1,0 +1,148 @@
+"""``nmt align``: word alignments from attention; ``score``: AER; ``sweep``: pick layer/heads."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from nmt_cli.alignment.aer import score_alignments, score_files
+from nmt_cli.alignment.api import Aligner, AlignOptions
+from nmt_cli.alignment.extract import HeadSelection
+from nmt_cli.alignment.hard import METHODS
+from nmt_cli.alignment.inputs import read_parallel, split_pairs
+from nmt_cli.alignment.model import AlignmentModel
+from nmt_cli.alignment.output import write_outputs
+from nmt_cli.alignment.pharaoh import GoldAlignment, read_alignments
+from nmt_cli.alignment.sweep import sweep
+from nmt_cli.alignment.symmetrize import SYMMETRIZATIONS
+from nmt_cli.cli import cli
+from nmt_cli.errors import InputError
+
+FILE = click.Path(dir_okay=False)
+
+
+def _heatmap_lines(first: int, chosen: str, pairs: int) -> list[int]:
+    """``--heatmaps N`` (the first N pairs) together with ``--heatmap-lines 3,7`` (1-based)."""
+    try:
+        lines = {int(item) for item in chosen.split(",") if item.strip()}
+    except ValueError:
+        raise click.BadParameter(f"{chosen!r}: expected comma-separated line numbers", param_hint="--heatmap-lines")
+    outside = sorted(line for line in lines if not 1 <= line <= pairs)
+    if outside:
+        raise click.BadParameter(f"line {outside[0]} is not among the {pairs} pairs", param_hint="--heatmap-lines")
+    return sorted(lines | set(range(1, min(first, pairs) + 1)))
+
+
+def _read_gold(path: str, pairs: int) -> list[GoldAlignment]:
+    """Gold links, one line per sentence pair."""
+    gold = read_alignments(path)
+    if len(gold) != pairs:
+        raise InputError(path, f"has {len(gold)} lines but there are {pairs} sentence pairs")
+    return gold
+
+
+@cli.group("align", invoke_without_command=True, context_settings={"show_default": True})
+@click.option("--checkpoint", type=click.Path(), help="Checkpoint or run directory (source -> target model).")
+@click.option("--src", "src_path", type=FILE, help="Source sentences, one per line (else stdin 'src ||| tgt').")
+@click.option("--tgt", "tgt_path", type=FILE, help="Target sentences, paired line by line with --src.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Output directory.")
+@click.option("--layer", default="-1", help="Decoder layer to read (index, negative from the end, or 'all').")
+@click.option("--heads", default="all", help="Heads to average: comma-separated indices or 'all'.")
+@click.option("--shift/--no-shift", default=None,
+              help="shift-att: read the step where the word is the decoder input "
+                   "[default: on for Transformers, off for RNN attention].")
+@click.option("--method", type=click.Choice(METHODS), default="argmax",
+              help="Hard links: argmax per target word, or every weight >= --threshold.")
+@click.option("--threshold", type=float, default=0.2, help="Weight threshold for --method threshold.")
+@click.option("--heatmaps", type=click.IntRange(min=0), default=0, help="Heatmap PNGs of the first N pairs.")
+@click.option("--heatmap-lines", default="", help="Heatmaps of these 1-based lines too, e.g. 3,17.")
+@click.option("--gold", "gold_path", type=FILE, help="Gold Pharaoh file: drawn on heatmaps; AER printed.")
+@click.option("--reverse-checkpoint", type=click.Path(), help="Target -> source model: symmetrise both directions.")
+@click.option("--symmetrize", "symmetrization", type=click.Choice(SYMMETRIZATIONS), default="grow-diag-final",
+              help="How to combine the two directions.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=32, help="Sentence pairs per forward pass.")
+@click.option("--device", default="cpu", help="cpu, cuda or cuda:N.")
+@click.pass_context
+def align(ctx: click.Context, checkpoint, src_path, tgt_path, out_dir, layer, heads, shift, method, threshold,
+          heatmaps, heatmap_lines, gold_path, reverse_checkpoint, symmetrization, batch_size, device) -> None:
+    """Align sentence pairs with a model's cross-attention (forced decoding of the given target).
+
+    Writes OUT/alignments.align (Pharaoh i-j, 0-based source-target words), soft word
+    matrices with their words (soft.npz, soft.json), settings.json and heatmaps/.
+    Subcommands: `nmt align score` computes AER, precision and recall; `nmt align sweep`
+    finds the layer, heads and shift that align best on gold-aligned sentences.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    if not checkpoint or not out_dir:
+        raise click.UsageError("nmt align needs --checkpoint and --out (or use `nmt align score` / `sweep`)")
+    if (src_path is None) != (tgt_path is None):
+        raise click.UsageError("give both --src and --tgt, or neither (then stdin holds 'source ||| target' lines)")
+    if src_path is not None:
+        src_lines, tgt_lines = read_parallel(src_path, tgt_path)
+    else:
+        src_lines, tgt_lines = split_pairs(sys.stdin)
+    lines = _heatmap_lines(heatmaps, heatmap_lines, len(src_lines))
+    gold = _read_gold(gold_path, len(src_lines)) if gold_path else None
+    options = AlignOptions(
+        selection=HeadSelection.parse(layer, heads), shift=shift, method=method, threshold=threshold,
+        batch_size=batch_size, symmetrization=symmetrization,
+    )
+    aligner = Aligner(checkpoint, options, device, reverse_checkpoint)
+    sentences = aligner.align(src_lines, tgt_lines)
+    settings = aligner.settings
+    written = write_outputs(out_dir, sentences, settings, lines, gold)
+    click.echo(
+        f"aligned {len(sentences)} pairs ({settings['selection']}, shift={'on' if settings['shift'] else 'off'}, "
+        f"{method}{', ' + symmetrization if reverse_checkpoint else ''}) -> {out_dir}: "
+        f"{', '.join(path.name for path in written[:4])}, {len(written) - 4} heatmap(s)",
+        err=True,
+    )
+    if gold is not None:
+        lengths = [(len(s.src_words), len(s.tgt_words)) for s in sentences]
+        click.echo(score_alignments(gold, [s.links for s in sentences], lengths).summary())
+
+
+@align.command("score")
+@click.option("--gold", "gold_path", type=FILE, required=True, help="Gold Pharaoh file (i-j sure, ipj possible).")
+@click.option("--hyp", "hyp_path", type=FILE, required=True, help="Hypothesis Pharaoh file.")
+@click.option("--src", "src_path", type=FILE, help="Tokenised source, to report gold links outside the sentence.")
+@click.option("--tgt", "tgt_path", type=FILE, help="Tokenised target (with --src).")
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
+def score(gold_path, hyp_path, src_path, tgt_path, as_json) -> None:
+    """Alignment error rate, precision and recall of HYP against GOLD (corpus level)."""
+    result = score_files(gold_path, hyp_path, src_path, tgt_path)
+    click.echo(json.dumps(result.to_dict()) if as_json else result.summary())
+    if result.out_of_range and as_json:
+        click.echo(f"warning: {result.out_of_range} gold link(s) outside their sentence left out, "
+                   f"first at {result.out_of_range_example}", err=True)
+
+
+@align.command("sweep")
+@click.option("--checkpoint", type=click.Path(), required=True, help="Checkpoint or run directory.")
+@click.option("--src", "src_path", type=FILE, required=True, help="Development source sentences.")
+@click.option("--tgt", "tgt_path", type=FILE, required=True, help="Development target sentences.")
+@click.option("--gold", "gold_path", type=FILE, required=True, help="Their gold Pharaoh links (i-j, ipj).")
+@click.option("--method", type=click.Choice(METHODS), default="argmax", show_default=True, help="Hard links.")
+@click.option("--threshold", type=float, default=0.2, show_default=True, help="For --method threshold.")
+@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="Rows to print.")
+@click.option("--json", "as_json", is_flag=True, help="Print every result as JSON lines.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True)
+@click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N.")
+def sweep_command(checkpoint, src_path, tgt_path, gold_path, method, threshold, top, as_json, batch_size,
+                  device) -> None:
+    """Score every decoder layer, head and shift setting against gold links; best first."""
+    src_lines, tgt_lines = read_parallel(src_path, tgt_path)
+    gold = _read_gold(gold_path, len(src_lines))
+    results = sweep(AlignmentModel(checkpoint, device, batch_size), src_lines, tgt_lines, gold, method, threshold)
+    if as_json:
+        for result in results:
+            click.echo(json.dumps({"options": result.options(), **result.score.to_dict()}))
+        return
+    click.echo(f"{'rank':>4}  {'AER':>6}  {'prec.':>6}  {'recall':>6}  nmt align options")
+    for rank, result in enumerate(results[:top], start=1):
+        score = result.score
+        click.echo(f"{rank:>4}  {score.aer:.4f}  {score.precision:.4f}  {score.recall:.4f}  {result.options()}")
+    click.echo(f"best: nmt align {results[0].options()}  (picked on {len(gold)} pairs: report AER on others)")
