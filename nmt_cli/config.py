@@ -145,6 +145,7 @@ class TrainConfig:
     num_threads: int = setting(0, "torch CPU threads (0 = torch's default)")
     log_every: int = setting(50)
     valid_every: int = setting(1000)
+    save_every: int = setting(0, "also save a checkpoint every N steps (0 = only at validations and the end)")
     valid_bleu: bool = setting(True, "greedy-decode the validation split and score it with sacreBLEU")
     valid_max_sentences: int = setting(0, "decode at most N validation sentences for BLEU (0 = all)")
     early_stop_metric: str = choice("bleu", "bleu", "loss")
@@ -162,12 +163,16 @@ class DecodeConfig:
     alpha: float = setting(0.6, "GNMT length penalty ((5+|y|)/6)^alpha; 0 = none")
     max_len_a: float = setting(1.2, "maximum output length = a * source length + b")
     max_len_b: int = setting(10)
-    min_len: int = setting(1)
-    nbest: int = setting(1)
-    sampling: str = choice("none", "none", "top_k", "top_p")
-    top_k: int = setting(0)
-    top_p: float = setting(0.9)
-    temperature: float = setting(1.0)
+    min_len: int = setting(1, "EOS is forbidden before this many output tokens")
+    nbest: int = setting(1, "hypotheses returned per sentence (at most beam_size)")
+    sampling: str = choice(
+        "none", "none", "top_k", "top_p",
+        help="none: beam search (greedy when beam_size = 1); top_k / top_p: draw beam_size samples",
+    )
+    top_k: int = setting(0, "top_k sampling: draw from the k most probable tokens (0 = all)")
+    top_p: float = setting(0.9, "top_p sampling: draw from the smallest set with probability >= p")
+    temperature: float = setting(1.0, "sampling: divide log-probabilities by this")
+    seed: int = setting(1, "random seed for sampling")
     max_tokens: int = setting(6000, "source tokens per decoding batch")
 
 

@@ -25,3 +25,18 @@ def shared_data() -> Path:
 @pytest.fixture(scope="session")
 def multi30k(shared_data: Path) -> Path:
     return shared_data / "multi30k"
+
+
+@pytest.fixture(scope="session")
+def tiny_prepared(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small prepared synthetic corpus (400 training pairs, ~300 pieces), built once per session."""
+    from nmt_cli.config import Config
+    from nmt_cli.data.prepare import prepare
+
+    config = Config().with_overrides({
+        "data.source": "synthetic", "data.synthetic_train_size": 400, "data.synthetic_valid_size": 30,
+        "data.synthetic_test_size": 10, "data.vocab_size": 300,
+    })
+    out = tmp_path_factory.mktemp("prepared") / "synthetic"
+    prepare(config, out, progress=False)
+    return out

@@ -1,0 +1,154 @@
+"""Token-budget batches with length bucketing, sharded per process, resumable by position.
+
+Sentences are sorted by length and cut into batches whose *padded* size stays within
+``max_tokens`` (fairseq-style): a batch of ``B`` pairs costs ``B * max(S, T)`` where
+``S`` is the longest source and ``T`` the longest target plus one (BOS/EOS). The batches
+are built once; each epoch shuffles their order with a generator seeded by
+``(seed, epoch)``, so the stream depends only on ``(epoch, batch index)`` and a resumed
+run sees exactly the batches an uninterrupted run would.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from nmt_cli.data.binarized import ParallelSplit
+from nmt_cli.errors import NmtError
+from nmt_cli.specials import BOS_ID, EOS_ID, PAD_ID
+
+__all__ = ["Batch", "BatchStream", "collate", "make_batches", "shard_batches"]
+
+
+@dataclass
+class Batch:
+    """Padded tensors for teacher forcing: ``tgt_in = BOS + y``, ``tgt_out = y + EOS``.
+
+    Masks are True on real tokens. ``num_tokens`` (target tokens incl. EOS) is a Python
+    int so loss normalisation and throughput need no device synchronisation.
+    """
+
+    src: Tensor  # (B, S) long
+    src_mask: Tensor  # (B, S) bool
+    tgt_in: Tensor  # (B, T) long
+    tgt_out: Tensor  # (B, T) long
+    tgt_mask: Tensor  # (B, T) bool
+    num_tokens: int
+
+    def to(self, device: torch.device) -> "Batch":
+        if device.type == "cpu":
+            return self
+        tensors = (self.src, self.src_mask, self.tgt_in, self.tgt_out, self.tgt_mask)
+        moved = [t.pin_memory().to(device, non_blocking=True) for t in tensors]
+        return Batch(*moved, num_tokens=self.num_tokens)
+
+
+def padded_sizes(src_lengths: np.ndarray, tgt_lengths: np.ndarray) -> np.ndarray:
+    """Per pair, the padded width it forces on a batch: ``max(S, T + 1)``."""
+    return np.maximum(src_lengths, tgt_lengths + 1)
+
+
+def make_batches(src_lengths: np.ndarray, tgt_lengths: np.ndarray, max_tokens: int) -> list[np.ndarray]:
+    """Cut length-sorted pair indices into batches of at most ``max_tokens`` padded tokens.
+
+    A pair longer than ``max_tokens`` on its own gets a batch of one. Deterministic.
+    """
+    if max_tokens < 1:
+        raise NmtError(f"train.max_tokens must be positive, got {max_tokens}")
+    sizes = padded_sizes(src_lengths, tgt_lengths)
+    order = np.lexsort((tgt_lengths, src_lengths, sizes))  # primary key: padded size
+    sorted_sizes = sizes[order].tolist()
+    batches, start = [], 0
+    for end, size in enumerate(sorted_sizes):
+        # sizes are non-decreasing, so the newest pair sets the batch width
+        if end > start and (end - start + 1) * size > max_tokens:
+            batches.append(order[start:end])
+            start = end
+    if start < len(order):
+        batches.append(order[start:])
+    return batches
+
+
+def shard_batches(batches: list[np.ndarray], epoch: int, seed: int, rank: int, world_size: int) -> list[np.ndarray]:
+    """This rank's batches for ``epoch``: a seeded shuffle, cut to an equal count per rank.
+
+    Every rank draws the same permutation and takes every ``world_size``-th batch from
+    ``rank`` on, so shards are disjoint; the few batches left over are dropped this epoch.
+    """
+    per_rank = len(batches) // world_size
+    if per_rank == 0:
+        raise NmtError(
+            f"the training split gives {len(batches)} batches, fewer than the {world_size} processes; "
+            "lower train.max_tokens or use fewer processes"
+        )
+    order = np.random.default_rng([seed, epoch]).permutation(len(batches))[: per_rank * world_size]
+    return [batches[i] for i in order[rank::world_size]]
+
+
+class BatchStream:
+    """Endless per-rank sequence of batch indices, epoch after epoch (epochs count from 1).
+
+    ``position`` (the epoch and index of the *next* batch) is the resumable state.
+    """
+
+    def __init__(self, batches: list[np.ndarray], seed: int, rank: int = 0, world_size: int = 1,
+                 epoch: int = 1, index: int = 0):
+        self.batches = batches
+        self.seed, self.rank, self.world_size = seed, rank, world_size
+        self.epoch, self.index = epoch, index
+        self._order = shard_batches(batches, epoch, seed, rank, world_size)
+        self._roll_over()
+
+    @property
+    def batches_per_epoch(self) -> int:
+        return len(self._order)
+
+    @property
+    def position(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "batch": self.index}
+
+    def __iter__(self) -> "BatchStream":
+        return self
+
+    def __next__(self) -> np.ndarray:
+        indices = self._order[self.index]
+        self.index += 1
+        self._roll_over()
+        return indices
+
+    def _roll_over(self) -> None:
+        if self.index >= len(self._order):
+            self.epoch, self.index = self.epoch + 1, 0
+            self._order = shard_batches(self.batches, self.epoch, self.seed, self.rank, self.world_size)
+
+
+def collate(split: ParallelSplit, indices: np.ndarray) -> Batch:
+    """Gather pairs ``indices`` of ``split`` into padded LongTensors and masks."""
+    src_lengths = split.src.lengths[indices]
+    tgt_lengths = split.tgt.lengths[indices]
+    width_src = max(int(src_lengths.max()), 1)
+    width_tgt = int(tgt_lengths.max()) + 1
+    src = np.full((len(indices), width_src), PAD_ID, dtype=np.int64)  # (B, S)
+    tgt_in = np.full((len(indices), width_tgt), PAD_ID, dtype=np.int64)  # (B, T)
+    tgt_out = np.full((len(indices), width_tgt), PAD_ID, dtype=np.int64)  # (B, T)
+    tgt_in[:, 0] = BOS_ID
+    for row, (index, tgt_len) in enumerate(zip(indices.tolist(), tgt_lengths.tolist())):
+        source = split.src[index]
+        target = split.tgt[index]
+        src[row, : len(source)] = source
+        tgt_in[row, 1 : tgt_len + 1] = target
+        tgt_out[row, :tgt_len] = target
+        tgt_out[row, tgt_len] = EOS_ID
+    src_mask = np.arange(width_src)[None, :] < src_lengths[:, None]  # (B, S)
+    tgt_mask = np.arange(width_tgt)[None, :] <= tgt_lengths[:, None]  # (B, T): y + EOS
+    return Batch(
+        src=torch.from_numpy(src),
+        src_mask=torch.from_numpy(src_mask),
+        tgt_in=torch.from_numpy(tgt_in),
+        tgt_out=torch.from_numpy(tgt_out),
+        tgt_mask=torch.from_numpy(tgt_mask),
+        num_tokens=int(tgt_lengths.sum()) + len(indices),
+    )

@@ -1,0 +1,103 @@
+"""Process group setup for ``torchrun`` and the few collectives the trainer needs.
+
+``torchrun`` sets ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and
+``MASTER_PORT``; with ``WORLD_SIZE > 1`` we join the group (NCCL on CUDA, gloo on CPU).
+A single process needs no group and every helper here is then a no-op.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from nmt_cli.errors import NmtError
+
+__all__ = ["DistributedContext", "init_distributed", "resolve_device"]
+
+
+def resolve_device(name: str | None, local_rank: int = 0) -> torch.device:
+    """``auto`` (or None) -> ``cuda:<local_rank>`` when CUDA is available, else CPU."""
+    if name in (None, "", "auto"):
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(name)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise NmtError(f"device {name!r} requested but CUDA is not available")
+        if device.index is None:
+            device = torch.device("cuda", local_rank)
+    return device
+
+
+@dataclass
+class DistributedContext:
+    """Rank, world size and device of this process; collectives degrade to no-ops alone."""
+
+    rank: int = 0
+    world_size: int = 1
+    device: torch.device = torch.device("cpu")
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def active(self) -> bool:
+        return self.world_size > 1
+
+    def sum_ints(self, values: list[int]) -> list[int]:
+        """Element-wise sum over ranks of a few integers (one small all-reduce)."""
+        if not self.active:
+            return values
+        tensor = torch.tensor(values, dtype=torch.float64, device=self.device)
+        dist.all_reduce(tensor)
+        return [int(v) for v in tensor.tolist()]
+
+    def sum_tensor(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Sum of a tensor over ranks (returns a new tensor)."""
+        if not self.active:
+            return tensor
+        total = tensor.detach().clone()
+        dist.all_reduce(total)
+        return total
+
+    def broadcast_floats(self, values: list[float]) -> list[float]:
+        """Rank 0's ``values`` on every rank (same length everywhere)."""
+        if not self.active:
+            return values
+        tensor = torch.tensor(values, dtype=torch.float64, device=self.device)
+        dist.broadcast(tensor, src=0)
+        return tensor.tolist()
+
+    def gather_objects(self, obj: Any) -> list[Any]:
+        """Every rank's ``obj`` (JSON-like data), in rank order."""
+        if not self.active:
+            return [obj]
+        gathered: list[Any] = [None] * self.world_size
+        dist.all_gather_object(gathered, obj)
+        return gathered
+
+    def barrier(self) -> None:
+        if self.active:
+            dist.barrier()
+
+    def close(self) -> None:
+        if self.active and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def init_distributed(device_name: str | None = None) -> DistributedContext:
+    """Join the ``torchrun`` process group when ``WORLD_SIZE > 1``; pick this rank's device."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = resolve_device(device_name, local_rank)
+    if world_size > 1 and not dist.is_initialized():
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        dist.init_process_group(backend=backend, rank=rank, world_size=world_size)
+    return DistributedContext(rank=rank, world_size=world_size, device=device)

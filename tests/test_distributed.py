@@ -1,0 +1,66 @@
+"""Two CPU processes under torchrun (gloo) train exactly like one process on both batches."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from nmt_cli.checkpoint import list_checkpoints
+from nmt_cli.config import Config
+from nmt_cli.training import train
+from nmt_cli.training.progress import read_metrics
+
+REPO = Path(__file__).resolve().parents[1]
+
+SETTINGS = {
+    "model.d_model": 32, "model.heads": 2, "model.ffn_dim": 64, "model.encoder_layers": 1,
+    "model.decoder_layers": 1, "model.dropout": 0.0, "train.max_tokens": 300, "train.num_threads": 1,
+    "train.optimizer": "sgd", "train.lr": 0.5, "train.schedule": "constant", "train.log_every": 1,
+    "train.valid_every": 0, "train.early_stop_metric": "loss", "train.max_steps": 3,
+}
+
+
+def _losses(run_dir: Path) -> list[float]:
+    return [r["loss"] for r in read_metrics(run_dir) if r["kind"] == "train"]
+
+
+def _weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(list_checkpoints(run_dir)[-1] / "model.safetensors"))
+
+
+@pytest.mark.slow
+def test_two_processes_equal_one_process_accumulating_their_batches(tiny_prepared, tmp_path):
+    config_file = tmp_path / "ddp.yaml"
+    config_file.write_text(Config().with_overrides({**SETTINGS, "train.update_freq": 1}).to_yaml())
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+               "-m", "nmt_cli", "train", "--config", str(config_file), "--data", str(tiny_prepared),
+               "--out", str(tmp_path / "ddp"), "--device", "cpu"]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=180,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    # each rank takes every second batch of the shuffled order, so update n of the pair sees
+    # the same two batches as update n of one process accumulating two batches
+    single = Config().with_overrides({**SETTINGS, "train.update_freq": 2})
+    train(single, tiny_prepared, tmp_path / "single", stream=io.StringIO())
+    assert _losses(tmp_path / "ddp") == pytest.approx(_losses(tmp_path / "single"), abs=1e-5)
+    ddp_weights, single_weights = _weights(tmp_path / "ddp"), _weights(tmp_path / "single")
+    assert ddp_weights.keys() == single_weights.keys()
+    for name, tensor in ddp_weights.items():
+        torch.testing.assert_close(tensor, single_weights[name], atol=1e-5, rtol=1e-4)
+
+    # rank 1's batch mattered: rank 0's batch alone gives another loss
+    alone = Config().with_overrides({**SETTINGS, "train.update_freq": 1, "train.max_steps": 1})
+    train(alone, tiny_prepared, tmp_path / "alone", stream=io.StringIO())
+    assert abs(_losses(tmp_path / "alone")[0] - _losses(tmp_path / "ddp")[0]) > 1e-3
+
+    # only rank 0 wrote: one header, three progress lines, one final line
+    log = (tmp_path / "ddp" / "train.log").read_text().splitlines()
+    assert len(log) == 5 and "device cpu x 2" in log[0]

@@ -1,0 +1,149 @@
+"""The training loop on real models and a real prepared directory."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from nmt_cli.checkpoint import list_checkpoints, load_checkpoint
+from nmt_cli.config import Config, load_config
+from nmt_cli.data.prepared import PreparedData
+from nmt_cli.errors import ConfigError
+from nmt_cli.models import build_model
+from nmt_cli.training import train
+from nmt_cli.training.batching import BatchStream, collate, make_batches
+from nmt_cli.training.checkpointing import CheckpointKeeper
+from nmt_cli.training.loss import label_smoothed_cross_entropy
+from nmt_cli.training.precision import Precision
+from nmt_cli.training.progress import read_metrics
+from nmt_cli.training.trainer import seed_everything
+
+TINY_TRANSFORMER = {
+    "model.arch": "transformer", "model.d_model": 32, "model.heads": 2, "model.ffn_dim": 64,
+    "model.encoder_layers": 1, "model.decoder_layers": 1,
+}
+TINY_RNN = {"model.arch": "rnn_bahdanau", "model.embed_dim": 24, "model.hidden_size": 24}
+QUICK = {"train.max_tokens": 400, "train.num_threads": 1, "train.warmup_steps": 10, "train.lr": 3e-3,
+         "train.valid_max_sentences": 10}
+
+
+def _config(**overrides) -> Config:
+    return Config().with_overrides({**QUICK, **{k.replace("__", "."): v for k, v in overrides.items()}})
+
+
+def test_transformer_run_learns_and_writes_its_files(tiny_prepared, tmp_path):
+    config = _config(**TINY_TRANSFORMER, train__max_steps=40, train__log_every=10, train__valid_every=20,
+                     train__keep_last=1, train__keep_best=1)
+    log = io.StringIO()
+    summary = train(config, tiny_prepared, tmp_path / "run", stream=log)
+
+    assert summary.stop_reason == "max_steps" and summary.step == 40
+    records = read_metrics(tmp_path / "run")
+    losses = [r["loss"] for r in records if r["kind"] == "train"]
+    assert [r["step"] for r in records if r["kind"] == "train"] == [10, 20, 30, 40]
+    assert losses[-1] < losses[0] - 0.3  # it learns
+    valid = [r for r in records if r["kind"] == "valid"]
+    assert [r["step"] for r in valid] == [20, 40] and all(r["bleu"] is not None for r in valid)
+    assert summary.target_tokens_per_second > 0
+    # what a person sees: the periodic line on the stream and in train.log
+    lines = (tmp_path / "run" / "train.log").read_text().splitlines()
+    assert lines == log.getvalue().splitlines()
+    assert any(line.startswith("step 20/40 | epoch 1 | loss") and "tok/s" in line and "eta" in line for line in lines)
+    assert load_config(tmp_path / "run" / "config.yaml") == config
+    assert (tmp_path / "run" / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # best.json names the best validation, whose checkpoint is kept next to the last one
+    best = json.loads((tmp_path / "run" / "checkpoints" / "best.json").read_text())
+    best_valid = max(valid, key=lambda r: (r["bleu"], -r["step"]))
+    assert (best["step"], best["value"]) == (best_valid["step"], best_valid["bleu"])
+    kept = [p.name for p in list_checkpoints(tmp_path / "run")]
+    assert kept == sorted({best["checkpoint"], "step-00000040"})
+    assert load_checkpoint(tmp_path / "run").step == 40
+
+
+def test_rnn_bahdanau_trains_with_accumulation_and_plateau(tiny_prepared, tmp_path):
+    config = _config(**TINY_RNN, train__max_steps=6, train__update_freq=2, train__schedule="plateau",
+                     train__optimizer="adamw", train__log_every=3, train__valid_every=3, train__valid_bleu=False,
+                     train__early_stop_metric="loss")
+    summary = train(config, tiny_prepared, tmp_path / "run", stream=io.StringIO())
+    records = read_metrics(tmp_path / "run")
+    train_losses = [r["loss"] for r in records if r["kind"] == "train"]
+    assert summary.step == 6 and len(train_losses) == 2 and train_losses[1] < train_losses[0]
+    assert [r["bleu"] for r in records if r["kind"] == "valid"] == [None, None]
+
+
+def test_early_stopping_when_the_metric_stops_improving(tiny_prepared, tmp_path):
+    # learning rate 0: the validation loss never improves after the first validation
+    config = _config(**TINY_TRANSFORMER, train__max_steps=100, train__lr=0.0, train__schedule="constant",
+                     train__valid_every=2, train__valid_bleu=False, train__early_stop_metric="loss",
+                     train__patience=2, train__log_every=100)
+    summary = train(config, tiny_prepared, tmp_path / "run", stream=io.StringIO())
+    assert (summary.stop_reason, summary.step) == ("early_stop", 6)
+    assert summary.best["step"] == 2
+
+
+def test_max_epochs_stops_after_one_pass(tiny_prepared, tmp_path):
+    config = _config(**TINY_TRANSFORMER, train__max_steps=0, train__max_epochs=1, train__valid_every=0,
+                     train__log_every=1000)
+    summary = train(config, tiny_prepared, tmp_path / "run", stream=io.StringIO())
+    split = PreparedData(tiny_prepared).split("train")
+    assert summary.stop_reason == "max_epochs"
+    assert summary.step == len(make_batches(split.src.lengths, split.tgt.lengths, 400))
+
+
+def test_one_update_is_the_token_normalised_gradient_of_all_its_batches(tiny_prepared, tmp_path):
+    """update_freq=2 with SGD(lr=1): w1 = w0 - grad(sum of both batches' losses / their tokens)."""
+    config = _config(**TINY_TRANSFORMER, model__dropout=0.0, train__max_steps=1, train__update_freq=2,
+                     train__optimizer="sgd", train__lr=1.0, train__schedule="constant", train__clip_norm=0.0,
+                     train__valid_every=0)
+    train(config, tiny_prepared, tmp_path / "run", stream=io.StringIO())
+    trained = load_file(str(list_checkpoints(tmp_path / "run")[-1] / "model.safetensors"))
+
+    data = PreparedData(tiny_prepared)
+    split = data.split("train")
+    seed_everything(config.train.seed)
+    model = build_model(config.model, data.tokenizer.src_vocab_size, data.tokenizer.tgt_vocab_size, True)
+    stream = BatchStream(make_batches(split.src.lengths, split.tgt.lengths, 400), config.train.seed)
+    batches = [collate(split, next(stream)) for _ in range(2)]
+    total_tokens = sum(b.num_tokens for b in batches)
+    expected = {name: p.detach().clone() for name, p in model.named_parameters()}
+    for batch in batches:
+        logits, _ = model(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask)
+        loss, _ = label_smoothed_cross_entropy(logits, batch.tgt_out, batch.tgt_mask, 0.1)
+        (loss / total_tokens).backward()
+    compared = [name for name, _ in model.named_parameters() if name in trained]
+    assert len(compared) > 10
+    for name, parameter in model.named_parameters():
+        if name in compared:
+            torch.testing.assert_close(trained[name], expected[name] - parameter.grad, atol=1e-6, rtol=1e-5)
+
+
+def test_checkpoint_keeper_keeps_last_and_best(tmp_path):
+    keeper = CheckpointKeeper(tmp_path, metric="bleu", mode="max", keep_last=2, keep_best=1)
+    for step in (10, 20, 30, 40, 50):
+        keeper.path(step).mkdir(parents=True)
+        (keeper.path(step) / "state.json").write_text("{}")
+        (keeper.path(step) / "model.safetensors").write_text("")
+    validations = [{"step": 10, "bleu": 5.0}, {"step": 20, "bleu": 9.0}, {"step": 30, "bleu": 9.0},
+                   {"step": 40, "bleu": 7.0}]
+    keeper.prune(validations)
+    keeper.write_best(validations)
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["step-00000020", "step-00000040", "step-00000050"]
+    assert json.loads((tmp_path / "checkpoints" / "best.json").read_text())["step"] == 20
+
+
+def test_precision_choices():
+    cpu = torch.device("cpu")
+    assert Precision("auto", cpu).dtype is None and Precision("auto", cpu).scaler is None
+    assert Precision("bf16", cpu).dtype == torch.bfloat16
+    with pytest.raises(ConfigError, match="fp16 needs a CUDA device"):
+        Precision("fp16", cpu)
+
+
+def test_bleu_metric_needs_bleu_validation(tiny_prepared, tmp_path):
+    config = _config(**TINY_TRANSFORMER, train__valid_bleu=False, train__early_stop_metric="bleu")
+    with pytest.raises(ConfigError, match="valid_bleu"):
+        train(config, tiny_prepared, tmp_path / "run", stream=io.StringIO())
