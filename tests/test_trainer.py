@@ -49,6 +49,9 @@ def test_transformer_run_learns_and_writes_its_files(tiny_prepared, tmp_path):
     valid = [r for r in records if r["kind"] == "valid"]
     assert [r["step"] for r in valid] == [20, 40] and all(r["bleu"] is not None for r in valid)
     assert summary.target_tokens_per_second > 0
+    recorded = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert recorded["step"] == 40 and recorded["stop_reason"] == "max_steps"
+    assert recorded["parameters"] == summary.parameters > 0 and 50 < recorded["peak_rss_mb"] < 24 * 1024
     # what a person sees: the periodic line on the stream and in train.log
     lines = (tmp_path / "run" / "train.log").read_text().splitlines()
     assert lines == log.getvalue().splitlines()

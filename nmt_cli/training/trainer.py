@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import math
 import random
+import resource
 import shutil
 import signal
 import threading
@@ -32,7 +33,7 @@ from nmt_cli.checkpoint import list_checkpoints, load_checkpoint, load_optimizer
 from nmt_cli.config import Config, TrainConfig
 from nmt_cli.data.prepared import PreparedData
 from nmt_cli.errors import ConfigError, NmtError
-from nmt_cli.fileio import atomic_write_text
+from nmt_cli.fileio import atomic_write_json, atomic_write_text
 from nmt_cli.models import build_model
 from nmt_cli.training.averaging import average_checkpoints
 from nmt_cli.training.batching import BatchStream, collate, make_batches
@@ -66,6 +67,23 @@ class TrainSummary:
     averaged_checkpoint: Path | None
     target_tokens_per_second: float  # this session, all processes, validation time excluded
     train_seconds: float
+    parameters: int
+    peak_rss_mb: float  # this process (rank 0 under torchrun), from getrusage
+
+    def to_json(self) -> dict[str, Any]:
+        """The record written to ``<run>/summary.json`` (read by recipes and benchmarks)."""
+        return {
+            "step": self.step,
+            "epoch": self.epoch,
+            "stop_reason": self.stop_reason,
+            "best": self.best,
+            "last_checkpoint": str(self.last_checkpoint) if self.last_checkpoint else None,
+            "averaged_checkpoint": str(self.averaged_checkpoint) if self.averaged_checkpoint else None,
+            "target_tokens_per_second": round(self.target_tokens_per_second, 1),
+            "train_seconds": round(self.train_seconds, 1),
+            "parameters": self.parameters,
+            "peak_rss_mb": round(self.peak_rss_mb, 1),
+        }
 
 
 def train(config: Config, prepared_dir: str | Path, run_dir: str | Path, *, restart: bool = False,
@@ -411,7 +429,7 @@ class Trainer:
                       f"{speed:,.0f} target tok/s | elapsed {format_duration(self._elapsed())}{best}")
         self.log.close()
         checkpoints = list_checkpoints(self.run_dir)
-        return TrainSummary(
+        summary = TrainSummary(
             run_dir=self.run_dir,
             step=self.step,
             epoch=self.stream.epoch,
@@ -421,7 +439,12 @@ class Trainer:
             averaged_checkpoint=averaged,
             target_tokens_per_second=speed,
             train_seconds=self._session_seconds,
+            parameters=self.model.num_parameters(),
+            peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,  # Linux: KiB
         )
+        if self.context.is_main:
+            atomic_write_json(self.run_dir / "summary.json", summary.to_json())
+        return summary
 
     @contextlib.contextmanager
     def _stop_on_signals(self) -> Iterator[None]:
