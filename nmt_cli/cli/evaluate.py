@@ -1,0 +1,94 @@
+"""``nmt evaluate``: sacreBLEU scores of a hypothesis file, or of a checkpoint on a prepared split.
+
+Prints each score as sacreBLEU does (``name|signature = score``); ``--json`` prints one
+JSON object instead. ``--baseline`` adds a paired bootstrap test against another
+system's output, with its p-value.
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from nmt_cli.cli import cli
+from nmt_cli.cli.translate import decode_options, one_line
+from nmt_cli.evaluation import BootstrapResult, corpus_scores, paired_bootstrap, parse_metrics
+from nmt_cli.evaluation.checkpoint_eval import evaluate_split
+from nmt_cli.evaluation.text_files import check_same_length, read_lines, read_parallel
+from nmt_cli.fileio import atomic_write_text
+
+FILE = click.Path(dir_okay=False)
+
+
+def bootstrap_lines(results: list[BootstrapResult], baseline_path: str, samples: int) -> list[str]:
+    lines = [f"paired bootstrap resampling ({samples} samples) against {baseline_path}:"]
+    for result in results:
+        lines.append(
+            f"  {result.name}: baseline {result.baseline:.2f} "
+            f"({result.baseline_mean:.2f} +- {result.baseline_ci:.2f}), "
+            f"system {result.system:.2f} ({result.system_mean:.2f} +- {result.system_ci:.2f}), "
+            f"p = {result.p_value:.4f}"
+        )
+    return lines
+
+
+@cli.command("evaluate")
+@click.option("--hyp", "hyp_path", type=FILE, help="Hypotheses, one per line.")
+@click.option("--ref", "ref_paths", type=FILE, multiple=True, help="References, line-aligned (repeat for several).")
+@click.option("--checkpoint", type=click.Path(), help="Translate --data's split with this checkpoint and score it.")
+@click.option("--data", "prepared_dir", type=click.Path(file_okay=False), help="Prepared directory (nmt prepare).")
+@click.option("--split", type=click.Choice(["train", "valid", "test"]), default="test", show_default=True)
+@click.option("--output", "output_path", type=FILE, help="With --checkpoint: also save the translations here.")
+@click.option("--metrics", "metric_spec", default="bleu,chrf,ter", show_default=True,
+              help="Comma-separated: bleu, chrf, ter.")
+@click.option("--chrf-plus", is_flag=True, help="chrF++ (word bigrams too, word_order=2) instead of chrF.")
+@click.option("--baseline", "baseline_path", type=FILE, help="Another system's output: paired bootstrap test.")
+@click.option("--bootstrap-samples", type=click.IntRange(min=1), default=1000, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@decode_options
+def evaluate(hyp_path, ref_paths, checkpoint, prepared_dir, split, output_path, metric_spec, chrf_plus,
+             baseline_path, bootstrap_samples, as_json, translator_factory) -> None:
+    """Score translations with sacreBLEU (BLEU, chrF, TER)."""
+    metrics = parse_metrics(metric_spec)
+    report: dict = {}
+    if checkpoint or prepared_dir:
+        if not (checkpoint and prepared_dir) or hyp_path or ref_paths:
+            raise click.UsageError("use either --hyp with --ref, or --checkpoint with --data")
+        translator = translator_factory(checkpoint)
+        evaluation = evaluate_split(translator, prepared_dir, split, metrics, chrf_plus)
+        hypotheses, references, scores = evaluation.hypotheses, [evaluation.references], evaluation.scores
+        hypotheses_name = f"{checkpoint} on {split}"
+        report.update(translation_signature=translator.signature(), references=[str(evaluation.reference_path)])
+        if output_path:
+            atomic_write_text(output_path, "".join(one_line(text) + "\n" for text in hypotheses))
+            report["hypotheses"] = output_path
+    else:
+        if not hyp_path or not ref_paths:
+            raise click.UsageError("give --hyp and at least one --ref (or --checkpoint and --data)")
+        hypotheses, references = read_parallel(hyp_path, ref_paths)
+        scores = corpus_scores(hypotheses, references, metrics, chrf_plus)
+        hypotheses_name = hyp_path
+        report.update(hypotheses=hyp_path, references=list(ref_paths))
+    report["scores"] = [score.to_dict() for score in scores]
+
+    bootstrap: list[BootstrapResult] = []
+    if baseline_path:
+        baseline = read_lines(baseline_path)
+        check_same_length(hypotheses_name, len(hypotheses), baseline_path, len(baseline))
+        bootstrap = paired_bootstrap(hypotheses, baseline, references, metrics, chrf_plus, bootstrap_samples)
+        report["bootstrap"] = {"baseline": baseline_path, "samples": bootstrap_samples,
+                               "results": [result.to_dict() for result in bootstrap]}
+
+    if as_json:
+        click.echo(json.dumps(report, ensure_ascii=False, indent=2))
+        return
+    if "translation_signature" in report:
+        click.echo(f"translation: {report['translation_signature']}")
+    for score in scores:
+        click.echo(score.text)
+    if bootstrap:
+        click.echo("\n".join(bootstrap_lines(bootstrap, baseline_path, bootstrap_samples)))
+
+
+__all__ = ["evaluate"]

@@ -1,0 +1,188 @@
+"""One generation loop for every model family.
+
+The loop only uses the model interface of :mod:`nmt_cli.models.base`: ``encode`` once,
+``reorder_memory`` to give each sentence its rows, then ``decode_step`` per output
+position with ``reorder_state`` after it. The state is whatever the model keeps (RNN
+hidden states, a Transformer key/value cache, the linear-attention sums ``S`` and
+``Z``); the loop never looks inside it. The search strategy decides which rows go on,
+and rows of finished sentences leave the batch so later steps cost less.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from typing import Iterator, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from nmt_cli.config import DecodeConfig
+from nmt_cli.decoding.batching import pad_sources, token_budget_batches
+from nmt_cli.decoding.hypothesis import Hypothesis
+from nmt_cli.decoding.search import greedy_tokens, max_output_lengths, sample_tokens
+from nmt_cli.decoding.strategies import BeamSearch, Finished, GreedySearch, Search
+from nmt_cli.errors import ConfigError
+from nmt_cli.models.base import Seq2SeqModel
+from nmt_cli.specials import BOS_ID
+
+
+def check_decode_config(decode: DecodeConfig) -> None:
+    """Reject settings the search cannot honour, naming the key."""
+    problems = [
+        (decode.beam_size < 1, f"decode.beam_size must be at least 1, got {decode.beam_size}"),
+        (not 1 <= decode.nbest <= decode.beam_size,
+         f"decode.nbest must be between 1 and decode.beam_size ({decode.beam_size}), got {decode.nbest}"),
+        (decode.min_len < 0, f"decode.min_len must be >= 0, got {decode.min_len}"),
+        (decode.max_len_a < 0, f"decode.max_len_a must be >= 0, got {decode.max_len_a}"),
+        (decode.max_tokens < 1, f"decode.max_tokens must be at least 1, got {decode.max_tokens}"),
+        (decode.temperature <= 0, f"decode.temperature must be positive, got {decode.temperature}"),
+        (decode.top_k < 0, f"decode.top_k must be >= 0, got {decode.top_k}"),
+        (not 0 < decode.top_p <= 1, f"decode.top_p must be in (0, 1], got {decode.top_p}"),
+    ]
+    for failed, message in problems:
+        if failed:
+            raise ConfigError(message)
+
+
+def make_search(max_lens: Tensor, decode: DecodeConfig, keep_attention: bool,
+                generator: torch.Generator | None = None) -> Search:
+    """Greedy (beam 1), beam search, or ``beam_size`` independent samples per sentence."""
+    if decode.sampling != "none":
+        choose = functools.partial(
+            sample_tokens,
+            temperature=decode.temperature,
+            top_k=decode.top_k if decode.sampling == "top_k" else 0,
+            top_p=decode.top_p if decode.sampling == "top_p" else 1.0,
+            generator=generator,
+        )
+        return GreedySearch(max_lens, decode, choose, keep_attention, copies=decode.beam_size)
+    if decode.beam_size == 1:
+        return GreedySearch(max_lens, decode, greedy_tokens, keep_attention)
+    return BeamSearch(max_lens, decode, keep_attention)
+
+
+def generate(
+    model: Seq2SeqModel,
+    sources: Sequence[Sequence[int]],
+    decode: DecodeConfig,
+    device: torch.device | str = "cpu",
+    need_attention: bool = False,
+) -> list[Hypothesis]:
+    """Translate source id sequences (no BOS/EOS); one :class:`Hypothesis` each, in input order.
+
+    Sentences are decoded in batches of at most ``decode.max_tokens`` source tokens
+    formed from length-sorted input. An empty source gives an empty hypothesis. The
+    model decodes in evaluation mode (no dropout) and gets its own mode back afterwards.
+    """
+    check_decode_config(decode)
+    device = torch.device(device)
+    generator = None
+    if decode.sampling != "none":
+        generator = torch.Generator(device=device).manual_seed(decode.seed)
+    results: list[Hypothesis] = [Hypothesis(tokens=[], score=0.0, log_prob=0.0) for _ in sources]
+    nonempty = [i for i, source in enumerate(sources) if len(source) > 0]
+    with evaluation_mode(model):
+        for batch in token_budget_batches([len(sources[i]) for i in nonempty], decode.max_tokens):
+            indices = [nonempty[j] for j in batch]
+            batch_sources = [sources[i] for i in indices]
+            hypotheses = decode_batch(model, batch_sources, decode, device, need_attention, generator)
+            for index, hypothesis in zip(indices, hypotheses):
+                results[index] = hypothesis
+    return results
+
+
+@contextlib.contextmanager
+def evaluation_mode(model: Seq2SeqModel) -> Iterator[None]:
+    """Dropout off while decoding; a model in training mode is put back into it afterwards."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
+def decode_batch(
+    model: Seq2SeqModel,
+    sources: Sequence[Sequence[int]],
+    decode: DecodeConfig,
+    device: torch.device,
+    need_attention: bool = False,
+    generator: torch.Generator | None = None,
+) -> list[Hypothesis]:
+    """Search one padded batch of non-empty sources; hypotheses in the order given."""
+    src, src_mask = pad_sources(sources, device)  # (B, S)
+    src_lengths = src_mask.sum(dim=1)  # (B,)
+    max_lens = max_output_lengths(src_lengths, decode.max_len_a, decode.max_len_b)  # (B,)
+    search = make_search(max_lens, decode, need_attention, generator)
+    run_search(model, src, src_mask, search, need_attention)
+    shape = (model.attention_layers, model.attention_heads)
+    return [
+        _hypothesis(finished, int(length), shape)
+        for finished, length in zip(search.best(decode.nbest), src_lengths.tolist())
+    ]
+
+
+@torch.inference_mode()
+def run_search(model: Seq2SeqModel, src: Tensor, src_mask: Tensor, search: Search, need_attention: bool) -> None:
+    """The decoding loop: encode once, then one ``decode_step`` per output position.
+
+    ``src`` and ``src_mask`` are (B, S); the results are left in ``search.finished``.
+    """
+    memory = model.encode(src, src_mask)
+    expand = search.initial_rows()
+    if expand is not None:
+        memory = model.reorder_memory(memory, expand)
+    rows = src.size(0) if expand is None else expand.numel()
+    tokens = torch.full((rows,), BOS_ID, dtype=torch.long, device=src.device)  # (N,)
+    state = None
+    step = 0
+    while True:
+        logits, state, attention = model.decode_step(tokens, memory, state, need_attention)  # (N, V)
+        outcome = search.advance(step, logits.float().log_softmax(dim=-1), attention)
+        if outcome is None:
+            return
+        if outcome.state_rows is not None:
+            state = model.reorder_state(state, outcome.state_rows)
+        if outcome.memory_rows is not None:
+            memory = model.reorder_memory(memory, outcome.memory_rows)
+        tokens = outcome.tokens
+        step += 1
+
+
+def _hypothesis(nbest: list[Finished], src_length: int, attention_shape: tuple[int, int]) -> Hypothesis:
+    """The best of ``nbest`` with the whole list attached (entries without their own list)."""
+    entries = [
+        Hypothesis(
+            tokens=hyp.tokens,
+            score=hyp.score,
+            log_prob=hyp.log_prob,
+            **_attention_arrays(hyp.attention, src_length, attention_shape),
+        )
+        for hyp in nbest
+    ]
+    best = entries[0]
+    return Hypothesis(
+        tokens=best.tokens,
+        score=best.score,
+        log_prob=best.log_prob,
+        nbest=entries,
+        attention=best.attention,
+        attention_heads=best.attention_heads,
+    )
+
+
+def _attention_arrays(steps: list[Tensor] | None, src_length: int, shape: tuple[int, int]) -> dict:
+    """Per-token (L, H, S_padded) weights -> ``attention`` (T, S) and ``attention_heads`` (L, H, T, S)."""
+    if steps is None:
+        return {}
+    if steps:
+        heads = torch.stack(steps, dim=2)[..., :src_length].cpu().numpy()  # (L, H, T, S)
+    else:
+        heads = np.zeros((*shape, 0, src_length), dtype=np.float32)
+    return {"attention": heads.mean(axis=(0, 1)), "attention_heads": heads}
+
+
+__all__ = ["generate", "decode_batch", "run_search", "make_search", "check_decode_config"]

@@ -1,0 +1,32 @@
+"""What decoding returns for one sentence."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class Hypothesis:
+    """One translation: target ids, scores, n-best list and (when asked) cross-attention.
+
+    ``score`` is the ranking score ``log P(y | x) / lp(y)`` (GNMT length penalty, EOS
+    counted in ``|y|``); ``log_prob`` is ``log P(y | x)`` itself. ``tokens`` holds the
+    target ids without EOS. ``nbest`` lists the best hypotheses, best first;
+    ``nbest[0]`` is this hypothesis. ``attention`` (T, S) is the cross-attention averaged
+    over decoder layers and heads, ``attention_heads`` (L, H, T, S) the full weights:
+    row ``t`` is the distribution over the S source tokens while predicting token ``t``
+    (the EOS step is not included). ``text`` is filled by the :class:`Translator`.
+    """
+
+    tokens: list[int]
+    score: float
+    log_prob: float
+    text: str = ""
+    nbest: list["Hypothesis"] = field(default_factory=list)
+    attention: np.ndarray | None = None
+    attention_heads: np.ndarray | None = None
+
+
+__all__ = ["Hypothesis"]

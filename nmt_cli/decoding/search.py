@@ -1,0 +1,131 @@
+"""The search step as small pure functions (Sockeye / fairseq style).
+
+Each function takes tensors and returns tensors; none of them keeps state. The
+strategies in :mod:`nmt_cli.decoding.strategies` combine them:
+
+* :func:`apply_length_limits_`: EOS forbidden before ``min_len`` tokens, forced at the
+  per-sentence maximum ``a * |x| + b`` (:func:`max_output_lengths`);
+* :func:`beam_step`: extend every hypothesis by every token and keep the best candidates;
+* :func:`length_penalty`: the GNMT normaliser ``lp(y) = ((5 + |y|) / 6) ** alpha``;
+* :func:`greedy_tokens` and :func:`sample_tokens` (temperature, top-k, top-p).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from nmt_cli.specials import EOS_ID
+
+NEG_INF = float("-inf")
+
+
+def length_penalty(length: int, alpha: float) -> float:
+    """GNMT length penalty ``lp(y) = ((5 + |y|) / 6) ** alpha`` (Wu et al. 2016).
+
+    ``length`` counts the output tokens including EOS. ``alpha = 0`` gives 1 (no
+    normalisation); the final score of a hypothesis is ``log P(y | x) / lp(y)``.
+    """
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def max_output_lengths(src_lengths: Tensor, a: float, b: int) -> Tensor:
+    """Per-sentence limit ``floor(a * |x| + b)`` on output tokens before EOS (at least 1)."""
+    return (a * src_lengths.double() + b).floor().long().clamp(min=1)  # (B,)
+
+
+def apply_length_limits_(log_probs: Tensor, step: int, min_len: int, max_lens: Tensor) -> Tensor:
+    """Mask, in place, the next-token distribution of each row for output position ``step``.
+
+    Rows that already hold ``max_lens`` tokens may only emit EOS (with the model's own
+    EOS probability); before ``min_len`` tokens EOS is forbidden. The maximum wins when
+    the two disagree, so every row ends. ``log_probs`` (N, V), ``max_lens`` (N,);
+    returns ``log_probs`` with blocked entries at ``-inf``. Writing in place spares a
+    copy of the (N, V) array at every step.
+    """
+    eos = log_probs[:, EOS_ID].clone()  # (N,)
+    if step < min_len:
+        log_probs[:, EOS_ID] = NEG_INF
+    at_limit = (max_lens <= step).nonzero().squeeze(1)  # (R,) rows that must end now
+    if at_limit.numel():
+        forced = torch.full_like(log_probs[at_limit], NEG_INF)  # (R, V)
+        forced[:, EOS_ID] = eos[at_limit]
+        log_probs[at_limit] = forced
+    return log_probs
+
+
+def beam_step(log_probs: Tensor, scores: Tensor, num_candidates: int) -> tuple[Tensor, Tensor, Tensor]:
+    """One beam expansion: ``score(y_<t, v) = score(y_<t) + log p(v | y_<t, x)``, best first.
+
+    ``log_probs`` (B, K, V) next-token log-probabilities of K hypotheses per sentence,
+    ``scores`` (B, K) their running log-probabilities (``-inf`` for unused beams).
+    Returns the ``num_candidates`` (C) best extensions per sentence: scores (B, C),
+    tokens (B, C) and the beam each extends (B, C), sorted by score.
+
+    Adding a beam's score does not change the order of its tokens, so only each beam's
+    C best tokens can be among the C best overall: the (B, K, V) array is cut to
+    (B, K, C) first, and the sums are formed on those in the precision of ``scores``.
+    """
+    batch, beams, vocab = log_probs.shape
+    per_beam = min(num_candidates, vocab)
+    beam_lp, beam_tokens = log_probs.topk(per_beam, dim=-1)  # (B, K, C')
+    total = (scores.unsqueeze(-1) + beam_lp.to(scores.dtype)).view(batch, beams * per_beam)  # (B, K * C')
+    top_scores, flat = total.topk(min(num_candidates, beams * per_beam), dim=1)  # (B, C)
+    tokens = beam_tokens.view(batch, beams * per_beam).gather(1, flat)  # (B, C)
+    return top_scores, tokens, torch.div(flat, per_beam, rounding_mode="floor")
+
+
+def greedy_tokens(log_probs: Tensor) -> Tensor:
+    """``argmax_v log p(v | y_<t, x)`` per row: (N, V) -> (N,)."""
+    return log_probs.argmax(dim=-1)
+
+
+def top_k_filter(logits: Tensor, k: int) -> Tensor:
+    """Keep the ``k`` largest entries of each row (others ``-inf``); ``k <= 0`` keeps all."""
+    if k <= 0 or k >= logits.size(-1):
+        return logits
+    kth = logits.topk(k, dim=-1).values[:, -1:]  # (N, 1)
+    return logits.masked_fill(logits < kth, NEG_INF)
+
+
+def top_p_filter(logits: Tensor, p: float) -> Tensor:
+    """Nucleus filter: keep the smallest set of tokens whose probability reaches ``p``.
+
+    The most probable token is always kept, so a row never becomes empty.
+    """
+    if p >= 1.0:
+        return logits
+    sorted_logits, order = logits.sort(dim=-1, descending=True)  # (N, V)
+    probs = sorted_logits.softmax(dim=-1)  # (N, V)
+    mass_before = probs.cumsum(dim=-1) - probs  # (N, V)
+    drop_sorted = mass_before >= p  # the tokens before this one already reach p
+    drop = drop_sorted.scatter(-1, order, drop_sorted)  # back to vocabulary order
+    return logits.masked_fill(drop, NEG_INF)
+
+
+def sample_tokens(
+    log_probs: Tensor,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """Draw one token per row from ``softmax(log p / T)`` restricted to top-k / top-p.
+
+    Entries already at ``-inf`` (length limits) stay impossible. (N, V) -> (N,).
+    """
+    logits = top_p_filter(top_k_filter(log_probs / temperature, top_k), top_p)  # (N, V)
+    probs = logits.float().softmax(dim=-1)  # (N, V)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+
+
+__all__ = [
+    "length_penalty",
+    "max_output_lengths",
+    "apply_length_limits_",
+    "beam_step",
+    "greedy_tokens",
+    "top_k_filter",
+    "top_p_filter",
+    "sample_tokens",
+]

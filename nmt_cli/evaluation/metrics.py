@@ -1,0 +1,70 @@
+"""Corpus scores from sacreBLEU: BLEU, chrF (chrF++ with ``word_order=2``) and TER.
+
+Thin wrappers: the metric objects, their scores and their signatures are sacreBLEU's
+own, so a score printed here is the score ``sacrebleu`` prints for the same files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from sacrebleu.metrics import BLEU, CHRF, TER
+from sacrebleu.metrics.base import Metric
+
+from nmt_cli.errors import NmtError
+
+METRICS = ("bleu", "chrf", "ter")
+
+
+@dataclass(frozen=True)
+class MetricResult:
+    """One corpus score: ``name`` as sacreBLEU spells it (``BLEU``, ``chrF2++``, ``TER``)."""
+
+    name: str
+    score: float
+    signature: str
+    text: str  # sacreBLEU's own line: "<name>|<signature> = <score and details>"
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "score": self.score, "signature": self.signature, "text": self.text}
+
+
+def parse_metrics(spec: str | Sequence[str]) -> list[str]:
+    """``"bleu,chrf"`` -> ``["bleu", "chrf"]``; unknown names fail listing the valid ones."""
+    names = [name.strip().lower() for name in (spec.split(",") if isinstance(spec, str) else spec)]
+    names = [name for name in names if name]
+    unknown = [name for name in names if name not in METRICS]
+    if unknown or not names:
+        raise NmtError(f"unknown metric {unknown[0] if unknown else spec!r}; valid: {', '.join(METRICS)}")
+    return list(dict.fromkeys(names))
+
+
+def build_metric(name: str, chrf_plus: bool = False) -> Metric:
+    """A sacreBLEU metric object; chrF++ adds word bigrams (``word_order=2``)."""
+    if name == "bleu":
+        return BLEU()
+    if name == "chrf":
+        return CHRF(word_order=2 if chrf_plus else 0)
+    if name == "ter":
+        return TER()
+    raise NmtError(f"unknown metric {name!r}; valid: {', '.join(METRICS)}")
+
+
+def corpus_scores(
+    hypotheses: Sequence[str],
+    references: Sequence[Sequence[str]],
+    metrics: Sequence[str] = METRICS,
+    chrf_plus: bool = False,
+) -> list[MetricResult]:
+    """Score ``hypotheses`` against one or more reference streams (each as long as them)."""
+    results = []
+    for name in metrics:
+        metric = build_metric(name, chrf_plus)
+        score = metric.corpus_score(list(hypotheses), [list(stream) for stream in references])
+        signature = str(metric.get_signature())
+        results.append(MetricResult(score.name, score.score, signature, score.format(signature=signature)))
+    return results
+
+
+__all__ = ["METRICS", "MetricResult", "parse_metrics", "build_metric", "corpus_scores"]

@@ -1,0 +1,108 @@
+"""`nmt translate` end to end on a random-weight checkpoint."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from nmt_cli.alignment.pharaoh import parse_links
+from nmt_cli.cli import cli
+from nmt_cli.cli import translate as _translate_command  # noqa: F401  (registers `nmt translate`)
+from nmt_cli.decoding import Translator
+from tests.test_translator import build_checkpoint
+
+LINES = ["der mann sieht die katze", "", "ein hund läuft schnell im park", "   ", "☃ 漢字", "frau"]
+INPUT = "\n".join(LINES) + "\n"
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    return build_checkpoint(tmp_path_factory.mktemp("run"))
+
+
+def run(*args: str, input: str | bytes | None = None):
+    return CliRunner().invoke(cli, ["translate", *args], input=input, catch_exceptions=False)
+
+
+def test_stdin_to_stdout_is_line_exact_with_blank_lines_kept(checkpoint):
+    result = run("--checkpoint", str(checkpoint), input=INPUT)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.split("\n")
+    assert lines[-1] == "" and len(lines) - 1 == len(LINES)
+    expected = Translator.from_checkpoint(checkpoint).translate(LINES)
+    assert lines[:-1] == [h.text for h in expected]
+    assert [line == "" for line in lines[:-1]] == [not text.strip() for text in LINES]
+
+
+def test_signature_goes_to_stderr_and_next_to_the_output_file(checkpoint, tmp_path):
+    source = tmp_path / "in.txt"
+    source.write_text(INPUT, encoding="utf-8")
+    output = tmp_path / "out.txt"
+    result = run("--checkpoint", str(checkpoint), "--input", str(source), "--output", str(output), "--beam", "3")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == ""
+    (stderr_signature,) = [line for line in result.stderr.splitlines() if line.startswith("signature: ")]
+    saved = (tmp_path / "out.txt.signature").read_text(encoding="utf-8").strip()
+    assert stderr_signature == f"signature: {saved}"
+    assert "|beam:3|" in saved and f"checkpoint:{checkpoint}" in saved
+    assert len(output.read_text(encoding="utf-8").split("\n")) == len(LINES) + 1
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary files left
+
+
+def test_chunked_streaming_and_crlf_input_give_the_same_lines(checkpoint):
+    whole = run("--checkpoint", str(checkpoint), input=INPUT).stdout
+    chunked = run("--checkpoint", str(checkpoint), "--chunk-size", "2", input=INPUT.replace("\n", "\r\n"))
+    assert chunked.stdout == whole
+
+
+def test_jsonl_records_hold_text_score_tokens_and_nbest(checkpoint):
+    result = run("--checkpoint", str(checkpoint), "--format", "jsonl", "--beam", "3", "--nbest", "2", input=INPUT)
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(records) == len(LINES)
+    for text, record in zip(LINES, records):
+        assert set(record) == {"text", "score", "tokens", "nbest"}
+        if text.strip():
+            assert len(record["nbest"]) == 2 and record["nbest"][0]["text"] == record["text"]
+            assert record["nbest"][0]["score"] >= record["nbest"][1]["score"]
+            assert "".join(record["tokens"]).replace("\u2581", " ").strip() == record["text"]
+        else:
+            assert record["text"] == "" and record["nbest"] == []
+
+
+def test_alignments_are_pharaoh_links_within_the_sentences(checkpoint, tmp_path):
+    output = tmp_path / "out.txt"
+    result = run("--checkpoint", str(checkpoint), "--output", str(output), "--alignments", input=INPUT)
+    assert result.exit_code == 0, result.output
+    translations = output.read_text(encoding="utf-8").split("\n")[:-1]
+    alignments = (tmp_path / "out.txt.align").read_text(encoding="utf-8").split("\n")[:-1]
+    assert len(alignments) == len(LINES)
+    for source, translation, line in zip(LINES, translations, alignments):
+        links = parse_links(line).sure
+        assert bool(links) == bool(source.strip())
+        assert all(0 <= i < len(source.split()) and 0 <= j < len(translation.split()) for i, j in links)
+        assert {j for _, j in links} == set(range(len(translation.split())))  # every target word linked
+    jsonl = run("--checkpoint", str(checkpoint), "--format", "jsonl", "--alignments", input=INPUT)
+    assert [json.loads(line)["alignment"] for line in jsonl.stdout.splitlines()] == alignments
+
+
+def test_user_errors_are_one_line(checkpoint, tmp_path):
+    missing = run("--checkpoint", str(tmp_path / "nope"), input=INPUT)
+    assert missing.exit_code == 1
+    assert missing.stderr == f"error: {tmp_path / 'nope'}: checkpoint not found\n"
+    bad_bytes = run("--checkpoint", str(checkpoint), input=b"gut\n\xff\xfe kaputt\n")
+    assert bad_bytes.exit_code == 1 and "error: <stdin>:2: not valid UTF-8" in bad_bytes.stderr
+    wrong_section = run("--checkpoint", str(checkpoint), "--set", "train.lr=1", input=INPUT)
+    assert wrong_section.exit_code == 1 and "only decode.* settings" in wrong_section.stderr
+    nbest_text = run("--checkpoint", str(checkpoint), "--beam", "2", "--nbest", "2", input=INPUT)
+    assert nbest_text.exit_code == 2 and "--format jsonl" in nbest_text.stderr
+
+
+def test_set_changes_the_search(checkpoint):
+    short = run("--checkpoint", str(checkpoint), "--set", "decode.max_len_a=0", "--set", "decode.max_len_b=1",
+                "--format", "jsonl", input=INPUT)
+    assert short.exit_code == 0, short.output
+    assert all(len(json.loads(line)["tokens"]) <= 1 for line in short.stdout.splitlines())
+    assert "maxlen:0*src+1" in short.stderr

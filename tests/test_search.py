@@ -1,0 +1,106 @@
+"""The pure search-step functions."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from nmt_cli.decoding.search import (
+    apply_length_limits_,
+    beam_step,
+    greedy_tokens,
+    length_penalty,
+    max_output_lengths,
+    sample_tokens,
+    top_k_filter,
+    top_p_filter,
+)
+from nmt_cli.specials import EOS_ID
+
+INF = float("inf")
+
+
+def test_length_penalty_is_the_gnmt_formula():
+    assert length_penalty(7, 0.0) == 1.0
+    assert length_penalty(1, 1.0) == 1.0  # (5 + 1) / 6
+    assert length_penalty(13, 0.6) == pytest.approx((18 / 6) ** 0.6)
+
+
+def test_max_output_lengths_are_a_times_source_plus_b_and_positive():
+    lengths = torch.tensor([0, 3, 10])
+    assert max_output_lengths(lengths, 1.2, 10).tolist() == [10, 13, 22]
+    assert max_output_lengths(lengths, 0.5, 0).tolist() == [1, 1, 5]
+
+
+def test_length_limits_forbid_eos_early_and_force_it_at_the_maximum():
+    log_probs = torch.log_softmax(torch.randn(3, 6), dim=-1)
+    max_lens = torch.tensor([5, 2, 0])
+    limited = apply_length_limits_(log_probs.clone(), step=1, min_len=3, max_lens=max_lens)
+    assert limited[0, EOS_ID] == -INF and torch.equal(limited[0, 4:], log_probs[0, 4:])  # before min_len
+    assert limited[1, EOS_ID] == -INF  # max 2 not reached at step 1
+    assert torch.isfinite(limited[2]).tolist() == [i == EOS_ID for i in range(6)]  # at max: EOS only
+    assert limited[2, EOS_ID] == log_probs[2, EOS_ID]  # keeps the model's own EOS probability
+    free = apply_length_limits_(log_probs.clone(), step=3, min_len=3, max_lens=max_lens)
+    assert torch.equal(free[0], log_probs[0])  # past min_len, below its maximum: untouched
+
+
+def test_beam_step_adds_running_scores_and_reports_origins():
+    log_probs = torch.log(torch.tensor([[[0.1, 0.6, 0.3], [0.5, 0.25, 0.25]]]))  # (B=1, K=2, V=3)
+    scores = torch.log(torch.tensor([[0.5, 0.4]]))  # (1, 2)
+    top, tokens, origin = beam_step(log_probs, scores, num_candidates=3)
+    assert tokens.tolist() == [[1, 0, 2]]
+    assert origin.tolist() == [[0, 1, 0]]
+    assert top.exp()[0].tolist() == pytest.approx([0.30, 0.20, 0.15])
+
+
+def test_beam_step_with_a_dead_beam_never_picks_it_over_a_live_one():
+    log_probs = torch.log_softmax(torch.randn(2, 3, 5), dim=-1)  # (B, K, V)
+    scores = torch.tensor([[0.0, -INF, -INF], [-1.0, -2.0, -INF]])
+    top, _tokens, origin = beam_step(log_probs, scores, num_candidates=6)
+    assert origin[0, :5].tolist() == [0] * 5 and top[0, 5] == -INF
+    assert 2 not in origin[1, :10].tolist() and torch.isfinite(top[1]).all()
+
+
+def test_beam_step_caps_candidates_at_the_vocabulary():
+    top, tokens, origin = beam_step(torch.zeros(1, 1, 3), torch.zeros(1, 1), num_candidates=10)
+    assert top.shape == tokens.shape == origin.shape == (1, 3)
+
+
+def test_greedy_tokens_are_the_argmax():
+    log_probs = torch.log(torch.tensor([[0.2, 0.5, 0.3], [0.7, 0.1, 0.2]]))
+    assert greedy_tokens(log_probs).tolist() == [1, 0]
+
+
+def test_top_k_and_top_p_filters_keep_the_right_support():
+    logits = torch.log(torch.tensor([[0.05, 0.5, 0.3, 0.15]]))
+    assert torch.isfinite(top_k_filter(logits, 2)).tolist() == [[False, True, True, False]]
+    assert torch.isfinite(top_k_filter(logits, 0)).all()
+    assert torch.isfinite(top_p_filter(logits, 0.5)).tolist() == [[False, True, False, False]]
+    assert torch.isfinite(top_p_filter(logits, 0.75)).tolist() == [[False, True, True, False]]
+    assert torch.isfinite(top_p_filter(logits, 0.01)).sum() == 1  # the best token always stays
+    assert torch.isfinite(top_p_filter(logits, 1.0)).all()
+
+
+def test_sampling_follows_the_distribution_and_the_seed():
+    log_probs = torch.log(torch.tensor([[0.0, 0.75, 0.25, 0.0]])).expand(4000, 4)
+    draws = sample_tokens(log_probs, generator=torch.Generator().manual_seed(0))
+    assert set(draws.tolist()) == {1, 2}
+    assert (draws == 1).float().mean().item() == pytest.approx(0.75, abs=0.03)
+    again = sample_tokens(log_probs, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(draws, again)
+    cold = sample_tokens(log_probs, temperature=0.05, generator=torch.Generator().manual_seed(0))
+    assert (cold == 1).float().mean().item() > 0.99  # low temperature approaches greedy
+    hot = sample_tokens(log_probs[:1], temperature=1e6, top_k=1)
+    assert hot.tolist() == [1]
+
+
+def test_length_penalty_prefers_longer_hypotheses_as_alpha_grows():
+    short, long = (math.log(0.5), 2), (math.log(0.45), 4)  # (log P, |y| with EOS)
+
+    def score(hypothesis, alpha):
+        return hypothesis[0] / length_penalty(hypothesis[1], alpha)
+
+    assert score(short, 0.0) > score(long, 0.0)
+    assert score(long, 1.0) > score(short, 1.0)

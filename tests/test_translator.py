@@ -1,0 +1,153 @@
+"""The Translator API on real checkpoints saved with random weights."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from nmt_cli.checkpoint import checkpoint_dir_name, save_checkpoint
+from nmt_cli.config import Config, DecodeConfig, ModelConfig
+from nmt_cli.decoding import Translator, generate
+from nmt_cli.errors import ConfigError, NmtError
+from nmt_cli.models import build_model
+from nmt_cli.tokenization import Tokenizer, train_sentencepiece
+
+WORDS_DE = "der die das ein eine mann frau hund katze sieht läuft schnell langsam im park".split()
+WORDS_EN = "the a man woman dog cat sees runs fast slowly in park".split()
+TINY_MODEL = dict(d_model=16, heads=2, ffn_dim=32, encoder_layers=1, decoder_layers=2, dropout=0.0,
+                  embed_dim=16, hidden_size=16)
+
+
+def tiny_tokenizer(vocab_size: int = 64) -> Tokenizer:
+    rng = np.random.default_rng(0)
+    sentences = [" ".join(rng.choice(words, size=int(rng.integers(2, 7))))
+                 for words in (WORDS_DE, WORDS_EN) for _ in range(100)]
+    return Tokenizer(train_sentencepiece(sentences, vocab_size=vocab_size))
+
+
+def build_checkpoint(run_dir: Path, arch: str = "transformer", steps: tuple[int, ...] = (10,),
+                     tokenizer: Tokenizer | None = None) -> Path:
+    """Save random-weight checkpoints ``run_dir/checkpoints/step-*`` and return the newest."""
+    tokenizer = tokenizer or tiny_tokenizer()
+    config = Config(
+        model=ModelConfig(arch=arch, **TINY_MODEL),
+        decode=DecodeConfig(beam_size=2, alpha=0.6, max_len_a=1.0, max_len_b=5),
+    )
+    path = run_dir
+    for step in steps:
+        torch.manual_seed(step)
+        model = build_model(config.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.joint)
+        path = save_checkpoint(run_dir / "checkpoints" / checkpoint_dir_name(step), model, config, tokenizer,
+                               {"step": step})
+    return path
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> Path:
+    return build_checkpoint(tmp_path_factory.mktemp("run"), steps=(10, 20))
+
+
+TEXTS = ["der mann sieht die katze", "", "   ", "ein hund läuft schnell im park", "☃ Ωmega 漢字 !", "frau"]
+
+
+def test_translations_are_line_exact_and_blank_texts_stay_empty(checkpoint):
+    translator = Translator.from_checkpoint(checkpoint)
+    hypotheses = translator.translate(TEXTS)
+    assert len(hypotheses) == len(TEXTS)
+    for text, hypothesis in zip(TEXTS, hypotheses):
+        assert hypothesis.text == translator.tokenizer.decode_tgt(hypothesis.tokens)
+        if not text.strip():
+            assert hypothesis.text == "" and hypothesis.tokens == []
+        else:
+            assert hypothesis.tokens  # min_len 1
+            assert len(hypothesis.tokens) <= len(translator.tokenizer.encode_src(text)) + 5  # max_len a=1, b=5
+
+
+def test_translator_output_is_the_generators_output_detokenised(checkpoint):
+    translator = Translator.from_checkpoint(checkpoint, overrides={"nbest": 2})
+    sources = [translator.tokenizer.encode_src(text) if text.strip() else [] for text in TEXTS]
+    expected = generate(translator.model, sources, translator.decode)
+    for hypothesis, reference in zip(translator.translate(TEXTS), expected):
+        assert hypothesis.tokens == reference.tokens
+        assert hypothesis.score == pytest.approx(reference.score)
+        decoded = [translator.tokenizer.decode_tgt(h.tokens) for h in reference.nbest]
+        assert [h.text for h in hypothesis.nbest] == decoded
+
+
+def test_decode_settings_come_from_the_checkpoint_and_can_be_overridden(checkpoint):
+    assert Translator.from_checkpoint(checkpoint).decode.beam_size == 2
+    greedy = Translator.from_checkpoint(checkpoint, overrides={"beam_size": 1, "alpha": 0.0})
+    assert (greedy.decode.beam_size, greedy.decode.alpha) == (1, 0.0)
+    explicit = Translator.from_checkpoint(checkpoint, decode=DecodeConfig(beam_size=3))
+    assert explicit.decode.beam_size == 3
+    with pytest.raises(ConfigError, match="decode.beam"):
+        Translator.from_checkpoint(checkpoint, overrides={"beam": 3})
+
+
+def test_signature_names_checkpoint_step_and_search_settings(checkpoint):
+    signature = Translator.from_checkpoint(checkpoint, overrides={"beam_size": 4}).signature()
+    fields = dict(part.split(":", 1) for part in signature.split("|"))
+    assert fields["checkpoint"] == str(checkpoint) and fields["step"] == "20"
+    assert (fields["beam"], fields["alpha"], fields["maxlen"]) == ("4", "0.6", "1*src+5")
+    assert fields["version"] and fields["average"] == "no"
+
+
+def test_average_last_two_loads_the_mean_of_the_weights(checkpoint):
+    averaged = Translator.from_checkpoint(checkpoint, average="last:2")
+    first = Translator.from_checkpoint(checkpoint.parent / checkpoint_dir_name(10)).model.state_dict()
+    last = Translator.from_checkpoint(checkpoint).model.state_dict()
+    for name, tensor in averaged.model.state_dict().items():
+        torch.testing.assert_close(tensor, (first[name] + last[name]) / 2)
+    assert "average:last:2" in averaged.signature()
+
+
+def test_streaming_in_chunks_gives_the_same_translations_in_order(checkpoint):
+    translator = Translator.from_checkpoint(checkpoint)
+    lines = TEXTS * 3
+    streamed = list(translator.translate_stream(iter(lines), chunk_size=4))
+    assert [text for text, _ in streamed] == lines
+    whole = translator.translate(lines)
+    assert [h.text for _, h in streamed] == [h.text for h in whole]
+
+
+def test_attention_covers_the_source_pieces_and_output_tokens(checkpoint):
+    translator = Translator.from_checkpoint(checkpoint)
+    text = TEXTS[3]
+    (hypothesis,) = translator.translate([text], with_attention=True)
+    source_length = len(translator.tokenizer.encode_src(text))
+    assert hypothesis.attention.shape == (len(hypothesis.tokens), source_length)
+    assert hypothesis.attention_heads.shape == (2, 2, len(hypothesis.tokens), source_length)
+    np.testing.assert_allclose(hypothesis.attention.sum(axis=1), 1.0, atol=1e-5)
+
+
+def test_missing_checkpoint_and_vocabulary_mismatch_fail_with_one_line(tmp_path, checkpoint):
+    with pytest.raises(NmtError, match="checkpoint not found") as missing:
+        Translator.from_checkpoint(tmp_path / "nowhere")
+    assert "\n" not in str(missing.value)
+    other = build_checkpoint(tmp_path / "other", tokenizer=tiny_tokenizer(vocab_size=48))
+    swapped = tmp_path / "swapped"
+    swapped.mkdir()
+    for item in checkpoint.iterdir():
+        source = other / item.name if item.name.startswith("spm") else item
+        (swapped / item.name).write_bytes(source.read_bytes())
+    with pytest.raises(NmtError, match="vocabulary") as mismatch:
+        Translator.from_checkpoint(swapped)
+    assert "\n" not in str(mismatch.value)
+
+
+def test_cuda_request_without_cuda_is_a_clear_error(checkpoint):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(NmtError, match="CUDA is not available"):
+        Translator.from_checkpoint(checkpoint, device="cuda")
+
+
+@pytest.mark.parametrize("arch", ["linear_transformer", "rnn_bahdanau", "rnn_luong"])
+def test_every_architecture_translates_from_a_saved_checkpoint(tmp_path, arch):
+    translator = Translator.from_checkpoint(build_checkpoint(tmp_path, arch=arch), overrides={"nbest": 2})
+    hypotheses = translator.translate(TEXTS)
+    assert [bool(h.tokens) for h in hypotheses] == [bool(t.strip()) for t in TEXTS]
+    assert all(len(h.nbest) == 2 for h, t in zip(hypotheses, TEXTS) if t.strip())
