@@ -51,6 +51,18 @@ def test_scores_equal_sacrebleus_own_corpus_scores_with_two_references(files):
     assert scores["BLEU"]["signature"].startswith("nrefs:2|") and "version:" in scores["BLEU"]["signature"]
 
 
+def test_lowercase_and_tokenizer_options_match_sacrebleu_and_enter_the_signature(files):
+    upper_hyp = files["hyp"].parent / "upper.txt"
+    upper_hyp.write_text("\n".join(line.upper() for line in HYP) + "\n", encoding="utf-8")
+    result = evaluate("--hyp", upper_hyp, "--ref", files["ref1"], "--metrics", "bleu", "--lowercase",
+                      "--tokenize", "intl", "--json")
+    assert result.exit_code == 0, result.output
+    (bleu,) = json.loads(result.stdout)["scores"]
+    expected = sacrebleu.corpus_bleu([line.upper() for line in HYP], [REF1], lowercase=True, tokenize="intl")
+    assert bleu["score"] == pytest.approx(expected.score) == pytest.approx(sacrebleu.corpus_bleu(HYP, [REF1], tokenize="intl").score)
+    assert "case:lc" in bleu["signature"] and "tok:intl" in bleu["signature"]
+
+
 def test_text_output_is_sacrebleus_format_and_chrf_plus_uses_word_bigrams(files):
     result = evaluate("--hyp", files["hyp"], "--ref", files["ref1"], "--metrics", "bleu,chrf", "--chrf-plus")
     assert result.exit_code == 0, result.output

@@ -13,7 +13,9 @@ import click
 
 from nmt_cli.cli import cli
 from nmt_cli.cli.translate import decode_options, one_line
-from nmt_cli.evaluation import BootstrapResult, corpus_scores, paired_bootstrap, parse_metrics
+from sacrebleu.metrics import BLEU
+
+from nmt_cli.evaluation import BootstrapResult, MetricOptions, corpus_scores, paired_bootstrap, parse_metrics
 from nmt_cli.evaluation.checkpoint_eval import evaluate_split
 from nmt_cli.evaluation.text_files import check_same_length, read_lines, read_parallel
 from nmt_cli.fileio import atomic_write_text
@@ -43,20 +45,24 @@ def bootstrap_lines(results: list[BootstrapResult], baseline_path: str, samples:
 @click.option("--metrics", "metric_spec", default="bleu,chrf,ter", show_default=True,
               help="Comma-separated: bleu, chrf, ter.")
 @click.option("--chrf-plus", is_flag=True, help="chrF++ (word bigrams too, word_order=2) instead of chrF.")
+@click.option("--lowercase", is_flag=True, help="Case-insensitive scores (to compare with papers that lowercase).")
+@click.option("--tokenize", type=click.Choice(sorted(BLEU.TOKENIZERS)), default=None,
+              help="sacreBLEU tokenizer for BLEU [default: sacreBLEU's, 13a].")
 @click.option("--baseline", "baseline_path", type=FILE, help="Another system's output: paired bootstrap test.")
 @click.option("--bootstrap-samples", type=click.IntRange(min=1), default=1000, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @decode_options
-def evaluate(hyp_path, ref_paths, checkpoint, prepared_dir, split, output_path, metric_spec, chrf_plus,
-             baseline_path, bootstrap_samples, as_json, translator_factory) -> None:
+def evaluate(hyp_path, ref_paths, checkpoint, prepared_dir, split, output_path, metric_spec, chrf_plus, lowercase,
+             tokenize, baseline_path, bootstrap_samples, as_json, translator_factory) -> None:
     """Score translations with sacreBLEU (BLEU, chrF, TER)."""
     metrics = parse_metrics(metric_spec)
+    options = MetricOptions(chrf_plus=chrf_plus, lowercase=lowercase, tokenize=tokenize)
     report: dict = {}
     if checkpoint or prepared_dir:
         if not (checkpoint and prepared_dir) or hyp_path or ref_paths:
             raise click.UsageError("use either --hyp with --ref, or --checkpoint with --data")
         translator = translator_factory(checkpoint)
-        evaluation = evaluate_split(translator, prepared_dir, split, metrics, chrf_plus)
+        evaluation = evaluate_split(translator, prepared_dir, split, metrics, options)
         hypotheses, references, scores = evaluation.hypotheses, [evaluation.references], evaluation.scores
         hypotheses_name = f"{checkpoint} on {split}"
         report.update(translation_signature=translator.signature(), references=[str(evaluation.reference_path)])
@@ -67,7 +73,7 @@ def evaluate(hyp_path, ref_paths, checkpoint, prepared_dir, split, output_path, 
         if not hyp_path or not ref_paths:
             raise click.UsageError("give --hyp and at least one --ref (or --checkpoint and --data)")
         hypotheses, references = read_parallel(hyp_path, ref_paths)
-        scores = corpus_scores(hypotheses, references, metrics, chrf_plus)
+        scores = corpus_scores(hypotheses, references, metrics, options)
         hypotheses_name = hyp_path
         report.update(hypotheses=hyp_path, references=list(ref_paths))
     report["scores"] = [score.to_dict() for score in scores]
@@ -76,7 +82,7 @@ def evaluate(hyp_path, ref_paths, checkpoint, prepared_dir, split, output_path, 
     if baseline_path:
         baseline = read_lines(baseline_path)
         check_same_length(hypotheses_name, len(hypotheses), baseline_path, len(baseline))
-        bootstrap = paired_bootstrap(hypotheses, baseline, references, metrics, chrf_plus, bootstrap_samples)
+        bootstrap = paired_bootstrap(hypotheses, baseline, references, metrics, options, bootstrap_samples)
         report["bootstrap"] = {"baseline": baseline_path, "samples": bootstrap_samples,
                                "results": [result.to_dict() for result in bootstrap]}
 

@@ -1,11 +1,12 @@
 """Evaluation with sacreBLEU: corpus scores with signatures and paired bootstrap tests."""
 
-from nmt_cli.evaluation.metrics import METRICS, MetricResult, corpus_scores, parse_metrics
+from nmt_cli.evaluation.metrics import METRICS, MetricOptions, MetricResult, corpus_scores, parse_metrics
 from nmt_cli.evaluation.significance import BootstrapResult, paired_bootstrap
 from nmt_cli.evaluation.text_files import read_lines, read_parallel
 
 __all__ = [
     "METRICS",
+    "MetricOptions",
     "MetricResult",
     "corpus_scores",
     "parse_metrics",

@@ -14,7 +14,7 @@ from typing import Sequence
 
 from nmt_cli.data.prepared import PreparedData
 from nmt_cli.decoding import Translator
-from nmt_cli.evaluation.metrics import METRICS, MetricResult, corpus_scores
+from nmt_cli.evaluation.metrics import METRICS, MetricOptions, MetricResult, corpus_scores
 from nmt_cli.evaluation.text_files import check_same_length, read_lines
 
 
@@ -34,7 +34,7 @@ def evaluate_split(
     prepared_dir: str | os.PathLike,
     split: str = "test",
     metrics: Sequence[str] = METRICS,
-    chrf_plus: bool = False,
+    options: MetricOptions = MetricOptions(),
 ) -> SplitEvaluation:
     """Translate ``split`` of a prepared directory and score it against its references."""
     data = PreparedData(prepared_dir)
@@ -44,7 +44,7 @@ def evaluate_split(
     references = read_lines(reference_path)
     check_same_length(source_path, len(sources), reference_path, len(references))
     hypotheses = [hypothesis.text for hypothesis in translator.translate(sources)]
-    scores = corpus_scores(hypotheses, [references], metrics, chrf_plus)
+    scores = corpus_scores(hypotheses, [references], metrics, options)
     return SplitEvaluation(source_path, reference_path, hypotheses, references, scores)
 
 

@@ -18,6 +18,21 @@ METRICS = ("bleu", "chrf", "ter")
 
 
 @dataclass(frozen=True)
+class MetricOptions:
+    """Settings that change a score (and so appear in its sacreBLEU signature).
+
+    ``lowercase`` and ``tokenize`` apply to BLEU (and lowercase to chrF/TER's case
+    handling where sacreBLEU offers it); ``tokenize=None`` keeps sacreBLEU's default
+    (13a). They exist to report a figure like for like with papers that score
+    lowercased or tokenized text; the default is sacreBLEU's standard setting.
+    """
+
+    chrf_plus: bool = False
+    lowercase: bool = False
+    tokenize: str | None = None
+
+
+@dataclass(frozen=True)
 class MetricResult:
     """One corpus score: ``name`` as sacreBLEU spells it (``BLEU``, ``chrF2++``, ``TER``)."""
 
@@ -40,14 +55,14 @@ def parse_metrics(spec: str | Sequence[str]) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def build_metric(name: str, chrf_plus: bool = False) -> Metric:
+def build_metric(name: str, options: MetricOptions = MetricOptions()) -> Metric:
     """A sacreBLEU metric object; chrF++ adds word bigrams (``word_order=2``)."""
     if name == "bleu":
-        return BLEU()
+        return BLEU(lowercase=options.lowercase, tokenize=options.tokenize)
     if name == "chrf":
-        return CHRF(word_order=2 if chrf_plus else 0)
+        return CHRF(word_order=2 if options.chrf_plus else 0, lowercase=options.lowercase)
     if name == "ter":
-        return TER()
+        return TER(case_sensitive=not options.lowercase)
     raise NmtError(f"unknown metric {name!r}; valid: {', '.join(METRICS)}")
 
 
@@ -55,16 +70,16 @@ def corpus_scores(
     hypotheses: Sequence[str],
     references: Sequence[Sequence[str]],
     metrics: Sequence[str] = METRICS,
-    chrf_plus: bool = False,
+    options: MetricOptions = MetricOptions(),
 ) -> list[MetricResult]:
     """Score ``hypotheses`` against one or more reference streams (each as long as them)."""
     results = []
     for name in metrics:
-        metric = build_metric(name, chrf_plus)
+        metric = build_metric(name, options)
         score = metric.corpus_score(list(hypotheses), [list(stream) for stream in references])
         signature = str(metric.get_signature())
         results.append(MetricResult(score.name, score.score, signature, score.format(signature=signature)))
     return results
 
 
-__all__ = ["METRICS", "MetricResult", "parse_metrics", "build_metric", "corpus_scores"]
+__all__ = ["METRICS", "MetricOptions", "MetricResult", "parse_metrics", "build_metric", "corpus_scores"]

@@ -14,7 +14,7 @@ from typing import Sequence
 
 from sacrebleu.significance import PairedTest
 
-from nmt_cli.evaluation.metrics import build_metric
+from nmt_cli.evaluation.metrics import MetricOptions, build_metric
 
 
 @dataclass(frozen=True)
@@ -40,13 +40,13 @@ def paired_bootstrap(
     baseline: Sequence[str],
     references: Sequence[Sequence[str]],
     metrics: Sequence[str] = ("bleu",),
-    chrf_plus: bool = False,
+    options: MetricOptions = MetricOptions(),
     samples: int = 1000,
 ) -> list[BootstrapResult]:
     """Is ``system`` different from ``baseline``? One result per metric, with its p-value."""
     test = PairedTest(
         named_systems=[("baseline", list(baseline)), ("system", list(system))],
-        metrics={name: build_metric(name, chrf_plus) for name in metrics},
+        metrics={name: build_metric(name, options) for name in metrics},
         references=[list(stream) for stream in references],
         test_type="bs",
         n_samples=samples,
