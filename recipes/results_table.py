@@ -1,0 +1,58 @@
+"""Rebuild the results table in recipes/README.md from ``results/<name>/summary.json``.
+
+    python recipes/results_table.py [--results results] [--readme recipes/README.md]
+
+The table sits between the ``<!-- results:begin -->`` and ``<!-- results:end -->``
+markers and is never typed by hand: each row comes from a finished ``make recipe``
+run, with the sacreBLEU signature and the like-for-like (lowercased, 13a) BLEU next to
+the recipe's expected score.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
+COLUMNS = [
+    ("recipe", "recipe"),
+    ("bleu", "sacreBLEU"),
+    ("bleu_lc_tok", "BLEU lc+13a"),
+    ("chrf", "chrF"),
+    ("params", "parameters"),
+    ("prepare_train_minutes", "prepare+train min"),
+    ("steps", "steps"),
+    ("peak_rss_mb", "peak RSS MB"),
+    ("aer", "AER"),
+    ("expected", "expected (source in the recipe)"),
+]
+
+
+def table(results: Path) -> str:
+    rows = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(results.glob("*/summary.json"))]
+    if not rows:
+        return "_No finished recipe runs in results/ yet._"
+    lines = ["| " + " | ".join(title for _, title in COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    for row in rows:
+        cells = [f"{row[key]:,}" if key == "params" and row.get(key) else str(row.get(key, "")) for key, _ in COLUMNS]
+        lines.append("| " + " | ".join(cell if cell != "None" else "-" for cell in cells) + " |")
+    signatures = sorted({row["signature"] for row in rows if row.get("signature")})
+    lines += ["", "sacreBLEU signature: " + "; ".join(f"`{s}`" for s in signatures)]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--results", default="results", type=Path)
+    parser.add_argument("--readme", default=Path(__file__).resolve().parent / "README.md", type=Path)
+    args = parser.parse_args()
+    text = args.readme.read_text(encoding="utf-8")
+    head, _, rest = text.partition(BEGIN)
+    _, _, tail = rest.partition(END)
+    args.readme.write_text(f"{head}{BEGIN}\n{table(args.results)}\n{END}{tail}", encoding="utf-8")
+    print(table(args.results))
+
+
+if __name__ == "__main__":
+    main()
