@@ -1,0 +1,222 @@
+"""What every bench script shares: options, timing, peak RSS, medians, reports and tables.
+
+Conventions for every script in ``bench/`` (``run_all.py`` relies on them):
+
+* ``--quick``: a tiny data slice and a few steps, only the peers that are installed; used
+  by ``tests/test_bench_quick.py`` so no script can rot. The full run is not part of CI.
+* ``--repeats N``: each figure is the median of N runs (default 3; 1 with ``--quick``).
+* ``--json FILE``: besides printing a markdown table on stdout, write the report as JSON::
+
+      {"script": "train_speed", "title": "...", "quick": false,
+       "columns": ["model", "toolkit", ...], "rows": [["transformer", "nmt-cli", ...], ...],
+       "notes": ["one sentence per note", ...], "versions": {"torch": "2.13.0+cpu", ...}}
+
+  Cells are strings (already formatted) so the table reads the same everywhere.
+  ``run_all.py`` renders every script's JSON into ``BENCHMARKS.md``, with the machine
+  description from :func:`machine_description`. Build it with :class:`Report`.
+* A peer that cannot be installed keeps its row, with the reason in place of the figures.
+* Two CPU threads for every toolkit (:data:`THREADS`), set through the environment of
+  every subprocess (:func:`thread_env`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO = BENCH_DIR.parent
+WORK_DIR = BENCH_DIR / ".work"  # git-ignored scratch space for prepared data, runs and outputs
+MULTI30K = Path(os.environ.get("NMT_SHARED_DATA", REPO.parent / "shared" / "data")) / "multi30k"
+THREADS = 2
+
+sys.path.insert(0, str(REPO))  # bench scripts run as files; make the project importable
+
+from nmt_cli.fileio import atomic_write_json  # noqa: E402  (after the path fix above)
+
+
+def bench_arguments(description: str) -> argparse.ArgumentParser:
+    """An argument parser with the options every bench script takes."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny data slice, a few steps, installed peers only (for tests)")
+    parser.add_argument("--repeats", type=int, default=None,
+                        help="runs per figure; the median is reported (default 3, 1 with --quick)")
+    parser.add_argument("--json", type=Path, default=None, metavar="FILE",
+                        help="also write the report as JSON (read by run_all.py)")
+    parser.add_argument("--work", type=Path, default=WORK_DIR,
+                        help=f"scratch folder (default {WORK_DIR.relative_to(REPO)})")
+    return parser
+
+
+def repeats_of(args: argparse.Namespace) -> int:
+    """How many runs each figure is the median of."""
+    return args.repeats if args.repeats is not None else (1 if args.quick else 3)
+
+
+def thread_env(threads: int = THREADS, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment that holds a subprocess's torch/OpenMP/MKL pools to ``threads`` threads."""
+    env = dict(os.environ)
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        env[name] = str(threads)
+    env.update(extra or {})
+    return env
+
+
+@dataclass
+class Measured:
+    """How a subprocess ended: exit status, wall-clock seconds and its peak resident memory."""
+
+    returncode: int
+    seconds: float
+    peak_rss_mb: float
+    log: Path
+
+
+def run_measured(command: Sequence[str], log: Path, env: dict[str, str] | None = None,
+                 cwd: Path | None = None, stdin: Path | None = None,
+                 stdout: Path | None = None) -> Measured:
+    """Run ``command`` with output to ``log`` (stdout to ``stdout`` when given).
+
+    The peak RSS comes from ``wait4``'s resource usage of that child, so it covers the
+    process (and any children it waited for) and nothing else running on the machine.
+    """
+    log.parent.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    with log.open("w") as log_handle:
+        out_handle = stdout.open("w") if stdout else log_handle
+        in_handle = stdin.open() if stdin else subprocess.DEVNULL
+        try:
+            process = subprocess.Popen([str(part) for part in command], env=env, cwd=cwd,
+                                       stdin=in_handle, stdout=out_handle, stderr=log_handle)
+            _, status, usage = os.wait4(process.pid, 0)
+            process.returncode = os.waitstatus_to_exitcode(status)
+        finally:
+            if stdout:
+                out_handle.close()
+            if stdin:
+                in_handle.close()
+    return Measured(process.returncode, time.perf_counter() - started, usage.ru_maxrss / 1024, log)
+
+
+def tail(path: Path, lines: int = 15) -> str:
+    """The last lines of a log, to quote when a run fails."""
+    if not path.is_file():
+        return "(no log)"
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def self_peak_rss_mb() -> float:
+    """Peak resident memory of this process so far, in MiB."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def median_after_warmup(values: Sequence[float]) -> float:
+    """Median of per-interval figures with the first interval dropped as warm-up."""
+    kept = list(values[1:]) if len(values) > 1 else list(values)
+    if not kept:
+        raise ValueError("no interval was logged")
+    return statistics.median(kept)
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values)
+
+
+def fmt(value: float | None, digits: int = 0) -> str:
+    """A figure with thousands separators; '-' when absent."""
+    if value is None:
+        return "-"
+    return f"{value:,.{digits}f}"
+
+
+def fmt_ratio(ours: float | None, theirs: float | None) -> str:
+    """``ours / theirs`` as e.g. ``1.52x``; '-' when either side is missing."""
+    if not ours or not theirs:
+        return "-"
+    return f"{ours / theirs:.2f}x"
+
+
+def markdown_table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A GitHub markdown table; numeric-looking columns are right-aligned."""
+    def numeric(index: int) -> bool:
+        cells = [row[index] for row in rows if row[index] not in ("-", "")]
+        return bool(cells) and all(c.replace(",", "").replace(".", "").rstrip("x%").lstrip("-").isdigit()
+                                   for c in cells)
+
+    align = ["---:" if numeric(i) else "---" for i in range(len(columns))]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join(align) + "|"]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+@dataclass
+class Report:
+    """One bench script's result: a titled table plus notes, printed and saved as JSON."""
+
+    script: str
+    title: str
+    columns: list[str]
+    quick: bool = False
+    rows: list[list[str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    versions: dict[str, str] = field(default_factory=dict)
+
+    def add_row(self, *cells: str) -> None:
+        if len(cells) != len(self.columns):
+            raise ValueError(f"row has {len(cells)} cells for {len(self.columns)} columns")
+        self.rows.append([str(cell) for cell in cells])
+
+    def to_markdown(self) -> str:
+        parts = [f"## {self.title}", "", markdown_table(self.columns, self.rows)]
+        if self.notes:
+            parts += [""] + [f"- {note}" for note in self.notes]
+        return "\n".join(parts) + "\n"
+
+    def to_json(self) -> dict:
+        return {"script": self.script, "title": self.title, "quick": self.quick,
+                "columns": self.columns, "rows": self.rows, "notes": self.notes,
+                "versions": self.versions}
+
+    def emit(self, json_path: Path | None) -> None:
+        """Print the markdown table; write the JSON report when asked."""
+        print(self.to_markdown(), flush=True)
+        if json_path is not None:
+            atomic_write_json(json_path, self.to_json())
+
+
+def machine_description() -> dict[str, str]:
+    """CPU model, cores, memory, OS, Python and torch: the header of ``BENCHMARKS.md``."""
+    cpu = platform.processor() or "unknown CPU"
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    memory = "unknown"
+    meminfo = Path("/proc/meminfo")
+    if meminfo.is_file():
+        total_kb = int(meminfo.read_text().split("MemTotal:")[1].split()[0])
+        memory = f"{total_kb / 1024 ** 2:.1f} GiB"
+    import torch
+
+    return {"cpu": cpu, "cores": str(os.cpu_count()), "memory": memory,
+            "os": f"{platform.system()} {platform.release()}",
+            "python": platform.python_version(), "torch": torch.__version__,
+            "threads per toolkit": str(THREADS)}
+
+
+def project_version() -> str:
+    from nmt_cli import __version__
+
+    return __version__

@@ -1,0 +1,83 @@
+"""The architecture, batch and schedule that every toolkit gets in one comparison.
+
+Each runner translates these into its toolkit's own options; where a toolkit cannot
+express a setting (OpenNMT-py's Transformer is pre-norm only, fairseq has neither GRU
+nor Bahdanau attention), the runner says so in :func:`deviations`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class TransformerSpec:
+    """A Transformer encoder-decoder; embeddings shared by encoder, decoder and output layer."""
+
+    layers: int = 2
+    d_model: int = 128
+    heads: int = 4
+    ffn: int = 512
+    dropout: float = 0.1
+    post_norm: bool = True
+    tied_embeddings: bool = True
+
+    kind = "transformer"
+
+    def describe(self) -> str:
+        norm = "post-norm" if self.post_norm else "pre-norm"
+        return f"Transformer {self.layers}+{self.layers} layers, d {self.d_model}, {self.heads} heads, ffn {self.ffn}, {norm}"
+
+
+@dataclass(frozen=True)
+class RnnSpec:
+    """An attentional RNN: bidirectional encoder (``hidden / 2`` per direction), additive attention.
+
+    ``embed == hidden`` lets every toolkit tie its output layer to the embeddings
+    (OpenNMT-py and JoeyNMT tie only when the decoder output size equals the embedding size).
+    """
+
+    cell: str = "lstm"
+    embed: int = 256
+    hidden: int = 256
+    layers: int = 1
+    dropout: float = 0.1
+    tied_embeddings: bool = True
+
+    kind = "rnn"
+
+    def describe(self) -> str:
+        return f"Bahdanau RNN ({self.cell.upper()}), embedding {self.embed}, hidden {self.hidden}, {self.layers} layer(s)"
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    """Batch, steps and schedule, the same for every toolkit.
+
+    ``max_tokens`` is the peers' meaning: padded tokens per side in one batch (fairseq's
+    ``--max-tokens``, OpenNMT-py's and JoeyNMT's token batches); our trainer counts source
+    plus target, so it is given twice this figure. Each table reports the measured target
+    tokens per step so the batches can be compared.
+    """
+
+    max_tokens: int = 2048
+    steps: int = 400
+    log_every: int = 20
+    lr: float = 5e-4
+    warmup: int = 400
+    label_smoothing: float = 0.1
+    seed: int = 1
+
+
+@dataclass(frozen=True)
+class DecodeSpec:
+    """Translation settings shared by every toolkit: sentences per batch and an absolute length cap."""
+
+    beam: int = 5
+    batch_sentences: int = 32
+    max_length: int = 100
+
+
+TINY_TRANSFORMER = TransformerSpec()
+BASE_TRANSFORMER = TransformerSpec(layers=6, d_model=512, heads=8, ffn=2048)
+TINY_RNN = RnnSpec()

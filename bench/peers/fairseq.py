@@ -1,0 +1,135 @@
+"""fairseq (the ``fairseq-fixed`` 0.12.3.1 build): preprocess, ``fairseq-train``, ``fairseq-generate``.
+
+The official fairseq 0.12.2 does not import on Python 3.11 (a dataclass with a mutable
+default); ``fairseq-fixed`` is a community build of 0.12 that does. Quirks handled here
+(see PEERS.md): ``fairseq-generate`` needs ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1`` and,
+without ``--required-batch-size-multiple 1``, silently drops the remainder batch.
+fairseq's RNN is an LSTM with Luong-style ("general") attention: no GRU, no additive
+attention.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from common import run_measured, thread_env
+from peers.arch import DecodeSpec, RnnSpec, TrainSpec, TransformerSpec
+from peers.corpus import PieceCorpus, counted_vocabulary
+from peers.install import venv_bin
+from peers.results import TrainResult, TranslateResult, check
+
+NAME = "fairseq-fixed"
+PEER = "fairseq"
+ENV = {"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
+PARAMS_LINE = re.compile(r"num\. shared model params: ([\d,]+)")
+TRANSLATED_LINE = re.compile(r"Translated ([\d,]+) sentences .* \(([\d.]+) sentences/s")
+HYPOTHESIS_LINE = re.compile(r"^H-(\d+)\t[^\t]*\t(.*)$", re.MULTILINE)
+
+
+def deviations(spec: TransformerSpec | RnnSpec) -> list[str]:
+    """Settings of ``spec`` this toolkit cannot express."""
+    if isinstance(spec, RnnSpec):
+        return ["fairseq's LSTM model uses Luong-style general attention, not additive"]
+    return []
+
+
+def _binarize(dictionary: Path, dest: Path, splits: dict[str, Path]) -> None:
+    """``fairseq-preprocess`` the given ``{split: prefix}`` with our shared dictionary."""
+    if (dest / "preprocess.done").is_file():
+        return
+    command = [venv_bin(PEER, "fairseq-preprocess"), "--source-lang", "src", "--target-lang", "tgt",
+               "--srcdict", dictionary, "--tgtdict", dictionary, "--destdir", dest, "--workers", 1]
+    for split, prefix in splits.items():
+        command += [f"--{split}pref", prefix]
+    check(NAME, run_measured(command, dest.parent / f"{dest.name}.preprocess.log", env=thread_env(1)))
+    (dest / "preprocess.done").write_text("")
+
+
+def _model_arguments(spec: TransformerSpec | RnnSpec) -> list:
+    if isinstance(spec, TransformerSpec):
+        arguments = ["--arch", "transformer", "--encoder-layers", spec.layers, "--decoder-layers", spec.layers,
+                     "--encoder-embed-dim", spec.d_model, "--decoder-embed-dim", spec.d_model,
+                     "--encoder-ffn-embed-dim", spec.ffn, "--decoder-ffn-embed-dim", spec.ffn,
+                     "--encoder-attention-heads", spec.heads, "--decoder-attention-heads", spec.heads,
+                     "--dropout", spec.dropout]
+        if not spec.post_norm:
+            arguments += ["--encoder-normalize-before", "--decoder-normalize-before"]
+    else:
+        if spec.cell != "lstm":
+            raise ValueError(f"fairseq has no {spec.cell.upper()} model, only LSTM")
+        arguments = ["--arch", "lstm", "--encoder-embed-dim", spec.embed, "--decoder-embed-dim", spec.embed,
+                     "--decoder-out-embed-dim", spec.embed, "--encoder-hidden-size", spec.hidden // 2,
+                     "--encoder-bidirectional", "--decoder-hidden-size", spec.hidden,
+                     "--encoder-layers", spec.layers, "--decoder-layers", spec.layers, "--dropout", spec.dropout]
+    return arguments + (["--share-all-embeddings"] if spec.tied_embeddings else [])
+
+
+def train(corpus: PieceCorpus, spec: TransformerSpec | RnnSpec, train_spec: TrainSpec,
+          out_dir: Path, threads: int) -> TrainResult:
+    """Train for ``train_spec.steps`` updates; tokens/s is the ``wps`` of its JSON log lines."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    dictionary = out_dir / "dict.txt"
+    dictionary.write_text(counted_vocabulary(corpus, " "), encoding="utf-8")
+    data = out_dir / "bin"
+    _binarize(dictionary, data, {"train": corpus.path / "train", "valid": corpus.path / "valid"})
+    command = [venv_bin(PEER, "fairseq-train"), data, "--task", "translation", "--source-lang", "src",
+               "--target-lang", "tgt", *_model_arguments(spec),
+               "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", train_spec.lr,
+               "--lr-scheduler", "inverse_sqrt", "--warmup-updates", train_spec.warmup,
+               "--warmup-init-lr", "1e-07", "--clip-norm", "1.0",
+               "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", train_spec.label_smoothing,
+               "--max-tokens", train_spec.max_tokens, "--max-update", train_spec.steps,
+               "--required-batch-size-multiple", 1, "--seed", train_spec.seed,
+               "--log-format", "json", "--log-interval", train_spec.log_every, "--no-progress-bar",
+               "--disable-validation", "--no-epoch-checkpoints", "--save-dir", out_dir / "checkpoints",
+               "--cpu", "--num-workers", 0]
+    measured = check(NAME, run_measured(command, out_dir / "train.log", env=thread_env(threads, ENV)))
+    log = measured.log.read_text(errors="replace")
+    intervals = [json.loads(line[line.index("{"):]) for line in log.splitlines()
+                 if "| train_inner |" in line and "{" in line]
+    params = PARAMS_LINE.search(log)
+    return TrainResult(
+        toolkit=NAME,
+        interval_tokens_per_second=[float(entry["wps"]) for entry in intervals],
+        tokens_per_step=(sum(float(entry["wpb"]) for entry in intervals) / len(intervals)) if intervals else None,
+        parameters=int(params.group(1).replace(",", "")) if params else None,
+        measured=measured,
+        model=out_dir / "checkpoints" / "checkpoint_last.pt",
+    )
+
+
+def translate(model: Path, source: Path, decode: DecodeSpec, out_dir: Path, threads: int) -> TranslateResult:
+    """Translate ``source`` pieces; time from fairseq's own sentences/s (model load excluded).
+
+    ``fairseq-generate`` reads binarized data with both sides, so the source is
+    binarized as source and (unused) target with the training dictionary.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    inputs = out_dir / "input"
+    inputs.mkdir(exist_ok=True)
+    for side in ("src", "tgt"):
+        link = inputs / f"test.{side}"
+        link.unlink(missing_ok=True)
+        link.symlink_to(source.resolve())
+    dictionary = model.parent.parent / "dict.txt"
+    data = out_dir / "test-bin"
+    _binarize(dictionary, data, {"test": inputs / "test"})
+    command = [venv_bin(PEER, "fairseq-generate"), data, "--path", model, "--task", "translation",
+               "--source-lang", "src", "--target-lang", "tgt", "--gen-subset", "test",
+               "--beam", decode.beam, "--batch-size", decode.batch_sentences,
+               "--required-batch-size-multiple", 1, "--max-len-a", 0, "--max-len-b", decode.max_length,
+               "--cpu", "--num-workers", 0]
+    generated = out_dir / f"generate.beam{decode.beam}.out"
+    measured = check(NAME, run_measured(command, out_dir / f"translate.beam{decode.beam}.log",
+                                        env=thread_env(threads, ENV), stdout=generated))
+    output = generated.read_text(encoding="utf-8", errors="replace")
+    by_id = dict((int(index), text) for index, text in HYPOTHESIS_LINE.findall(output))
+    hypotheses = out_dir / f"hyp.beam{decode.beam}.txt"
+    hypotheses.write_text("".join(by_id[i] + "\n" for i in sorted(by_id)), encoding="utf-8")
+    summary = TRANSLATED_LINE.search(output + measured.log.read_text(errors="replace"))
+    sentences = int(summary.group(1).replace(",", ""))
+    seconds = sentences / float(summary.group(2))
+    tokens = sum(len(by_id[i].split()) for i in by_id)
+    return TranslateResult(NAME, sentences, tokens, seconds, hypotheses, measured)

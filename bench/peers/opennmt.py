@@ -1,0 +1,110 @@
+"""OpenNMT-py 3.5.1: train with ``onmt_train``, translate with ``onmt_translate``.
+
+Quirks handled here (see PEERS.md): checkpoints hold an ``argparse.Namespace``, so
+``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1`` is set; the GPU-minded defaults ``bucket_size
+262144`` and ``num_workers 2`` slow a CPU run 6-10x, so ``4096`` and ``0`` are used.
+Its Transformer layers are pre-norm only (a post-norm spec runs pre-norm here).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+from common import run_measured, thread_env
+from peers.arch import DecodeSpec, RnnSpec, TrainSpec, TransformerSpec
+from peers.corpus import PieceCorpus, counted_vocabulary
+from peers.install import venv_bin
+from peers.results import TrainResult, TranslateResult, check, count_output
+
+NAME = "OpenNMT-py"
+PEER = "opennmt"
+ENV = {"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
+STEP_LINE = re.compile(r"Step\s+(\d+)/\s*\d+;.*?bsz:\s*[\d.]+/\s*([\d.]+)/.*?([\d.]+)/\s*([\d.]+) tok/s")
+PARAMS_LINE = re.compile(r"\* number of parameters: (\d+)")
+AVERAGE_TIME_LINE = re.compile(r"Average translation time \(ms\): ([\d.]+)")
+
+
+def deviations(spec: TransformerSpec | RnnSpec) -> list[str]:
+    """Settings of ``spec`` this toolkit cannot express."""
+    if isinstance(spec, TransformerSpec) and spec.post_norm:
+        return ["OpenNMT-py's Transformer is pre-norm only"]
+    return []
+
+
+def _model_options(spec: TransformerSpec | RnnSpec) -> dict:
+    if isinstance(spec, TransformerSpec):
+        return {"encoder_type": "transformer", "decoder_type": "transformer",
+                "enc_layers": spec.layers, "dec_layers": spec.layers, "hidden_size": spec.d_model,
+                "word_vec_size": spec.d_model, "transformer_ff": spec.ffn, "heads": spec.heads,
+                "position_encoding": True, "dropout": [spec.dropout], "attention_dropout": [0.0],
+                "share_embeddings": spec.tied_embeddings, "share_decoder_embeddings": spec.tied_embeddings}
+    return {"encoder_type": "brnn", "decoder_type": "rnn", "rnn_type": spec.cell.upper(),
+            "enc_layers": spec.layers, "dec_layers": spec.layers, "hidden_size": spec.hidden,
+            "word_vec_size": spec.embed, "global_attention": "mlp", "input_feed": 1,
+            "dropout": [spec.dropout], "share_embeddings": spec.tied_embeddings,
+            "share_decoder_embeddings": spec.tied_embeddings}
+
+
+def _noam_learning_rate(spec: TransformerSpec | RnnSpec, train: TrainSpec) -> float:
+    """OpenNMT-py's noam schedule peaks at ``lr * d^-0.5 * warmup^-0.5``; solve for ``train.lr``."""
+    width = spec.d_model if isinstance(spec, TransformerSpec) else spec.hidden
+    return train.lr * (width * train.warmup) ** 0.5
+
+
+def train(corpus: PieceCorpus, spec: TransformerSpec | RnnSpec, train_spec: TrainSpec,
+          out_dir: Path, threads: int) -> TrainResult:
+    """Train for ``train_spec.steps`` steps; tokens/s parsed from its ``Step`` lines."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    vocab = out_dir / "vocab.txt"
+    vocab.write_text(counted_vocabulary(corpus, "\t"), encoding="utf-8")
+    options = {
+        "data": {"corpus_1": {"path_src": str(corpus.text("train", "src")),
+                              "path_tgt": str(corpus.text("train", "tgt"))},
+                 "valid": {"path_src": str(corpus.text("valid", "src")),
+                           "path_tgt": str(corpus.text("valid", "tgt"))}},
+        "src_vocab": str(vocab), "tgt_vocab": str(vocab), "share_vocab": True,
+        "src_vocab_size": 1_000_000, "tgt_vocab_size": 1_000_000, "vocab_size_multiple": 1,
+        "save_model": str(out_dir / "model"), "save_checkpoint_steps": train_spec.steps,
+        "keep_checkpoint": 1, "train_steps": train_spec.steps, "valid_steps": 10 * train_spec.steps + 1,
+        "report_every": train_spec.log_every, "seed": train_spec.seed,
+        "batch_type": "tokens", "batch_size": train_spec.max_tokens, "bucket_size": 4096,
+        "num_workers": 0, "world_size": 1, "gpu_ranks": [], "accum_count": [1],
+        "optim": "adam", "adam_beta1": 0.9, "adam_beta2": 0.98, "decay_method": "noam",
+        "learning_rate": _noam_learning_rate(spec, train_spec), "warmup_steps": train_spec.warmup,
+        "label_smoothing": train_spec.label_smoothing, "max_grad_norm": 1.0,
+        "param_init": 0.0, "param_init_glorot": True,
+        **_model_options(spec),
+    }
+    config = out_dir / "train.yaml"
+    config.write_text(yaml.safe_dump(options), encoding="utf-8")
+    measured = check(NAME, run_measured([venv_bin(PEER, "onmt_train"), "-config", config],
+                                        out_dir / "train.log", env=thread_env(threads, ENV)))
+    log = measured.log.read_text(errors="replace")
+    steps = STEP_LINE.findall(log)
+    params = PARAMS_LINE.search(log)
+    return TrainResult(
+        toolkit=NAME,
+        interval_tokens_per_second=[float(tgt_rate) for _, _, _, tgt_rate in steps],
+        tokens_per_step=sum(float(tgt) for _, tgt, _, _ in steps) / len(steps) if steps else None,
+        parameters=int(params.group(1)) if params else None,
+        measured=measured,
+        model=out_dir / f"model_step_{train_spec.steps}.pt",
+    )
+
+
+def translate(model: Path, source: Path, decode: DecodeSpec, out_dir: Path, threads: int) -> TranslateResult:
+    """Translate ``source`` pieces; time is OpenNMT-py's reported total translation time."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    hypotheses = out_dir / f"hyp.beam{decode.beam}.txt"
+    command = [venv_bin(PEER, "onmt_translate"), "-model", model, "-src", source, "-output", hypotheses,
+               "-beam_size", decode.beam, "-batch_size", decode.batch_sentences, "-batch_type", "sents",
+               "-max_length", decode.max_length, "-report_time", "-seed", 1]
+    measured = check(NAME, run_measured(command, out_dir / f"translate.beam{decode.beam}.log",
+                                        env=thread_env(threads, ENV)))
+    sentences, tokens = count_output(hypotheses)
+    average_ms = float(AVERAGE_TIME_LINE.search(measured.log.read_text(errors="replace")).group(1))
+    seconds = average_ms * sentences / 1000  # its total is rounded to 0.1 s; the average is finer
+    return TranslateResult(NAME, sentences, tokens, seconds, hypotheses, measured)

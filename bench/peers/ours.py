@@ -1,0 +1,130 @@
+"""nmt-cli's side of the comparisons, run like a peer: a subprocess on 2 threads, figures from its own logs.
+
+Training runs ``nmt train`` and reads target tokens/s from ``<run>/metrics.jsonl``
+(first interval dropped as warm-up, median of the rest, validation excluded).
+Translation runs this module as a worker (``python -m peers.ours translate ...`` in
+``bench/``): it loads
+the checkpoint, then times ``Translator.translate`` over batches of 32 length-sorted
+sentences (model load excluded), like the peers' own reported decode times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from common import BENCH_DIR, REPO, THREADS, run_measured, thread_env
+from peers.arch import DecodeSpec, RnnSpec, TrainSpec, TransformerSpec
+from peers.results import TrainResult, TranslateResult, check, count_output
+
+NAME = "nmt-cli"
+PARAMS_LINE = re.compile(r": ([\d,]+) parameters")
+
+
+def model_section(spec: TransformerSpec | RnnSpec, arch: str | None = None) -> dict:
+    """``model:`` settings for ``spec``; ``arch`` picks ``linear_transformer`` or ``rnn_luong``."""
+    if isinstance(spec, TransformerSpec):
+        return {"arch": arch or "transformer", "d_model": spec.d_model, "heads": spec.heads,
+                "ffn_dim": spec.ffn, "encoder_layers": spec.layers, "decoder_layers": spec.layers,
+                "dropout": spec.dropout, "norm_position": "post" if spec.post_norm else "pre",
+                "tie_embeddings": spec.tied_embeddings}
+    return {"arch": arch or "rnn_bahdanau", "rnn_cell": spec.cell, "embed_dim": spec.embed,
+            "hidden_size": spec.hidden, "rnn_layers": spec.layers, "dropout": spec.dropout,
+            "attention": "additive", "tie_embeddings": spec.tied_embeddings}
+
+
+def train(prepared: Path, spec: TransformerSpec | RnnSpec, train_spec: TrainSpec, out_dir: Path,
+          threads: int = THREADS, arch: str | None = None) -> TrainResult:
+    """``nmt train`` for ``train_spec.steps`` steps (no validation until the last step)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    config = {
+        "model": model_section(spec, arch),
+        "train": {"max_tokens": train_spec.max_tokens, "max_steps": train_spec.steps, "lr": train_spec.lr,
+                  "warmup_steps": train_spec.warmup, "label_smoothing": train_spec.label_smoothing,
+                  "schedule": "inverse_sqrt", "adam_betas": [0.9, 0.98], "clip_norm": 1.0,
+                  "seed": train_spec.seed, "num_threads": threads, "log_every": train_spec.log_every,
+                  "valid_every": train_spec.steps, "valid_bleu": False, "early_stop_metric": "loss",
+                  "keep_last": 1, "keep_best": 1, "precision": "fp32"},
+    }
+    config_path = out_dir / "train.yaml"
+    config_path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    run = out_dir / "run"
+    command = [sys.executable, "-m", "nmt_cli", "train", "--config", config_path, "--data", prepared,
+               "--out", run, "--restart", "--device", "cpu"]
+    measured = check(NAME, run_measured(command, out_dir / "train.log", env=thread_env(threads), cwd=REPO))
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    params = PARAMS_LINE.search(measured.log.read_text(errors="replace"))
+    return TrainResult(
+        toolkit=NAME,
+        interval_tokens_per_second=[r["tokens_per_s"] for r in records if r.get("kind") == "train"],
+        tokens_per_step=None,
+        parameters=int(params.group(1).replace(",", "")) if params else None,
+        measured=measured,
+        model=run,
+    )
+
+
+def translate(checkpoint: Path, source_text: Path, decode: DecodeSpec, out_dir: Path,
+              threads: int = THREADS, use_cache: bool = True, label: str = NAME) -> TranslateResult:
+    """Translate raw source text in a worker subprocess; output pieces counted from its token ids."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tag = f"beam{decode.beam}{'' if use_cache else '.nocache'}"
+    hypotheses = out_dir / f"hyp.{tag}.txt"
+    timing = out_dir / f"timing.{tag}.json"
+    command = [sys.executable, "-m", "peers.ours", "translate", checkpoint, source_text, hypotheses,
+               "--beam", decode.beam, "--batch", decode.batch_sentences, "--max-length", decode.max_length,
+               "--threads", threads, *([] if use_cache else ["--no-cache"])]
+    measured = check(label, run_measured(command, out_dir / f"translate.{tag}.log", env=thread_env(threads),
+                                         stdout=timing, cwd=BENCH_DIR))
+    seconds = json.loads(timing.read_text().splitlines()[-1])["seconds"]
+    sentences, tokens = count_output(hypotheses)
+    return TranslateResult(label, sentences, tokens, seconds, hypotheses, measured)
+
+
+def _translate_worker(args: argparse.Namespace) -> None:
+    """Load, then time translation of length-sorted batches of ``--batch`` sentences."""
+    import torch
+
+    from nmt_cli.decoding import Translator
+
+    torch.set_num_threads(args.threads)
+    overrides = {"beam_size": args.beam, "max_len_a": 0.0, "max_len_b": args.max_length, "max_tokens": 10**9}
+    translator = Translator.from_checkpoint(args.checkpoint, device="cpu", overrides=overrides)
+    translator.model.use_cache = not args.no_cache
+    texts = args.source.read_text(encoding="utf-8").splitlines()
+    lengths = [len(translator.tokenizer.encode_src(text)) for text in texts]
+    order = sorted(range(len(texts)), key=lambda i: -lengths[i])
+    pieces: list[list[str]] = [[] for _ in texts]
+    started = time.perf_counter()
+    for start in range(0, len(order), args.batch):
+        batch = order[start:start + args.batch]
+        for index, hypothesis in zip(batch, translator.translate([texts[i] for i in batch])):
+            pieces[index] = translator.tokenizer.tgt_pieces(hypothesis.tokens)
+    seconds = time.perf_counter() - started
+    args.output.write_text("".join(" ".join(p) + "\n" for p in pieces), encoding="utf-8")
+    print(json.dumps({"seconds": seconds}))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="nmt-cli translation worker for the benchmarks")
+    commands = parser.add_subparsers(dest="command", required=True)
+    worker = commands.add_parser("translate")
+    worker.add_argument("checkpoint", type=Path)
+    worker.add_argument("source", type=Path)
+    worker.add_argument("output", type=Path)
+    worker.add_argument("--beam", type=int, required=True)
+    worker.add_argument("--batch", type=int, required=True)
+    worker.add_argument("--max-length", type=int, required=True)
+    worker.add_argument("--threads", type=int, required=True)
+    worker.add_argument("--no-cache", action="store_true", help="Transformer: model.use_cache = False")
+    _translate_worker(parser.parse_args())
+
+
+if __name__ == "__main__":
+    main()

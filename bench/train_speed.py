@@ -1,0 +1,124 @@
+"""Training speed: target tokens/s of nmt-cli against OpenNMT-py, fairseq-fixed and JoeyNMT.
+
+Same Multi30k de->en data and SentencePiece pieces (``nmt prepare``, exported as piece
+text for the peers), same architecture and sizes, same token batch (padded tokens per
+side, fairseq's ``--max-tokens`` meaning, which our trainer also uses), same schedule,
+2 CPU threads each. Every toolkit runs as a subprocess of this script and its figure is
+its own logged target tokens/s: first logging interval dropped as warm-up, median of the
+rest, validation excluded. Each figure is the median over ``--repeats`` runs, the
+toolkits taking turns within a repeat so a change of machine load hits all of them.
+
+Models: ``tiny`` (Transformer 2+2 layers, d 128, ~1M parameters), ``base`` (Transformer-base
+shape, a few steps), ``rnn`` (Bahdanau RNN, LSTM 256). ``--quick``: 2,000 pairs, a few
+steps, ``tiny`` and ``rnn`` only, installed peers only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from common import (THREADS, Report, bench_arguments, fmt, fmt_ratio, median, project_version, repeats_of)
+from peers import ours
+from peers.arch import BASE_TRANSFORMER, TINY_RNN, TINY_TRANSFORMER, RnnSpec, TrainSpec, TransformerSpec
+from peers.corpus import export_pieces, prepare_multi30k
+from peers.install import install_record
+from peers.results import PeerRunFailed, TrainResult
+from peers.selection import TRAINING_PEERS, parse_peer_list, peer_label, ready_peers
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One comparison: an architecture and its step budget (full run, quick run)."""
+
+    name: str
+    spec: TransformerSpec | RnnSpec
+    full: TrainSpec
+    quick: TrainSpec | None
+
+
+SETTINGS = {
+    "tiny": Setting("tiny", TINY_TRANSFORMER, TrainSpec(steps=140, log_every=20, warmup=4000),
+                    TrainSpec(steps=8, log_every=2, warmup=100)),
+    "base": Setting("base", BASE_TRANSFORMER, TrainSpec(steps=20, log_every=2, warmup=4000), None),
+    "rnn": Setting("rnn", TINY_RNN, TrainSpec(steps=140, log_every=20, warmup=4000),
+                   TrainSpec(steps=8, log_every=2, warmup=100)),
+}
+
+
+def run_toolkit(runner, corpus, prepared: Path, setting: Setting, train_spec: TrainSpec,
+                out_dir: Path) -> TrainResult:
+    """One training run of one toolkit (``runner`` is ``peers.ours`` or a peer module)."""
+    if runner is ours:
+        return ours.train(prepared, setting.spec, train_spec, out_dir, THREADS)
+    return runner.train(corpus, setting.spec, train_spec, out_dir, THREADS)
+
+
+def main() -> None:
+    parser = bench_arguments(__doc__.splitlines()[0])
+    parser.add_argument("--peers", default="all", help=f"all, none, or a comma list of {', '.join(TRAINING_PEERS)}")
+    parser.add_argument("--models", default=None, help=f"comma list of {', '.join(SETTINGS)} (default: all; "
+                        "--quick: tiny,rnn)")
+    args = parser.parse_args()
+    repeats = repeats_of(args)
+    model_names = args.models.split(",") if args.models else (["tiny", "rnn"] if args.quick else list(SETTINGS))
+    runners, missing = ready_peers(parse_peer_list(args.peers, TRAINING_PEERS), args.quick)
+
+    work = args.work / "train_speed"
+    prepared = prepare_multi30k(args.work, args.quick)
+    corpus = export_pieces(prepared, args.work / f"{prepared.name}-pieces")
+
+    report = Report("train_speed", "Training speed (target tokens/s, 2 CPU threads)",
+                    ["model", "toolkit", "parameters", "tgt tok/s", "runs (min-max)", "tgt tok/step",
+                     "peak RSS MB", "nmt-cli / toolkit"], quick=args.quick)
+    report.versions = {"nmt-cli": project_version(),
+                       **{peer_label(name): str(install_record(name)["versions"]) for name in runners}}
+    toolkits = {"nmt-cli": ours, **{peer_label(name): runner for name, runner in runners.items()}}
+    for model_name in model_names:
+        setting = SETTINGS[model_name]
+        train_spec = setting.quick if args.quick else setting.full
+        if train_spec is None:
+            report.notes.append(f"{model_name}: skipped in --quick mode")
+            continue
+        results: dict[str, list[TrainResult]] = {label: [] for label in toolkits}
+        failures: dict[str, str] = {}
+        for repeat in range(repeats):
+            for label, runner in toolkits.items():
+                if label in failures:
+                    continue
+                out_dir = work / model_name / label.split()[0] / f"run{repeat}"
+                try:
+                    results[label].append(run_toolkit(runner, corpus, prepared, setting, train_spec, out_dir))
+                except (PeerRunFailed, ValueError) as error:
+                    failures[label] = str(error).splitlines()[0]
+        speeds = {label: median([r.tokens_per_second for r in runs]) for label, runs in results.items() if runs}
+        ours_speed = speeds.get("nmt-cli")
+        fastest_peer = max((s for label, s in speeds.items() if label != "nmt-cli"), default=None)
+        describe = f"{model_name}: {setting.spec.describe()}"
+        for label, runs in results.items():
+            if label in failures:
+                report.add_row(describe, label, "-", f"failed: {failures[label]}", "-", "-", "-", "-")
+                continue
+            per_run = [r.tokens_per_second for r in runs]
+            last = runs[-1]
+            if label != "nmt-cli":
+                ratio = fmt_ratio(ours_speed, speeds[label])
+            else:
+                ratio = f"{fmt_ratio(ours_speed, fastest_peer)} vs fastest peer" if fastest_peer else "-"
+            report.add_row(describe, label, fmt(last.parameters), fmt(speeds[label]),
+                           f"{fmt(min(per_run))}-{fmt(max(per_run))}", fmt(last.tokens_per_step),
+                           fmt(max(r.measured.peak_rss_mb for r in runs)), ratio)
+        for name, why in missing.items():
+            report.add_row(describe, peer_label(name), "-", why, "-", "-", "-", "-")
+        for name, runner in runners.items():
+            for deviation in runner.deviations(setting.spec):
+                report.notes.append(f"{model_name}, {peer_label(name)}: {deviation}")
+        report.notes.append(f"{model_name}: {train_spec.steps} steps of <= {train_spec.max_tokens} tokens, "
+                            f"logged every {train_spec.log_every}; median of {repeats} run(s)")
+    report.notes.append("tgt tok/s: each toolkit's own logged figure, first interval dropped, median of the rest; "
+                        "peak RSS: the training process (wait4 maxrss)")
+    report.emit(args.json)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+"""The bench scripts in ``--quick`` mode, so they cannot rot.
+
+Our side always runs (tiny Multi30k slice, a few steps). Peer runs take a minute or more
+each on 2 cores, so they are opt-in (``NMT_BENCH_PEERS=1``) and skipped, with the reason,
+when the peer is not installed (``python bench/peers/install.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BENCH = REPO / "bench"
+sys.path.insert(0, str(BENCH))
+
+from peers.install import availability  # noqa: E402  (bench/ is not a package)
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory: pytest.TempPathFactory, multi30k: Path) -> Path:
+    """One scratch folder per module, so the prepared Multi30k slice is built once."""
+    return tmp_path_factory.mktemp("bench")
+
+
+def run_bench(script: str, work: Path, *options: str) -> dict:
+    """Run ``bench/<script>.py --quick`` and return its JSON report."""
+    report = work / f"{script}.json"
+    done = subprocess.run([sys.executable, str(BENCH / f"{script}.py"), "--quick", "--work", str(work),
+                           "--json", str(report), *options], capture_output=True, text=True, cwd=REPO,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "| toolkit |" in done.stdout or "| system |" in done.stdout  # the markdown table is printed
+    return json.loads(report.read_text())
+
+
+def rows_by(report: dict, column: str) -> dict[str, dict[str, str]]:
+    index = report["columns"].index(column)
+    return {row[index]: dict(zip(report["columns"], row)) for row in report["rows"]}
+
+
+def figure(cell: str) -> float:
+    return float(cell.replace(",", ""))
+
+
+def test_train_speed_quick_reports_our_throughput_and_memory(work: Path) -> None:
+    report = run_bench("train_speed", work, "--peers", "none", "--models", "tiny")
+    assert report["script"] == "train_speed" and report["quick"] is True
+    ours = rows_by(report, "toolkit")["nmt-cli"]
+    assert figure(ours["tgt tok/s"]) > 0
+    assert 50 < figure(ours["peak RSS MB"]) < 4000
+    assert 500_000 < figure(ours["parameters"]) < 3_000_000  # the ~1M-parameter tiny Transformer
+    assert ours["nmt-cli / toolkit"] == "-"  # no peer measured in this run, so no ratio
+
+
+def test_translate_speed_quick_reports_sentences_per_second(work: Path) -> None:
+    report = run_bench("translate_speed", work, "--peers", "none", "--ours", "transformer")
+    rows = [dict(zip(report["columns"], row)) for row in report["rows"]]
+    assert [(row["system"], row["beam"]) for row in rows] == [("nmt-cli Transformer", "1"),
+                                                            ("nmt-cli Transformer", "5")]
+    for row in rows:
+        sentences_per_second, tokens_per_second = figure(row["sent/s"]), figure(row["out tok/s"])
+        assert sentences_per_second > 0
+        # 100 test sentences, each output at most 16 pieces: tokens/s <= 16 x sentences/s
+        assert tokens_per_second <= 16 * sentences_per_second * 1.01
+        assert 0 < figure(row["output pieces"]) <= 1600
+
+
+@pytest.mark.parametrize("peer", ["opennmt", "fairseq", "joeynmt"])
+def test_peer_training_runner_quick(work: Path, peer: str) -> None:
+    installed, why = availability(peer)
+    if not installed:
+        pytest.skip(f"{peer}: {why}")
+    if os.environ.get("NMT_BENCH_PEERS") != "1":
+        pytest.skip(f"{peer} is installed; peer runs are opt-in (NMT_BENCH_PEERS=1), about a minute each")
+    report = run_bench("train_speed", work, "--peers", peer, "--models", "tiny")
+    rows = rows_by(report, "toolkit")
+    (label,) = [name for name in rows if name != "nmt-cli"]
+    assert figure(rows[label]["tgt tok/s"]) > 0, rows[label]
+    assert rows[label]["nmt-cli / toolkit"].endswith("x")
