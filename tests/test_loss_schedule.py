@@ -44,6 +44,30 @@ def test_loss_equals_torch_cross_entropy_with_smoothing_and_ignores_padding():
     assert label_smoothed_cross_entropy(noisy, target, mask, 0.2)[0].item() == pytest.approx(loss.item(), rel=1e-6)
 
 
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_fused_gradient_equals_autograd_of_the_formula(eps):
+    torch.manual_seed(3)
+    logits = torch.randn(3, 5, 13, dtype=torch.float64, requires_grad=True)
+    target = torch.randint(0, 13, (3, 5))
+    mask = torch.rand(3, 5) > 0.3
+    weights = (torch.rand(2, dtype=torch.float64) + 0.5).tolist()
+
+    def reference(z):
+        log_probs = torch.log_softmax(z, dim=-1)
+        nll = -log_probs.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+        loss = (1 - eps) * nll + eps * -log_probs.mean(dim=-1)
+        return (loss * mask).sum(), (nll * mask).sum()
+
+    def combined(fn):
+        loss, nll = fn(logits)
+        return weights[0] * loss + weights[1] * nll  # both outputs carry gradient
+
+    (expected,) = torch.autograd.grad(combined(reference), logits)
+    (fused,) = torch.autograd.grad(combined(lambda z: label_smoothed_cross_entropy(z, target, mask, eps)), logits)
+    torch.testing.assert_close(fused, expected, rtol=1e-10, atol=1e-12)
+    assert torch.autograd.gradcheck(lambda z: label_smoothed_cross_entropy(z, target, mask, eps), (logits,))
+
+
 def test_inverse_sqrt_follows_the_transformer_schedule_with_peak_lr():
     d_model, warmup, peak = 512, 4000, 7e-4
     schedule = InverseSqrtWarmup(warmup)
