@@ -15,6 +15,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 import torch
 
 from nmt_cli import __version__
+from nmt_cli.allocator import keep_freed_memory
 from nmt_cli.checkpoint import load_averaged, load_checkpoint
 from nmt_cli.config import Config, DecodeConfig
 from nmt_cli.decoding.generator import check_decode_config, generate
@@ -54,6 +55,7 @@ class Translator:
         average: str | None = None,
     ):
         check_decode_config(decode)
+        keep_freed_memory()
         self.device = resolve_device(device)
         self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
+from nmt_cli.allocator import keep_freed_memory
 from nmt_cli.checkpoint import list_checkpoints, load_checkpoint, load_optimizer_state, load_weights, save_checkpoint
 from nmt_cli.config import Config, TrainConfig
 from nmt_cli.data.prepared import PreparedData
@@ -123,6 +124,7 @@ class Trainer:
                  context: DistributedContext, restart: bool = False, stream: TextIO | None = None):
         self.config, self.cfg, self.context = config, config.train, context
         self.device = context.device
+        keep_freed_memory()
         self.run_dir = Path(run_dir)
         self.metric, self.mode = validation_metric(self.cfg)
         if self.cfg.update_freq < 1:
