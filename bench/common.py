@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import shutil
 import resource
 import statistics
 import subprocess
@@ -106,6 +107,15 @@ def run_measured(command: Sequence[str], log: Path, env: dict[str, str] | None =
             if stdin:
                 in_handle.close()
     return Measured(process.returncode, time.perf_counter() - started, usage.ru_maxrss / 1024, log)
+
+
+def fresh_dir(path: Path) -> Path:
+    """An empty folder at ``path``: toolkits resume from checkpoints they find (fairseq's
+    ``checkpoint_last.pt``, our run directories), so a timed run must never see a previous one."""
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    return path
 
 
 def tail(path: Path, lines: int = 15) -> str:

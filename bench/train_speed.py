@@ -18,7 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from common import (THREADS, Report, bench_arguments, fmt, fmt_ratio, median, project_version, repeats_of)
+from common import (THREADS, Report, bench_arguments, fmt, fmt_ratio, fresh_dir, median, project_version,
+                    repeats_of)
 from peers import ours
 from peers.arch import BASE_TRANSFORMER, TINY_RNN, TINY_TRANSFORMER, RnnSpec, TrainSpec, TransformerSpec
 from peers.corpus import export_pieces, prepare_multi30k
@@ -86,7 +87,7 @@ def main() -> None:
             for label, runner in toolkits.items():
                 if label in failures:
                     continue
-                out_dir = work / model_name / label.split()[0] / f"run{repeat}"
+                out_dir = fresh_dir(work / model_name / label.split()[0] / f"run{repeat}")
                 try:
                     results[label].append(run_toolkit(runner, corpus, prepared, setting, train_spec, out_dir))
                 except (PeerRunFailed, ValueError) as error:
