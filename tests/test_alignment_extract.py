@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from nmt_cli.alignment.extract import HeadSelection, default_shift, forced_attention
+from nmt_cli.alignment.extract import HeadSelection, forced_attention
 from nmt_cli.config import ModelConfig
 from nmt_cli.errors import NmtError
 from nmt_cli.models import build_model
@@ -86,11 +86,6 @@ def test_head_selection_parsing_and_range_checks():
         HeadSelection(3, None).check(layers=3, heads=2)
     with pytest.raises(NmtError, match="2 head"):
         HeadSelection(-3, (2,)).check(layers=3, heads=2)
-
-
-def test_shift_defaults_by_family():
-    assert default_shift("transformer") and default_shift("linear_transformer")
-    assert not default_shift("rnn_bahdanau") and not default_shift("rnn_luong")
 
 
 def test_selection_inside_extraction_equals_selection_afterwards():

@@ -68,12 +68,12 @@ def test_cli_align_writes_every_output_and_scores_gold(files, tmp_path):
     result = run("--checkpoint", files["forward"], "--src", root / "src", "--tgt", root / "tgt", "--out", tmp_path,
                  "--heatmaps", 1, "--heatmap-lines", 3, "--gold", root / "gold")
     assert result.exit_code == 0, result.output
-    assert "aligned 3 pairs (layer=-1 heads=all, shift=on, argmax)" in result.stderr
+    assert "aligned 3 pairs (layer=-1 heads=all, shift=off, argmax)" in result.stderr
     assert "1 gold link(s) outside their sentence left out, first at line 3: 9-9" in result.stdout
     hard = read_alignments(tmp_path / "alignments.align")
     soft, settings = load_soft_npz(tmp_path / "soft.npz")
     assert [set(s.links) for s in soft] == [set(h.sure) for h in hard]
-    assert settings["step"] == 7 and settings["shift"] is True
+    assert settings["step"] == 7 and settings["shift"] is False
     as_json = json.loads((tmp_path / "soft.json").read_text(encoding="utf-8"))
     assert as_json["sentences"][1]["tgt_words"] == TGT[1].split()
     np.testing.assert_allclose(np.array(as_json["sentences"][1]["matrix"]), soft[1].matrix, atol=1e-4)
@@ -94,7 +94,9 @@ def test_cli_align_reads_stdin_pairs_and_symmetrises(files, tmp_path):
     assert all(b.sure <= f.sure for f, b in zip(forward, both))  # an intersection keeps only shared links
     settings = json.loads((tmp_path / "both" / "settings.json").read_text(encoding="utf-8"))
     assert settings["symmetrization"] == "intersection"
-    assert settings["shift"] is True and settings["reverse_shift"] is False  # transformer / rnn defaults
+    assert settings["shift"] is False  # no shift unless asked (see AlignOptions)
+    assert run(*common, tmp_path / "shifted", "--shift", input=pairs).exit_code == 0
+    assert json.loads((tmp_path / "shifted" / "settings.json").read_text(encoding="utf-8"))["shift"] is True
     result = run(*common, tmp_path / "bad", "--heads", 1, "--reverse-checkpoint", files["reverse"], input=pairs)
     assert result.exit_code == 1 and "--heads 1 is out of range: the model has 1 head(s)" in result.stderr
 

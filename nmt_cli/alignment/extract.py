@@ -32,10 +32,9 @@ from nmt_cli.errors import NmtError
 from nmt_cli.models.base import Seq2SeqModel
 from nmt_cli.specials import BOS_ID
 
-__all__ = ["HeadSelection", "forced_attention", "default_shift"]
+__all__ = ["HeadSelection", "forced_attention"]
 
 Pair = tuple[Sequence[int], Sequence[int]]
-SHIFTED_ARCHITECTURES = ("transformer", "linear_transformer")
 
 
 @dataclass(frozen=True)
@@ -86,11 +85,6 @@ class HeadSelection:
         layers = attention if self.layer is None else attention[[self.layer]]  # (L', H, T, S)
         heads = layers if self.heads is None else layers[:, list(self.heads)]  # (L', H', T, S)
         return heads.mean(axis=(0, 1))
-
-
-def default_shift(arch: str) -> bool:
-    """Shift-att for the Transformer families (Chen et al.'s finding), no shift for RNN attention."""
-    return arch in SHIFTED_ARCHITECTURES
 
 
 def _batches(pairs: Sequence[Pair], batch_size: int) -> list[list[int]]:

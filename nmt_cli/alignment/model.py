@@ -8,7 +8,7 @@ from typing import Sequence
 
 import numpy as np
 
-from nmt_cli.alignment.extract import HeadSelection, default_shift, forced_attention
+from nmt_cli.alignment.extract import HeadSelection, forced_attention
 from nmt_cli.alignment.words import aggregate_to_words, words_from_pieces
 from nmt_cli.checkpoint import load_checkpoint
 from nmt_cli.decoding.translator import resolve_device
@@ -52,10 +52,6 @@ class AlignmentModel:
         self.tokenizer = checkpoint.tokenizer
         self.model = checkpoint.build_model(resolve_device(device))
         self.batch_size = batch_size
-
-    @property
-    def default_shift(self) -> bool:
-        return default_shift(self.arch)
 
     @property
     def layers_and_heads(self) -> tuple[int, int]:

@@ -50,9 +50,8 @@ def _read_gold(path: str, pairs: int) -> list[GoldAlignment]:
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Output directory.")
 @click.option("--layer", default="-1", help="Decoder layer to read (index, negative from the end, or 'all').")
 @click.option("--heads", default="all", help="Heads to average: comma-separated indices or 'all'.")
-@click.option("--shift/--no-shift", default=None,
-              help="shift-att: read the step where the word is the decoder input "
-                   "[default: on for Transformers, off for RNN attention].")
+@click.option("--shift/--no-shift", default=False, show_default=True,
+              help="shift-att: read the step where the word is the decoder input (try `nmt align sweep`).")
 @click.option("--method", type=click.Choice(METHODS), default="argmax",
               help="Hard links: argmax per target word, or every weight >= --threshold.")
 @click.option("--threshold", type=float, default=0.2, help="Weight threshold for --method threshold.")
