@@ -16,7 +16,7 @@ from pathlib import Path
 
 from common import run_measured, thread_env
 from peers.arch import DecodeSpec, RnnSpec, TrainSpec, TransformerSpec
-from peers.corpus import PieceCorpus, counted_vocabulary
+from peers.corpus import PieceCorpus, counted_vocabulary, source_as_test_pair
 from peers.install import venv_bin
 from peers.results import TrainResult, TranslateResult, check
 
@@ -106,16 +106,10 @@ def translate(model: Path, source: Path, decode: DecodeSpec, out_dir: Path, thre
     ``fairseq-generate`` reads binarized data with both sides, so the source is
     binarized as source and (unused) target with the training dictionary.
     """
-    out_dir.mkdir(parents=True, exist_ok=True)
-    inputs = out_dir / "input"
-    inputs.mkdir(exist_ok=True)
-    for side in ("src", "tgt"):
-        link = inputs / f"test.{side}"
-        link.unlink(missing_ok=True)
-        link.symlink_to(source.resolve())
+    test_prefix = source_as_test_pair(source, out_dir)
     dictionary = model.parent.parent / "dict.txt"
     data = out_dir / "test-bin"
-    _binarize(dictionary, data, {"test": inputs / "test"})
+    _binarize(dictionary, data, {"test": test_prefix})
     command = [venv_bin(PEER, "fairseq-generate"), data, "--path", model, "--task", "translation",
                "--source-lang", "src", "--target-lang", "tgt", "--gen-subset", "test",
                "--beam", decode.beam, "--batch-size", decode.batch_sentences,

@@ -16,7 +16,7 @@ import yaml
 
 from common import run_measured, thread_env
 from peers.arch import DecodeSpec, RnnSpec, TrainSpec, TransformerSpec
-from peers.corpus import PieceCorpus
+from peers.corpus import PieceCorpus, source_as_test_pair
 from peers.install import venv_bin
 from peers.results import TrainResult, TranslateResult, check, count_output
 
@@ -107,16 +107,10 @@ def translate(model: Path, source: Path, decode: DecodeSpec, out_dir: Path, thre
     ``test`` mode reads ``<prefix>.src`` and ``<prefix>.tgt``; the target side is unused
     for timing, so the source file is linked under both names.
     """
-    out_dir.mkdir(parents=True, exist_ok=True)
-    inputs = out_dir / "input"
-    inputs.mkdir(exist_ok=True)
-    for side in ("src", "tgt"):
-        link = inputs / f"test.{side}"
-        link.unlink(missing_ok=True)
-        link.symlink_to(source.resolve())
+    test_prefix = source_as_test_pair(source, out_dir)
     config = yaml.safe_load(model.read_text(encoding="utf-8"))
     config["data"] = {key: value for key, value in config["data"].items() if key not in ("train", "dev")}
-    config["data"]["test"] = str(inputs / "test")
+    config["data"]["test"] = str(test_prefix)
     config["testing"] = {"beam_size": decode.beam, "beam_alpha": 1.0, "batch_size": decode.batch_sentences,
                          "batch_type": "sentence", "max_output_length": decode.max_length,
                          "load_model": str(Path(config["model_dir"]) / "best.ckpt")}
