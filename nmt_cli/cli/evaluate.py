@@ -16,7 +16,6 @@ from nmt_cli.cli.translate import decode_options, one_line
 from sacrebleu.metrics import BLEU
 
 from nmt_cli.evaluation import BootstrapResult, MetricOptions, corpus_scores, paired_bootstrap, parse_metrics
-from nmt_cli.evaluation.checkpoint_eval import evaluate_split
 from nmt_cli.evaluation.text_files import check_same_length, read_lines, read_parallel
 from nmt_cli.fileio import atomic_write_text
 
@@ -61,6 +60,8 @@ def evaluate(hyp_path, ref_paths, checkpoint, prepared_dir, split, output_path, 
     if checkpoint or prepared_dir:
         if not (checkpoint and prepared_dir) or hyp_path or ref_paths:
             raise click.UsageError("use either --hyp with --ref, or --checkpoint with --data")
+        from nmt_cli.evaluation.checkpoint_eval import evaluate_split  # imports torch; only this mode needs it
+
         translator = translator_factory(checkpoint)
         evaluation = evaluate_split(translator, prepared_dir, split, metrics, options)
         hypotheses, references, scores = evaluation.hypotheses, [evaluation.references], evaluation.scores

@@ -14,17 +14,17 @@ import functools
 import json
 import sys
 import time
-from typing import IO, Any, Callable, Iterator
+from typing import IO, TYPE_CHECKING, Any, Callable, Iterator
 
 import click
 
-from nmt_cli.alignment.pharaoh import format_links
-from nmt_cli.alignment.words import word_alignment
 from nmt_cli.cli import cli
 from nmt_cli.config import parse_overrides
-from nmt_cli.decoding import Hypothesis, Translator
 from nmt_cli.errors import ConfigError, InputError
 from nmt_cli.fileio import atomic_open, atomic_write_text
+
+if TYPE_CHECKING:  # torch is imported only when a command translates (`nmt evaluate --hyp` never does)
+    from nmt_cli.decoding import Hypothesis, Translator
 
 
 def decode_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -45,7 +45,11 @@ def decode_options(func: Callable[..., Any]) -> Callable[..., Any]:
         changes = _decode_overrides(overrides)
         changes.update({key: value for key, value in
                         (("beam_size", beam), ("alpha", alpha), ("nbest", nbest)) if value is not None})
-        factory = functools.partial(Translator.from_checkpoint, device=device, average=average, overrides=changes)
+        def factory(checkpoint: str) -> Translator:
+            from nmt_cli.decoding import Translator
+
+            return Translator.from_checkpoint(checkpoint, device=device, average=average, overrides=changes)
+
         return func(*args, translator_factory=factory, **kwargs)
 
     return wrapper
@@ -113,6 +117,9 @@ def jsonl_record(hypothesis: Hypothesis, translator: Translator, alignment: str 
 
 def pharaoh_alignment(source: str, hypothesis: Hypothesis, translator: Translator) -> str:
     """Word links ``i-j`` between the source line and its translation, from the attention."""
+    from nmt_cli.alignment.pharaoh import format_links
+    from nmt_cli.alignment.words import word_alignment
+
     if hypothesis.attention is None or not hypothesis.tokens:
         return ""
     src_pieces = translator.tokenizer.src_pieces(translator.tokenizer.encode_src(source))
