@@ -3,7 +3,8 @@
 Models: every toolkit trains its own tiny Transformer (2+2 layers, d 128, ~1M parameters)
 on the same Multi30k pieces for the same steps (a brief training: enough for outputs of
 a sensible length, not for a good score); CTranslate2 runs the OpenNMT-py model converted.
-nmt-cli also decodes its Transformer without the key/value cache (``model.use_cache =
+nmt-cli also decodes its Transformer with two single-threaded workers (``decode.workers``,
+like CTranslate2's ``inter_threads``), without the key/value cache (``model.use_cache =
 False``), its Bahdanau RNN and its linear Transformer, trained the same way.
 
 Decoding: the 1,000 sentences of Multi30k test2016 (``--quick``: 100), batches of 32
@@ -16,6 +17,7 @@ sentences/s with OpenNMT-py and CTranslate2 float32 (2 inter threads) measured i
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -57,7 +59,7 @@ def train_once(out_dir: Path, train: Callable[[Path], object]) -> Path:
     return Path(marker.read_text())
 
 
-OUR_SYSTEMS = ("transformer", "nocache", "rnn", "linear")
+OUR_SYSTEMS = ("transformer", "workers", "nocache", "rnn", "linear")
 
 
 def our_systems(prepared: Path, source_text: Path, models: Path, train_spec: TrainSpec,
@@ -67,15 +69,17 @@ def our_systems(prepared: Path, source_text: Path, models: Path, train_spec: Tra
         return train_once(models / f"nmt-cli-{name}",
                           lambda out: ours.train(prepared, spec, train_spec, out, THREADS, arch=arch))
 
-    def system(name: str, model: Callable[[], Path], use_cache: bool = True) -> System:
+    def system(name: str, model: Callable[[], Path], use_cache: bool = True, workers: int = 1) -> System:
         return System(name, str(THREADS), lambda decode, out: ours.translate(
-            model(), source_text, decode, out / name.replace(" ", "_"), THREADS, use_cache, name))
+            model(), source_text, decode, out / re.sub(r"\W+", "_", name), THREADS, use_cache, name, workers))
 
     def transformer() -> Path:
         return trained("transformer", TINY_TRANSFORMER)
 
     choices = {
         "transformer": lambda: system("nmt-cli Transformer", transformer),
+        "workers": lambda: system(f"nmt-cli Transformer, {THREADS} workers x 1 thread", transformer,
+                                  workers=THREADS),
         "nocache": lambda: system("nmt-cli Transformer, no cache", transformer, use_cache=False),
         "rnn": lambda: system("nmt-cli Bahdanau RNN (LSTM)", lambda: trained("rnn", TINY_RNN)),
         "linear": lambda: system("nmt-cli linear Transformer",

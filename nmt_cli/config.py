@@ -174,6 +174,10 @@ class DecodeConfig:
     temperature: float = setting(1.0, "sampling: divide log-probabilities by this")
     seed: int = setting(1, "random seed for sampling")
     max_tokens: int = setting(6000, "source tokens per decoding batch")
+    max_sentences: int = setting(0, "sentences per decoding batch (0 = no limit besides max_tokens)")
+    workers: int = setting(
+        1, "CPU: batches decoded at once, each in its own thread with an equal share of torch's threads"
+    )
 
 
 @dataclass(frozen=True)

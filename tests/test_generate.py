@@ -189,6 +189,21 @@ def test_token_budget_batches_sort_by_length_and_respect_the_budget():
         assert len(batch) == 1 or len(batch) * max(lengths[i] for i in batch) <= 14
     assert batches[0] == [1]  # longest first, alone: 2 * 10 > 14
 
+    capped = token_budget_batches(lengths, max_tokens=100, max_sentences=2)
+    assert [len(batch) for batch in capped] == [2, 2, 2]
+    assert sorted(i for batch in capped for i in batch) == list(range(len(lengths)))
+
+
+def test_sampling_does_not_depend_on_the_number_of_workers():
+    script = {(1,): {A: 0.5, B: 0.3, C: 0.2}, (1, A): {EOS_ID: 1.0}, (1, B): {EOS_ID: 1.0}, (1, C): {EOS_ID: 1.0}}
+    sources = [[1]] * 12
+    by_workers = [
+        [h.tokens for h in generate(ScriptedModel(script), sources, decode_config(
+            beam_size=1, sampling="top_k", top_k=0, seed=5, max_sentences=3, workers=workers))]
+        for workers in (1, 3)
+    ]
+    assert by_workers[0] == by_workers[1]
+    assert len({tokens[0] for tokens in by_workers[0]}) > 1
 
 # ---- real architectures, random weights -----------------------------------------------
 
@@ -252,12 +267,28 @@ def test_batched_decoding_equals_one_sentence_at_a_time(arch, beam):
             np.testing.assert_allclose(row_sums, 1.0, atol=1e-5)
 
 
+@pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
+def test_parallel_workers_give_the_output_of_one_worker(arch):
+    model = tiny_model(arch)
+    sources = random_sources(9, seed=3)
+    decode = DecodeConfig(beam_size=3, nbest=2, alpha=0.6, max_len_a=1.0, max_len_b=4, max_sentences=2)
+    threads = torch.get_num_threads()
+    alone = generate(model, sources, decode)
+    together = generate(model, sources, replace(decode, workers=3))
+    assert torch.get_num_threads() == threads  # the caller's thread setting is left alone
+    for one, other in zip(alone, together):
+        assert one.tokens == other.tokens and one.score == other.score
+        assert [h.tokens for h in one.nbest] == [h.tokens for h in other.nbest]
+
+
 def test_bad_decode_settings_fail_with_the_key_named():
     model = ScriptedModel({})
     with pytest.raises(ConfigError, match="decode.beam_size"):
         generate(model, [[1]], decode_config(beam_size=0))
     with pytest.raises(ConfigError, match="decode.temperature"):
         generate(model, [[1]], decode_config(sampling="top_k", temperature=0.0))
+    with pytest.raises(ConfigError, match="decode.workers"):
+        generate(model, [[1]], decode_config(workers=0))
 
 
 def test_decode_length_benchmark_runs_in_quick_mode(tmp_path):

@@ -68,6 +68,25 @@ def test_beam_step_caps_candidates_at_the_vocabulary():
     assert top.shape == tokens.shape == origin.shape == (1, 3)
 
 
+@pytest.mark.parametrize("vocab", [1000, 1009, 64 * 11])  # divisor 50, prime (padded), 64
+def test_beam_step_over_blocks_equals_one_topk_over_every_extension(vocab):
+    """The two-stage selection picks the same scores as a plain topk over all K * V sums."""
+    generator = torch.Generator().manual_seed(vocab)
+    log_probs = torch.log_softmax(torch.randn(4, 3, vocab, generator=generator), dim=-1)  # (B, K, V)
+    log_probs[2, :, :] = -INF
+    log_probs[2, :, EOS_ID] = -0.5  # a sentence at its maximum length: EOS only
+    scores = torch.randn(4, 3, generator=generator, dtype=torch.float64)
+    scores[1, 1:] = -INF  # first step: one live beam
+    top, tokens, origin = beam_step(log_probs, scores, num_candidates=6)
+    everything = (scores.unsqueeze(-1) + log_probs.double()).view(4, -1)  # (B, K * V)
+    assert torch.equal(top, everything.topk(6, dim=1).values)
+    assert tokens.max() < vocab and origin.max() < 3
+    finite = torch.isfinite(top)
+    picked = scores.gather(1, origin) + log_probs[torch.arange(4)[:, None], origin, tokens].double()
+    assert torch.equal(picked[finite], top[finite])
+    assert finite[2].sum() == 3  # three beams may end with EOS, nothing else
+
+
 def test_greedy_tokens_are_the_argmax():
     log_probs = torch.log(torch.tensor([[0.2, 0.5, 0.3], [0.7, 0.1, 0.2]]))
     assert greedy_tokens(log_probs).tolist() == [1, 0]

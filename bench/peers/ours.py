@@ -3,9 +3,9 @@
 Training runs ``nmt train`` and reads target tokens/s from ``<run>/metrics.jsonl``
 (first interval dropped as warm-up, median of the rest, validation excluded).
 Translation runs this module as a worker (``python -m peers.ours translate ...`` in
-``bench/``): it loads
-the checkpoint, then times ``Translator.translate`` over batches of 32 length-sorted
-sentences (model load excluded), like the peers' own reported decode times.
+``bench/``): it loads the checkpoint, then times ``Translator.translate`` over the file in
+length-sorted batches of 32 sentences (model load excluded), like the peers' own
+reported decode times.
 """
 
 from __future__ import annotations
@@ -70,16 +70,20 @@ def train(prepared: Path, spec: TransformerSpec | RnnSpec, train_spec: TrainSpec
     )
 
 
-def translate(checkpoint: Path, source_text: Path, decode: DecodeSpec, out_dir: Path,
-              threads: int = THREADS, use_cache: bool = True, label: str = NAME) -> TranslateResult:
-    """Translate raw source text in a worker subprocess; output pieces counted from its token ids."""
+def translate(checkpoint: Path, source_text: Path, decode: DecodeSpec, out_dir: Path, threads: int = THREADS,
+              use_cache: bool = True, label: str = NAME, workers: int = 1) -> TranslateResult:
+    """Translate raw source text in a worker subprocess; output pieces counted from its token ids.
+
+    ``workers`` batches are decoded at once, each on ``threads // workers`` torch threads
+    (``decode.workers``).
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
-    tag = f"beam{decode.beam}{'' if use_cache else '.nocache'}"
+    tag = f"beam{decode.beam}{'' if use_cache else '.nocache'}{'' if workers == 1 else f'.workers{workers}'}"
     hypotheses = out_dir / f"hyp.{tag}.txt"
     timing = out_dir / f"timing.{tag}.json"
     command = [sys.executable, "-m", "peers.ours", "translate", checkpoint, source_text, hypotheses,
                "--beam", decode.beam, "--batch", decode.batch_sentences, "--max-length", decode.max_length,
-               "--threads", threads, *([] if use_cache else ["--no-cache"])]
+               "--threads", threads, "--workers", workers, *([] if use_cache else ["--no-cache"])]
     measured = check(label, run_measured(command, out_dir / f"translate.{tag}.log", env=thread_env(threads),
                                          stdout=timing, cwd=BENCH_DIR))
     seconds = json.loads(timing.read_text().splitlines()[-1])["seconds"]
@@ -88,25 +92,22 @@ def translate(checkpoint: Path, source_text: Path, decode: DecodeSpec, out_dir: 
 
 
 def _translate_worker(args: argparse.Namespace) -> None:
-    """Load, then time translation of length-sorted batches of ``--batch`` sentences."""
+    """Load, then time one ``Translator.translate`` call over the whole file in length-sorted
+    batches of ``--batch`` sentences (``decode.max_sentences``)."""
     import torch
 
     from nmt_cli.decoding import Translator
 
     torch.set_num_threads(args.threads)
-    overrides = {"beam_size": args.beam, "max_len_a": 0.0, "max_len_b": args.max_length, "max_tokens": 10**9}
+    overrides = {"beam_size": args.beam, "max_len_a": 0.0, "max_len_b": args.max_length, "max_tokens": 10**9,
+                 "max_sentences": args.batch, "workers": args.workers}
     translator = Translator.from_checkpoint(args.checkpoint, device="cpu", overrides=overrides)
     translator.model.use_cache = not args.no_cache
     texts = args.source.read_text(encoding="utf-8").splitlines()
-    lengths = [len(translator.tokenizer.encode_src(text)) for text in texts]
-    order = sorted(range(len(texts)), key=lambda i: -lengths[i])
-    pieces: list[list[str]] = [[] for _ in texts]
     started = time.perf_counter()
-    for start in range(0, len(order), args.batch):
-        batch = order[start:start + args.batch]
-        for index, hypothesis in zip(batch, translator.translate([texts[i] for i in batch])):
-            pieces[index] = translator.tokenizer.tgt_pieces(hypothesis.tokens)
+    hypotheses = translator.translate(texts)
     seconds = time.perf_counter() - started
+    pieces = [translator.tokenizer.tgt_pieces(hypothesis.tokens) for hypothesis in hypotheses]
     args.output.write_text("".join(" ".join(p) + "\n" for p in pieces), encoding="utf-8")
     print(json.dumps({"seconds": seconds}))
 
@@ -122,6 +123,7 @@ def main() -> None:
     worker.add_argument("--batch", type=int, required=True)
     worker.add_argument("--max-length", type=int, required=True)
     worker.add_argument("--threads", type=int, required=True)
+    worker.add_argument("--workers", type=int, default=1, help="batches decoded at once (decode.workers)")
     worker.add_argument("--no-cache", action="store_true", help="Transformer: model.use_cache = False")
     _translate_worker(parser.parse_args())
 

@@ -10,18 +10,20 @@ from torch import Tensor
 from nmt_cli.specials import PAD_ID
 
 
-def token_budget_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
+def token_budget_batches(lengths: Sequence[int], max_tokens: int, max_sentences: int = 0) -> list[list[int]]:
     """Indices grouped into batches of at most ``max_tokens`` padded source tokens.
 
     Sentences are taken longest first, so each batch holds similar lengths and little
-    padding; a sentence longer than the budget gets a batch of its own.
+    padding; a sentence longer than the budget gets a batch of its own. ``max_sentences``
+    (0 = none) also caps the sentences per batch.
     """
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
     batches: list[list[int]] = []
     current: list[int] = []
     for index in order:
         widest = lengths[current[0]] if current else lengths[index]
-        if current and (len(current) + 1) * max(widest, 1) > max_tokens:
+        full = (len(current) + 1) * max(widest, 1) > max_tokens or len(current) == max_sentences
+        if current and full:
             batches.append(current)
             current = []
         current.append(index)
