@@ -55,6 +55,9 @@ def test_chunked_streaming_and_crlf_input_give_the_same_lines(checkpoint):
     whole = run("--checkpoint", str(checkpoint), input=INPUT).stdout
     chunked = run("--checkpoint", str(checkpoint), "--chunk-size", "2", input=INPUT.replace("\n", "\r\n"))
     assert chunked.stdout == whole
+    parallel = run("--checkpoint", str(checkpoint), "--workers", "2", "--set", "decode.max_sentences=1",
+                   input=INPUT)
+    assert parallel.stdout == whole
 
 
 def test_jsonl_records_hold_text_score_tokens_and_nbest(checkpoint):

@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # torch is imported only when a command translates (`nmt eval
 
 
 def decode_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """``--beam --alpha --nbest --average --device --set``; passes a ``translator_factory``.
+    """``--beam --alpha --nbest --workers --average --device --set``; passes a ``translator_factory``.
 
     Calling ``translator_factory(checkpoint)`` loads the checkpoint with these settings.
     """
@@ -36,15 +36,17 @@ def decode_options(func: Callable[..., Any]) -> Callable[..., Any]:
     @click.option("--beam", type=click.IntRange(min=1), help="Beam size; 1 = greedy [default: the checkpoint's].")
     @click.option("--alpha", type=float, help="GNMT length penalty alpha [default: the checkpoint's].")
     @click.option("--nbest", type=click.IntRange(min=1), help="Hypotheses per sentence (at most the beam size).")
+    @click.option("--workers", type=click.IntRange(min=1),
+                  help="CPU: batches decoded at once, sharing the torch threads (decode.workers) [default: 1].")
     @click.option("--average", metavar="last:N", help="Average the weights of the run's last N checkpoints.")
     @click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N (bf16 on CUDA).")
     @click.option("--set", "overrides", multiple=True, metavar="decode.KEY=VALUE",
                   help="Any decoding setting, e.g. --set decode.max_len_b=50 (repeatable).")
     @functools.wraps(func)
-    def wrapper(*args: Any, beam, alpha, nbest, average, device, overrides, **kwargs: Any) -> Any:
+    def wrapper(*args: Any, beam, alpha, nbest, workers, average, device, overrides, **kwargs: Any) -> Any:
         changes = _decode_overrides(overrides)
-        changes.update({key: value for key, value in
-                        (("beam_size", beam), ("alpha", alpha), ("nbest", nbest)) if value is not None})
+        flags = (("beam_size", beam), ("alpha", alpha), ("nbest", nbest), ("workers", workers))
+        changes.update({key: value for key, value in flags if value is not None})
         def factory(checkpoint: str) -> Translator:
             from nmt_cli.decoding import Translator
 
