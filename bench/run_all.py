@@ -73,6 +73,9 @@ def main() -> None:
     parser = bench_arguments(__doc__.splitlines()[0])
     parser.add_argument("--scripts", default=",".join(SCRIPTS), help=f"comma list of {', '.join(SCRIPTS)}")
     parser.add_argument("--out", type=Path, default=REPO / "BENCHMARKS.md", help="the markdown file to write")
+    parser.add_argument("--reuse", action="store_true",
+                        help="take a script's report from an earlier run's <work>/results/<script>.json "
+                             "when there is one (finish an interrupted run without redoing the rest)")
     args = parser.parse_args()
     if not args.quick:
         for peer in PEERS:
@@ -81,6 +84,11 @@ def main() -> None:
     results.mkdir(parents=True, exist_ok=True)
     reports = {}
     for name in args.scripts.split(","):
+        earlier = results / f"{name}.json"
+        if args.reuse and earlier.is_file() and json.loads(earlier.read_text())["quick"] == args.quick:
+            print(f"reusing {earlier}", flush=True)
+            reports[name] = json.loads(earlier.read_text()), f"report of an earlier run ({earlier.name})"
+            continue
         print(f"running bench/{name}.py ...", flush=True)
         reports[name] = run_script(name, args, results)
         print(f"  {reports[name][1].splitlines()[0]}", flush=True)

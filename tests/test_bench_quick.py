@@ -85,3 +85,25 @@ def test_peer_training_runner_quick(work: Path, peer: str) -> None:
     (label,) = [name for name in rows if name != "nmt-cli"]
     assert figure(rows[label]["tgt tok/s"]) > 0, rows[label]
     assert rows[label]["nmt-cli / toolkit"].endswith("x")
+
+
+def test_run_all_renders_benchmarks_md_and_reuses_an_earlier_report(work: Path) -> None:
+    """``make bench`` in miniature: prepare_scale --quick rendered, then re-rendered from its JSON."""
+    out = work / "BENCHMARKS.md"
+    command = [sys.executable, str(BENCH / "run_all.py"), "--quick", "--scripts", "prepare_scale",
+               "--work", str(work), "--out", str(out)]
+    first = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert first.returncode == 0, first.stderr[-3000:]
+    page = out.read_text(encoding="utf-8")
+    for heading in ("# Benchmarks", "## Machine", "## Versions", "Quick mode"):
+        assert heading in page
+    report = json.loads((work / "results" / "prepare_scale.json").read_text())
+    rows = rows_by(report, "pairs")
+    assert figure(rows["20,000"]["peak RSS (MB)"]) > 0 and figure(rows["20,000"]["pairs/s"]) > 0
+    again = subprocess.run([*command, "--reuse"], capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "reusing" in again.stdout
+    reused = out.read_text(encoding="utf-8")
+    assert "report of an earlier run (prepare_scale.json)" in reused
+    table = [line for line in page.splitlines() if line.startswith("| 20,000")]
+    assert table and table == [line for line in reused.splitlines() if line.startswith("| 20,000")]
