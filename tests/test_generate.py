@@ -294,13 +294,16 @@ def test_bad_decode_settings_fail_with_the_key_named():
 def test_decode_length_benchmark_runs_in_quick_mode(tmp_path):
     report_path = tmp_path / "decode_length.json"
     command = [sys.executable, str(REPO / "bench" / "decode_length.py"), "--quick", "--d-model", "16", "--heads", "2",
-               "--ffn-dim", "32", "--layers", "1", "--threads", "1", "--json", str(report_path)]
+               "--ffn-dim", "32", "--layers", "1", "--threads", "1", "--no-cache-max", "256",
+               "--json", str(report_path)]
     finished = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert finished.returncode == 0, finished.stderr[-2000:]
     report = json.loads(report_path.read_text())
     assert report["columns"][1:] == ["transformer + cache", "transformer, no cache", "linear transformer (RNN mode)"]
     assert [row[0] for row in report["rows"]] == ["64", "128", "256", "512", "512 / 64"]
-    assert all(float(cell.rstrip("x")) > 0 for row in report["rows"] for cell in row[1:])
+    cache, no_cache, linear = zip(*(row[1:] for row in report["rows"]))
+    assert all(float(cell.rstrip("x")) > 0 for cell in cache + linear + no_cache[:3])
+    assert no_cache[3].startswith("not run (~") and no_cache[4].endswith("x (256 / 64)")
 
 
 def test_decoding_turns_dropout_off_and_restores_the_training_mode():
