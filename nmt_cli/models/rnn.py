@@ -44,6 +44,7 @@ from nmt_cli.models.embeddings import token_table
 __all__ = ["StackedRNN", "AttentionalRNN", "BahdanauRNN", "LuongRNN"]
 
 RNN_CELLS = {"gru": nn.GRU, "lstm": nn.LSTM}
+TorchState = Tensor | tuple[Tensor, Tensor]  # torch's (layers*dirs, B, H) h, or (h, c) for LSTM
 
 
 class StackedRNN(nn.Module):
@@ -67,24 +68,37 @@ class StackedRNN(nn.Module):
         With ``lengths`` (B,) the batch is packed: each sentence stops at its own length,
         so padding never changes its states (padded outputs are zero).
         """
-        hidden = None if state is None else self._to_torch(state)
+        hidden = None if state is None else self.to_torch(state)
         if lengths is None:
             outputs, final = self.rnn(inputs, hidden)
-            return outputs, self._from_torch(final)
+            return outputs, self.from_torch(final)
         packed = pack_padded_sequence(inputs, lengths.cpu(), batch_first=True, enforce_sorted=False)
         packed_outputs, final = self.rnn(packed, hidden)
         outputs, _ = pad_packed_sequence(packed_outputs, batch_first=True, total_length=inputs.size(1))
-        return outputs, self._from_torch(final)  # (B, T, dirs*H)
+        return outputs, self.from_torch(final)  # (B, T, dirs*H)
 
-    def _to_torch(self, state: State) -> Tensor | tuple[Tensor, Tensor]:
+    def to_torch(self, state: State) -> TorchState:
+        """Batch-first state -> torch's (layers*dirs, B, H) ``h`` or ``(h, c)``.
+
+        A step-by-step loop converts once before its first step and keeps torch's layout
+        (``step``, :meth:`top_hidden`) until :meth:`from_torch` after its last.
+        """
         hidden = state["hidden"].transpose(0, 1).contiguous()  # (layers*dirs, B, H)
         return (hidden, state["cell"].transpose(0, 1).contiguous()) if self.is_lstm else hidden
 
-    def _from_torch(self, final: Tensor | tuple[Tensor, Tensor]) -> State:
-        """torch's (layers*dirs, B, H) final state -> batch-first (B, layers*dirs, H) tensors."""
+    def from_torch(self, final: TorchState) -> State:
+        """torch's (layers*dirs, B, H) state -> batch-first (B, layers*dirs, H) tensors."""
         if self.is_lstm:
             return {"hidden": final[0].transpose(0, 1), "cell": final[1].transpose(0, 1)}
         return {"hidden": final.transpose(0, 1)}
+
+    def step(self, inputs: Tensor, hidden: TorchState) -> tuple[Tensor, TorchState]:
+        """One time step in torch's layout: (B, 1, I) -> (B, 1, H) top-layer output, next state."""
+        return self.rnn(inputs, hidden)
+
+    def top_hidden(self, hidden: TorchState) -> Tensor:
+        """The top layer's hidden state ``s_t`` (B, H) of a torch-layout state."""
+        return (hidden[0] if self.is_lstm else hidden)[-1]
 
 
 class AttentionalRNN(Seq2SeqModel):
@@ -200,20 +214,22 @@ class BahdanauRNN(AttentionalRNN):
 
     def _decode_block(self, tokens: Tensor, memory: Memory, state: State) -> tuple[Tensor, Tensor, State]:
         embedded = self.dropout(self.tgt_embed(tokens))  # (B, T, E)
+        steps = state["step"][:, None] + torch.arange(tokens.size(1), device=tokens.device)  # (B, T)
+        hidden = self.decoder_rnn.to_torch(state)
         outputs, contexts, weights = [], [], []
         for t in range(tokens.size(1)):
-            query = state["hidden"][:, -1:]  # (B, 1, H): top layer s_{t-1}
-            context, step_weights = self._attend(query, memory, state["step"][:, None])  # c_t, alpha_t
+            query = self.decoder_rnn.top_hidden(hidden)[:, None]  # (B, 1, H): top layer s_{t-1}
+            context, step_weights = self._attend(query, memory, steps[:, t:t + 1])  # c_t, alpha_t
             step_input = torch.cat([embedded[:, t:t + 1], context], dim=-1)  # (B, 1, E+H)
-            output, rnn_state = self.decoder_rnn(step_input, state)  # (B, 1, H): s_t
-            state = {**rnn_state, "step": state["step"] + 1}
+            output, hidden = self.decoder_rnn.step(step_input, hidden)  # (B, 1, H): s_t
             outputs.append(output)
             contexts.append(context)
             weights.append(step_weights)
         readout_input = torch.cat([torch.cat(outputs, 1), torch.cat(contexts, 1), embedded], dim=-1)
         pieces = self.readout(readout_input)  # (B, T, 2H+E) -> (B, T, 2E)
         features = pieces.unflatten(-1, (-1, 2)).amax(dim=-1)  # (B, T, E): maxout over pairs
-        return self.dropout(features), torch.cat(weights, 1), state
+        next_state = {**self.decoder_rnn.from_torch(hidden), "step": steps[:, -1] + 1}
+        return self.dropout(features), torch.cat(weights, 1), next_state
 
 
 @MODELS.register("rnn_luong")
@@ -251,12 +267,13 @@ class LuongRNN(AttentionalRNN):
             states, rnn_state = self.decoder_rnn(embedded, state)  # (B, T, H)
             features, weights = self._attentional_hidden(states, memory, steps)
             return features, weights, {**rnn_state, **next_step}
-        feed, rnn_state, features, weights = state["feed"], state, [], []
+        feed, hidden, features, weights = state["feed"], self.decoder_rnn.to_torch(state), [], []
         for t in range(tokens.size(1)):
             step_input = torch.cat([embedded[:, t], feed], dim=-1)[:, None]  # (B, 1, E+H)
-            top, rnn_state = self.decoder_rnn(step_input, rnn_state)  # (B, 1, H)
+            top, hidden = self.decoder_rnn.step(step_input, hidden)  # (B, 1, H)
             attentional, step_weights = self._attentional_hidden(top, memory, steps[:, t:t + 1])
             feed = attentional[:, 0]  # (B, H)
             features.append(attentional)
             weights.append(step_weights)
+        rnn_state = self.decoder_rnn.from_torch(hidden)
         return torch.cat(features, 1), torch.cat(weights, 1), {**rnn_state, **next_step, "feed": feed}

@@ -9,14 +9,14 @@ from torch import Tensor
 def masked_softmax(scores: Tensor, mask: Tensor | None, dim: int = -1) -> Tensor:
     """Softmax over ``dim`` where ``mask == False`` positions get exactly zero weight.
 
-    ``mask`` (True = real key) broadcasts against ``scores``. A row with no real key
-    (only possible for fully padded rows) returns all zeros instead of NaN.
+    ``mask`` (True = real key) broadcasts against ``scores``. Masked scores become
+    ``-inf``, so their weight is ``exp(-inf) = 0`` exactly; a row with no real key (only
+    possible for fully padded rows) would be NaN and returns all zeros instead.
     """
     if mask is None:
         return torch.softmax(scores, dim=dim)
-    scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores, dim=dim)
-    return weights.masked_fill(~mask, 0.0).nan_to_num(0.0)
+    weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=dim)
+    return weights.nan_to_num(0.0)
 
 
 def attend(weights: Tensor, values: Tensor) -> Tensor:
