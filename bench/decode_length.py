@@ -91,6 +91,14 @@ def cell(times: list[float], lengths: list[int], row: int) -> str:
     return f"not run (~{seconds / 60:.0f} min)"
 
 
+def growth(times: list[float], lengths: list[int]) -> str:
+    """Time per step at the longest length measured over that at the shortest."""
+    ratio = f"{times[-1] / times[0]:.2f}x"
+    if len(times) == len(lengths):
+        return ratio
+    return f"{ratio} ({fmt(lengths[len(times) - 1])} / {lengths[0]})"
+
+
 def main(argv: list[str] | None = None) -> dict[str, list[float]]:
     parser = bench_arguments(__doc__.splitlines()[0])
     parser.add_argument("--d-model", type=int, default=256)
@@ -111,10 +119,7 @@ def main(argv: list[str] | None = None) -> dict[str, list[float]]:
                     *VARIANTS], quick=args.quick, versions={"torch": torch.__version__})
     for row, length in enumerate(lengths):
         report.add_row(fmt(length), *(cell(table[column], lengths, row) for column in VARIANTS))
-    report.add_row(f"{lengths[-1]} / {lengths[0]}", *(
-        f"{table[c][-1] / table[c][0]:.2f}x" + ("" if len(table[c]) == len(lengths) else
-                                                f" ({fmt(lengths[len(table[c]) - 1])} / {lengths[0]})")
-        for c in VARIANTS))
+    report.add_row(f"{lengths[-1]} / {lengths[0]}", *(growth(table[column], lengths) for column in VARIANTS))
     report.notes += [
         f"Random weights, d_model {args.d_model}, {args.heads} heads, FFN {args.ffn_dim}, {args.layers}+{args.layers} "
         f"layers, vocabulary {VOCAB}, source of {SOURCE_LENGTH} tokens, batch 1, greedy, {args.threads} CPU threads.",

@@ -89,9 +89,10 @@ def main() -> None:
     reports = {}
     for name in args.scripts.split(","):
         earlier = results / f"{name}.json"
-        if args.reuse and earlier.is_file() and json.loads(earlier.read_text())["quick"] == args.quick:
+        report = json.loads(earlier.read_text()) if args.reuse and earlier.is_file() else None
+        if report is not None and report["quick"] == args.quick:
             print(f"reusing {earlier}", flush=True)
-            reports[name] = json.loads(earlier.read_text()), f"report of an earlier run ({earlier.name})"
+            reports[name] = report, f"report of an earlier run ({earlier.name})"
             continue
         print(f"running bench/{name}.py ...", flush=True)
         reports[name] = run_script(name, args, results)

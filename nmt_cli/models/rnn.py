@@ -177,6 +177,11 @@ class AttentionalRNN(Seq2SeqModel):
         logits = self.output(features)  # (B, T, V)
         return logits, weights[:, None, None] if need_attention else None  # (B, 1, 1, T, S)
 
+    @staticmethod
+    def _block_steps(tokens: Tensor, state: State) -> Tensor:
+        """Decoder step index (B, T) of each token in a block that starts at ``state["step"]``."""
+        return state["step"][:, None] + torch.arange(tokens.size(1), device=tokens.device)
+
     def _attend(self, queries: Tensor, memory: Memory, steps: Tensor) -> tuple[Tensor, Tensor]:
         """(B, T, H) queries at decoder steps (B, T) -> context (B, T, H), weights (B, T, S)."""
         return self.attention(
@@ -214,7 +219,7 @@ class BahdanauRNN(AttentionalRNN):
 
     def _decode_block(self, tokens: Tensor, memory: Memory, state: State) -> tuple[Tensor, Tensor, State]:
         embedded = self.dropout(self.tgt_embed(tokens))  # (B, T, E)
-        steps = state["step"][:, None] + torch.arange(tokens.size(1), device=tokens.device)  # (B, T)
+        steps = self._block_steps(tokens, state)  # (B, T)
         hidden = self.decoder_rnn.to_torch(state)
         outputs, contexts, weights = [], [], []
         for t in range(tokens.size(1)):
@@ -261,7 +266,7 @@ class LuongRNN(AttentionalRNN):
 
     def _decode_block(self, tokens: Tensor, memory: Memory, state: State) -> tuple[Tensor, Tensor, State]:
         embedded = self.dropout(self.tgt_embed(tokens))  # (B, T, E)
-        steps = state["step"][:, None] + torch.arange(tokens.size(1), device=tokens.device)  # (B, T)
+        steps = self._block_steps(tokens, state)  # (B, T)
         next_step = {"step": steps[:, -1] + 1}
         if not self.input_feeding:  # the recurrence does not need the attention: one call for all T
             states, rnn_state = self.decoder_rnn(embedded, state)  # (B, T, H)
