@@ -36,6 +36,8 @@ def table(results: Path) -> str:
     lines = ["| " + " | ".join(title for _, title in COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for row in rows:
         cells = [f"{row[key]:,}" if key == "params" and row.get(key) else str(row.get(key, "")) for key, _ in COLUMNS]
+        if row.get("overrides"):
+            cells[0] += " (" + ", ".join(f"`{item}`" for item in row["overrides"]) + ")"
         lines.append("| " + " | ".join(cell if cell != "None" else "-" for cell in cells) + " |")
     signatures = sorted({row["signature"] for row in rows if row.get("signature")})
     lines += ["", "sacreBLEU signature: " + "; ".join(f"`{s}`" for s in signatures)]

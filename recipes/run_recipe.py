@@ -150,7 +150,7 @@ def run(name: str, out_root: Path, check: bool, extra: list[str], hub_root: str 
     if gold.is_file():
         nmt("align", "score", "--gold", str(gold), "--hyp", str(out / "align" / "alignments.align"), "--json",
             log=log, stdout=out / "aer.json")
-    write_summary(name, out, raw, train_seconds)
+    write_summary(name, out, raw, train_seconds, extra)
     show_samples(data / f"test.{src_lang}", ref, hyp)
     print(open(out / "summary.md", encoding="utf-8").read())
     heatmaps = sorted((out / "align").glob("heatmaps/*.png"))
@@ -167,7 +167,9 @@ def show_samples(source: Path, reference: Path, hypothesis: Path, count: int = 3
     print()
 
 
-def write_summary(name: str, out: Path, raw: dict, train_seconds: float) -> None:
+def write_summary(name: str, out: Path, raw: dict, train_seconds: float, overrides: list[str]) -> None:
+    """Write the run's one-row summary; ``overrides`` (the ``--set`` items) are kept so a
+    shortened run is never mistaken for the recipe as written."""
     score = json.loads((out / "score.json").read_text(encoding="utf-8"))
     like = json.loads((out / "score_lc_tok.json").read_text(encoding="utf-8"))
     state = json.loads((out / "run" / "summary.json").read_text(encoding="utf-8")) \
@@ -175,6 +177,7 @@ def write_summary(name: str, out: Path, raw: dict, train_seconds: float) -> None
     aer = json.loads((out / "aer.json").read_text(encoding="utf-8")) if (out / "aer.json").is_file() else {}
     row = {
         "recipe": name,
+        "overrides": overrides,
         "bleu": _rounded(_metric(score, "BLEU"), 1),
         "bleu_lc_tok": _rounded(_metric(like, "BLEU"), 1),
         "chrf": _rounded(_metric(score, "chrF"), 1),

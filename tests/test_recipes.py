@@ -78,3 +78,21 @@ def test_recipe_runs_every_stage(name: str, hub_root: Path, tmp_path: Path, requ
     assert (out / "run" / "config.yaml").is_file() and (out / "run" / "learning_curve.png").is_file()
     assert sorted((out / "align").glob("*.png")) or sorted((out / "align").glob("heatmaps/*.png"))
     assert (out / "summary.md").read_text(encoding="utf-8").startswith("| recipe |")
+
+
+def test_results_table_names_overrides(tmp_path: Path) -> None:
+    """A shortened run (``--set train.max_minutes=60``) is labelled in the table, never passed off as the recipe."""
+    sys.path.insert(0, str(REPO / "recipes"))
+    try:
+        import results_table
+    finally:
+        sys.path.pop(0)
+    rows = {"full": [], "short": ["train.max_minutes=60"]}
+    for name, overrides in rows.items():
+        (tmp_path / name).mkdir()
+        row = {"recipe": name, "overrides": overrides, "bleu": 30.0, "params": 1234567, "signature": "nrefs:1|x"}
+        (tmp_path / name / "summary.json").write_text(json.dumps(row), encoding="utf-8")
+    lines = results_table.table(tmp_path).splitlines()
+    assert lines[2].startswith("| full | 30.0 |") and "1,234,567" in lines[2]
+    assert lines[3].startswith("| short (`train.max_minutes=60`) | 30.0 |")
+    assert lines[-1] == "sacreBLEU signature: `nrefs:1|x`"
