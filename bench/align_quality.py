@@ -16,11 +16,16 @@ Our side runs the CLI, ``nmt prepare`` -> ``nmt train`` -> ``nmt align`` (argmax
 one per target word, in several layer/shift settings; alignment is cheap once trained).
 On the synthetic corpus ``nmt align sweep`` also picks the layer, heads and shift on a
 separate gold-aligned development set, and that reading is scored on the test pairs.
+A second model is trained in the opposite direction (English -> German) and ``nmt align
+--reverse-checkpoint`` symmetrises the two directions' links (Koehn et al. 2003).
+
 eflomal (``bench/.peers/eflomal``, installed by ``python bench/peers/install.py eflomal``)
-aligns the same text: its forward links (each target word to at most one source word)
-are the counterpart of ours; its grow-diag-final-and symmetrisation (done with our
-:func:`nmt_cli.alignment.symmetrize`) is listed too. Our time is training plus alignment;
-eflomal's is its whole run. Training runs once; ``--repeats`` applies to eflomal.
+aligns the same text. Rows are compared like for like: our one-direction readings with
+eflomal's forward links (each target word to at most one source word), and each of our
+symmetrisations with eflomal's forward and reverse links symmetrised by the same
+heuristic (our :func:`nmt_cli.alignment.symmetrize`). Our time is training (both
+directions for the symmetrised rows) plus alignment; eflomal's is its whole run, which
+always aligns both directions. Training runs once; ``--repeats`` applies to eflomal.
 """
 
 from __future__ import annotations
@@ -46,10 +51,13 @@ SHARED = REPO.parent / "shared" / "data"
 GOLD_DEEN = SHARED / "gold-align" / "de-en"
 PUNCTUATION = re.compile(r"""([.,!?;:"()])""")
 
+#: symmetrisations scored for both systems (eflomal also gets "forward")
+SYMMETRIZED = ("intersection", "grow-diag-final", "grow-diag-final-and")
+
 # (label, nmt align options): the default reading, then variants worth knowing about
 OUR_SETTINGS = (
+    ("last layer, no shift (default)", ["--layer", "-1", "--no-shift"]),
     ("last layer, shift-att", ["--layer", "-1", "--shift"]),
-    ("last layer, no shift", ["--layer", "-1", "--no-shift"]),
     ("all layers, shift-att", ["--layer", "all", "--shift"]),
 )
 
@@ -69,7 +77,7 @@ class Scale:
 QUICK = Scale(synthetic_train=300, synthetic_test=30, steps=10, vocab_size=200, max_tokens=1024,
               model=dict(arch="transformer", d_model=32, heads=2, ffn_dim=64, encoder_layers=1, decoder_layers=2,
                          dropout=0.0))
-FULL = Scale(synthetic_train=20000, synthetic_test=500, steps=3000, vocab_size=4000, max_tokens=4096,
+FULL = Scale(synthetic_train=20000, synthetic_test=500, steps=2000, vocab_size=4000, max_tokens=4096,
              model=dict(arch="transformer", d_model=128, heads=4, ffn_dim=512, encoder_layers=3, decoder_layers=3,
                         dropout=0.1))
 
@@ -131,9 +139,9 @@ def deen_corpus(work: Path) -> Corpus:
     return Corpus("de-en", raw, GOLD_DEEN / "gold")
 
 
-def _config(corpus: Corpus, scale: Scale) -> Config:
+def _config(corpus: Corpus, scale: Scale, src_lang: str, tgt_lang: str) -> Config:
     return Config.from_dict({
-        "data": {"source": "files", "path": str(corpus.raw), "src_lang": "de", "tgt_lang": "en",
+        "data": {"source": "files", "path": str(corpus.raw), "src_lang": src_lang, "tgt_lang": tgt_lang,
                  "valid_split": "valid", "vocab_size": scale.vocab_size, "max_length_ratio": 0},
         "model": scale.model,
         "train": {"max_steps": scale.steps, "max_tokens": scale.max_tokens, "lr": 0.002,
@@ -175,10 +183,16 @@ def _row(report: Report, corpus: Corpus, system: str, setting: str, score: Align
 
 
 def run_eflomal(corpus: Corpus, work: Path, repeats: int) -> dict[str, tuple[AlignmentScore, float]]:
-    """eflomal on the training text; the test pairs are its last lines. Median AER over repeats."""
+    """eflomal on the training text; the test pairs are its last lines. Median AER over repeats.
+
+    Returns its forward links and every :data:`SYMMETRIZED` combination of forward and reverse.
+    """
     tool = venv_bin("eflomal", "eflomal-align")
     test_count = len(read_alignments(corpus.gold))
-    runs: dict[str, list[tuple[AlignmentScore, float]]] = {"forward": [], "grow-diag-final-and": []}
+    lengths = [(len(de.split()), len(en.split())) for de, en in zip(
+        corpus.text("test", "de").read_text(encoding="utf-8").splitlines(),
+        corpus.text("test", "en").read_text(encoding="utf-8").splitlines())]
+    runs: dict[str, list[tuple[AlignmentScore, float]]] = {name: [] for name in ("forward", *SYMMETRIZED)}
     for repeat in range(repeats):
         out = work / corpus.name / "eflomal" / str(repeat)
         forward, reverse = out / "forward.align", out / "reverse.align"
@@ -187,16 +201,14 @@ def run_eflomal(corpus: Corpus, work: Path, repeats: int) -> dict[str, tuple[Ali
                          "-f", forward, "-r", reverse, "--overwrite"], out / "eflomal.log")
         forward_links = [pair.sure for pair in read_alignments(forward)[-test_count:]]
         reverse_links = [pair.sure for pair in read_alignments(reverse)[-test_count:]]
-        write_alignments(out / "test.forward.align", forward_links)
-        lengths = [(len(de.split()), len(en.split())) for de, en in zip(
-            corpus.text("test", "de").read_text(encoding="utf-8").splitlines(),
-            corpus.text("test", "en").read_text(encoding="utf-8").splitlines())]
-        write_alignments(out / "test.gdfa.align", [
-            symmetrize(f, r, "grow-diag-final-and", src_len, tgt_len)
-            for f, r, (src_len, tgt_len) in zip(forward_links, reverse_links, lengths)
-        ])
-        runs["forward"].append((_score(corpus, out / "test.forward.align"), measured.seconds))
-        runs["grow-diag-final-and"].append((_score(corpus, out / "test.gdfa.align"), measured.seconds))
+        readings = {"forward": forward_links}
+        for method in SYMMETRIZED:
+            readings[method] = [symmetrize(f, r, method, src_len, tgt_len)
+                                for f, r, (src_len, tgt_len) in zip(forward_links, reverse_links, lengths)]
+        for name, links in readings.items():
+            path = out / f"test.{name}.align"
+            write_alignments(path, links)
+            runs[name].append((_score(corpus, path), measured.seconds))
     return {name: _median_run(results) for name, results in runs.items()}
 
 
@@ -206,15 +218,25 @@ def _median_run(results: list[tuple[AlignmentScore, float]]) -> tuple[AlignmentS
     return ordered[len(ordered) // 2][0], statistics.median(seconds for _, seconds in results)
 
 
-def run_ours(corpus: Corpus, work: Path, scale: Scale,
-             fixed_settings: tuple) -> list[tuple[str, AlignmentScore, float]]:
-    """prepare -> train -> (sweep on dev gold) -> align, through the CLI; seconds add up those steps."""
-    base = work / corpus.name / "nmt"
+def _train(corpus: Corpus, scale: Scale, base: Path, src_lang: str, tgt_lang: str):
+    """``nmt prepare`` + ``nmt train`` of one direction into ``base``; returns the training run."""
     config_path = base / "config.yaml"
-    atomic_write_text(config_path, _config(corpus, scale).to_yaml())
+    atomic_write_text(config_path, _config(corpus, scale, src_lang, tgt_lang).to_yaml())
     _run(_nmt("prepare", "--config", config_path, "--out", base / "prepared", "--quiet"), base / "prepare.log")
-    trained = _run(_nmt("train", "--config", config_path, "--data", base / "prepared", "--out", base / "run",
-                        "--device", "cpu", "--restart"), base / "train.log")
+    return _run(_nmt("train", "--config", config_path, "--data", base / "prepared", "--out", base / "run",
+                     "--device", "cpu", "--restart"), base / "train.log")
+
+
+def run_ours(corpus: Corpus, work: Path, scale: Scale,
+             fixed_settings: tuple) -> list[tuple[str, str, AlignmentScore, float]]:
+    """prepare -> train (both directions) -> (sweep on dev gold) -> align, through the CLI.
+
+    Returns ``(eflomal row to compare with, label, score, seconds)``; seconds add up the
+    steps behind the row (the reverse model's training only for symmetrised rows).
+    """
+    base = work / corpus.name / "nmt"
+    trained = _train(corpus, scale, base, "de", "en")
+    reverse = _train(corpus, scale, work / corpus.name / "nmt-reverse", "en", "de")
     settings = [(label, options, 0.0) for label, options in fixed_settings]
     if corpus.dev_gold is not None:
         ranking = base / "sweep.jsonl"
@@ -223,14 +245,19 @@ def run_ours(corpus: Corpus, work: Path, scale: Scale,
                         base / "sweep.log", ranking)
         best = json.loads(ranking.read_text(encoding="utf-8").splitlines()[0])["options"]
         settings.append((f"picked on dev gold: {best}", best.split(), swept.seconds))
+    # (eflomal reading, label, nmt align options, seconds spent before aligning)
+    readings = [("forward", label, options, trained.seconds + tuning) for label, options, tuning in settings]
+    label, options, tuning = settings[-1]
+    readings += [(method, f"both directions, {method} ({label})",
+                  [*options, "--reverse-checkpoint", work / corpus.name / "nmt-reverse" / "run", "--symmetrize", method],
+                  trained.seconds + reverse.seconds + tuning) for method in SYMMETRIZED]
     results = []
-    for number, (label, options, tuning_seconds) in enumerate(settings):
+    for number, (compared_with, label, options, seconds) in enumerate(readings):
         out = base / f"align-{number}"
         aligned = _run(_nmt("align", "--checkpoint", base / "run", "--src", corpus.text("test", "de"),
                             "--tgt", corpus.text("test", "en"), "--out", out, "--device", "cpu",
                             "--heatmaps", 3, *options), out.with_suffix(".log"))
-        seconds = trained.seconds + tuning_seconds + aligned.seconds
-        results.append((label, _score(corpus, out / "alignments.align"), seconds))
+        results.append((compared_with, label, _score(corpus, out / "alignments.align"), seconds + aligned.seconds))
     return results
 
 
@@ -243,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         script="align_quality",
         title="Word alignment: nmt-cli attention vs eflomal (AER, lower is better)",
         columns=["corpus", "system", "setting", "AER", "precision", "recall", "time s",
-                 "AER ratio vs eflomal", "time ratio vs eflomal"],
+                 "AER ratio vs eflomal (same reading)", "time ratio vs eflomal"],
         quick=args.quick,
     )
     corpora = [synthetic_corpus(work, scale)]
@@ -256,15 +283,14 @@ def main(argv: list[str] | None = None) -> int:
     usable, eflomal_label = availability("eflomal")
     for corpus in corpora:
         eflomal = run_eflomal(corpus, work, repeats_of(args)) if usable else {}
-        reference = eflomal.get("forward")
         ours = run_ours(corpus, work, scale, OUR_SETTINGS[:1] if args.quick else OUR_SETTINGS)
-        for label, score, seconds in ours:
-            _row(report, corpus, "nmt-cli", label, score, seconds, reference)
+        for compared_with, label, score, seconds in ours:
+            _row(report, corpus, "nmt-cli", label, score, seconds, eflomal.get(compared_with))
         for name, (score, seconds) in eflomal.items():
-            _row(report, corpus, eflomal_label, name, score, seconds, reference)
+            _row(report, corpus, eflomal_label, name, score, seconds, eflomal[name])
         if not usable:
             report.add_row(corpus.name, "eflomal", eflomal_label, *["-"] * 6)
-        checked = ours[0][1]
+        checked = ours[0][2]
         if checked.out_of_range:
             report.notes.append(f"{corpus.name}: {checked.out_of_range} gold link(s) outside their sentence "
                                 f"left out (first at {checked.out_of_range_example})")
@@ -272,7 +298,9 @@ def main(argv: list[str] | None = None) -> int:
     report.notes += [
         f"nmt-cli: {model['arch']} {model['encoder_layers']}+{model['decoder_layers']} layers, d_model "
         f"{model['d_model']}, {model['heads']} heads, {scale.steps} steps, trained once; argmax links per target word",
-        f"ratios: ours / eflomal forward; eflomal figures are the median of {repeats_of(args)} run(s)",
+        "the reverse model (en->de) has the same shape and steps; symmetrised rows read it like the forward model",
+        f"ratios: ours / eflomal read the same way (one direction: its forward links; symmetrised: the same "
+        f"heuristic); eflomal figures are the median of {repeats_of(args)} run(s)",
     ]
     report.emit(args.json)
     return 0
