@@ -195,13 +195,23 @@ class Report:
     def to_json(self) -> dict:
         return {"script": self.script, "title": self.title, "quick": self.quick,
                 "columns": self.columns, "rows": self.rows, "notes": self.notes,
-                "versions": self.versions}
+                "versions": self.versions, "measured_at": measured_at()}
 
     def emit(self, json_path: Path | None) -> None:
         """Print the markdown table; write the JSON report when asked."""
         print(self.to_markdown(), flush=True)
         if json_path is not None:
             atomic_write_json(json_path, self.to_json())
+
+
+def measured_at() -> dict[str, str]:
+    """When and at which commit a report was made, so a reused report says where it came from."""
+    try:
+        commit = subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty"],
+                                capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = "unknown (not a git checkout)"
+    return {"commit": commit, "utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
 
 def machine_description() -> dict[str, str]:

@@ -92,7 +92,9 @@ def main() -> None:
         report = json.loads(earlier.read_text()) if args.reuse and earlier.is_file() else None
         if report is not None and report["quick"] == args.quick:
             print(f"reusing {earlier}", flush=True)
-            reports[name] = report, f"report of an earlier run ({earlier.name})"
+            made = report.get("measured_at", {})
+            reports[name] = report, (f"report of an earlier run, commit {made.get('commit', 'not recorded')}, "
+                                     f"{made.get('utc', 'time not recorded')}")
             continue
         print(f"running bench/{name}.py ...", flush=True)
         reports[name] = run_script(name, args, results)

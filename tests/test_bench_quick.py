@@ -104,6 +104,7 @@ def test_run_all_renders_benchmarks_md_and_reuses_an_earlier_report(work: Path) 
     assert again.returncode == 0, again.stderr[-3000:]
     assert "reusing" in again.stdout
     reused = out.read_text(encoding="utf-8")
-    assert "report of an earlier run (prepare_scale.json)" in reused
+    made = report["measured_at"]
+    assert f"report of an earlier run, commit {made['commit']}, {made['utc']}" in reused
     table = [line for line in page.splitlines() if line.startswith("| 20,000")]
     assert table and table == [line for line in reused.splitlines() if line.startswith("| 20,000")]
