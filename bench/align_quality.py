@@ -247,7 +247,8 @@ def run_ours(corpus: Corpus, work: Path, scale: Scale,
         settings.append((f"picked on dev gold: {best}", best.split(), swept.seconds))
     # (eflomal reading, label, nmt align options, seconds spent before aligning)
     readings = [("forward", label, options, trained.seconds + tuning) for label, options, tuning in settings]
-    label, options, tuning = settings[-1]
+    # symmetrise the reading picked on dev gold, else the default one
+    label, options, tuning = settings[-1] if corpus.dev_gold is not None else settings[0]
     readings += [(method, f"both directions, {method} ({label})",
                   [*options, "--reverse-checkpoint", work / corpus.name / "nmt-reverse" / "run", "--symmetrize", method],
                   trained.seconds + reverse.seconds + tuning) for method in SYMMETRIZED]
