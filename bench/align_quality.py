@@ -236,7 +236,8 @@ def run_ours(corpus: Corpus, work: Path, scale: Scale,
     """
     base = work / corpus.name / "nmt"
     trained = _train(corpus, scale, base, "de", "en")
-    reverse = _train(corpus, scale, work / corpus.name / "nmt-reverse", "en", "de")
+    reverse_base = work / corpus.name / "nmt-reverse"
+    reverse = _train(corpus, scale, reverse_base, "en", "de")
     settings = [(label, options, 0.0) for label, options in fixed_settings]
     if corpus.dev_gold is not None:
         ranking = base / "sweep.jsonl"
@@ -250,7 +251,7 @@ def run_ours(corpus: Corpus, work: Path, scale: Scale,
     # symmetrise the reading picked on dev gold, else the default one
     label, options, tuning = settings[-1] if corpus.dev_gold is not None else settings[0]
     readings += [(method, f"both directions, {method} ({label})",
-                  [*options, "--reverse-checkpoint", work / corpus.name / "nmt-reverse" / "run", "--symmetrize", method],
+                  [*options, "--reverse-checkpoint", reverse_base / "run", "--symmetrize", method],
                   trained.seconds + reverse.seconds + tuning) for method in SYMMETRIZED]
     results = []
     for number, (compared_with, label, options, seconds) in enumerate(readings):
