@@ -1,4 +1,4 @@
-"""Label-smoothed loss against hand computations; optimisers and learning-rate schedules."""
+"""Label-smoothed loss (computed block by block) against hand computations and autograd; optimisers and learning-rate schedules."""
 
 from __future__ import annotations
 
@@ -8,10 +8,20 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from nmt_cli.config import TrainConfig
+from nmt_cli.training import loss as loss_module
 from nmt_cli.training.loss import label_smoothed_cross_entropy
 from nmt_cli.training.schedule import InverseSqrtWarmup, LearningRateSchedule, build_optimizer
+
+
+def _identity_layer(vocab: int, dtype=torch.float32) -> nn.Linear:
+    """An output layer whose logits are its input features (V features -> V logits)."""
+    layer = nn.Linear(vocab, vocab, bias=False).to(dtype)
+    with torch.no_grad():
+        layer.weight.copy_(torch.eye(vocab, dtype=dtype))
+    return layer
 
 
 def test_loss_matches_a_hand_computation():
@@ -23,49 +33,100 @@ def test_loss_matches_a_hand_computation():
     log_p = [2.0 - log_z, 0.0 - log_z, -1.0 - log_z]
     expected_nll = -log_p[0]
     expected_loss = (1 - eps) * expected_nll + eps / 3 * -sum(log_p)
-    loss, nll = label_smoothed_cross_entropy(logits, target, mask, eps)
+    loss, nll = label_smoothed_cross_entropy(logits, _identity_layer(3), target, mask, eps)
     assert loss.item() == pytest.approx(expected_loss, abs=1e-6)
     assert nll.item() == pytest.approx(expected_nll, abs=1e-6)
 
 
 def test_loss_equals_torch_cross_entropy_with_smoothing_and_ignores_padding():
     torch.manual_seed(0)
-    logits = torch.randn(3, 5, 11)
+    features = torch.randn(3, 5, 7)
+    layer = nn.Linear(7, 11)
     target = torch.randint(4, 11, (3, 5))
     mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 0, 0, 0, 0]], dtype=torch.bool)
-    loss, nll = label_smoothed_cross_entropy(logits, target, mask, 0.2)
+    loss, nll = label_smoothed_cross_entropy(features, layer, target, mask, 0.2)
+    logits = layer(features).view(-1, 11)
     padded_target = target.masked_fill(~mask, -100)
-    reference = F.cross_entropy(logits.view(-1, 11), padded_target.view(-1), label_smoothing=0.2, reduction="sum")
-    plain = F.cross_entropy(logits.view(-1, 11), padded_target.view(-1), reduction="sum")
+    reference = F.cross_entropy(logits, padded_target.view(-1), label_smoothing=0.2, reduction="sum")
+    plain = F.cross_entropy(logits, padded_target.view(-1), reduction="sum")
     assert loss.item() == pytest.approx(reference.item(), rel=1e-6)
     assert nll.item() == pytest.approx(plain.item(), rel=1e-6)
-    noisy = logits.clone()
+    noisy = features.clone()
     noisy[~mask] = 1e4  # whatever sits at padded positions does not count
-    assert label_smoothed_cross_entropy(noisy, target, mask, 0.2)[0].item() == pytest.approx(loss.item(), rel=1e-6)
+    assert label_smoothed_cross_entropy(noisy, layer, target, mask, 0.2)[0].item() == pytest.approx(loss.item(), rel=1e-6)
+
+
+def _reference_loss(features, layer, target, mask, eps):
+    """The formula through autograd: log_softmax of the whole logits matrix."""
+    log_probs = torch.log_softmax(layer(features), dim=-1)
+    nll = -log_probs.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+    loss = (1 - eps) * nll + eps * -log_probs.mean(dim=-1)
+    return (loss * mask).sum(), (nll * mask).sum()
 
 
 @pytest.mark.parametrize("eps", [0.0, 0.1])
-def test_fused_gradient_equals_autograd_of_the_formula(eps):
+@pytest.mark.parametrize("bias", [False, True])
+def test_blockwise_gradient_equals_autograd_of_the_formula(eps, bias, monkeypatch):
+    """Blocks of 2 rows (15 rows: the last block is short) give autograd's gradient for the
+    features, the weight and the bias; a loss scale (``backward(2.5 * loss)``) carries through."""
+    monkeypatch.setitem(loss_module.BLOCK_ELEMENTS, "cpu", 2 * 13)
     torch.manual_seed(3)
-    logits = torch.randn(3, 5, 13, dtype=torch.float64, requires_grad=True)
+    features = torch.randn(3, 5, 4, dtype=torch.float64, requires_grad=True)
+    layer = nn.Linear(4, 13, bias=bias).double()
     target = torch.randint(0, 13, (3, 5))
     mask = torch.rand(3, 5) > 0.3
-    weights = (torch.rand(2, dtype=torch.float64) + 0.5).tolist()
+    parameters = [features, *layer.parameters()]
 
-    def reference(z):
-        log_probs = torch.log_softmax(z, dim=-1)
-        nll = -log_probs.gather(-1, target.unsqueeze(-1)).squeeze(-1)
-        loss = (1 - eps) * nll + eps * -log_probs.mean(dim=-1)
-        return (loss * mask).sum(), (nll * mask).sum()
+    expected_loss, expected_nll = _reference_loss(features, layer, target, mask, eps)
+    expected = torch.autograd.grad(2.5 * expected_loss, parameters)
+    loss, nll = label_smoothed_cross_entropy(features, layer, target, mask, eps)
+    blockwise = torch.autograd.grad(2.5 * loss, parameters)
+    torch.testing.assert_close(loss, expected_loss, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(nll, expected_nll.detach(), rtol=1e-12, atol=1e-12)
+    assert not nll.requires_grad  # the NLL is reported, not trained on
+    for got, want in zip(blockwise, expected):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+    assert torch.autograd.gradcheck(
+        lambda f, w: label_smoothed_cross_entropy(f, _layer_with(w), target, mask, eps)[0],
+        (features, layer.weight.detach().clone().requires_grad_()),
+    )
 
-    def combined(fn):
-        loss, nll = fn(logits)
-        return weights[0] * loss + weights[1] * nll  # both outputs carry gradient
 
-    (expected,) = torch.autograd.grad(combined(reference), logits)
-    (fused,) = torch.autograd.grad(combined(lambda z: label_smoothed_cross_entropy(z, target, mask, eps)), logits)
-    torch.testing.assert_close(fused, expected, rtol=1e-10, atol=1e-12)
-    assert torch.autograd.gradcheck(lambda z: label_smoothed_cross_entropy(z, target, mask, eps), (logits,))
+def _layer_with(weight: torch.Tensor) -> nn.Module:
+    """A stand-in output layer with the given weight and no bias (for gradcheck)."""
+    layer = nn.Module()
+    layer.weight, layer.bias = weight, None
+    return layer
+
+
+def test_without_gradient_the_values_are_the_same_and_nothing_is_kept():
+    torch.manual_seed(4)
+    features, layer = torch.randn(2, 6, 8), nn.Linear(8, 30)
+    target, mask = torch.randint(0, 30, (2, 6)), torch.ones(2, 6, dtype=torch.bool)
+    with_grad = label_smoothed_cross_entropy(features, layer, target, mask, 0.1)
+    with torch.no_grad():
+        without = label_smoothed_cross_entropy(features, layer, target, mask, 0.1)
+    assert without[0].grad_fn is None
+    torch.testing.assert_close(without[0], with_grad[0].detach())
+    torch.testing.assert_close(without[1], with_grad[1])
+
+
+def test_bf16_autocast_on_cpu_is_close_to_float32():
+    """Under autocast the products run in bf16, the softmax and the sums in float32."""
+    torch.manual_seed(5)
+    features = torch.randn(4, 9, 16, requires_grad=True)
+    layer = nn.Linear(16, 50)
+    target, mask = torch.randint(0, 50, (4, 9)), torch.rand(4, 9) > 0.2
+    loss32, _ = label_smoothed_cross_entropy(features, layer, target, mask, 0.1)
+    grad32 = torch.autograd.grad(loss32, [features, layer.weight])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss16, _ = label_smoothed_cross_entropy(features, layer, target, mask, 0.1)
+    grad16 = torch.autograd.grad(loss16, [features, layer.weight])
+    assert loss16.dtype == torch.float32
+    assert loss16.item() == pytest.approx(loss32.item(), rel=2e-2)
+    for got, want in zip(grad16, grad32):
+        assert got.dtype == want.dtype == torch.float32
+        torch.testing.assert_close(got, want, rtol=0.05, atol=2e-2)
 
 
 def test_inverse_sqrt_follows_the_transformer_schedule_with_peak_lr():

@@ -16,8 +16,11 @@ Conventions (all model families):
   per decoder layer ``L`` and head ``H`` (RNN models: L = H = 1).
 * ``reorder_state`` / ``reorder_memory`` select batch rows (beam search); the default
   ``index_select`` of every tensor along dimension 0 is right for all state kept batch first.
-* ``forward(src_tokens, src_mask, tgt_in, tgt_mask, need_attention)`` is teacher forcing:
-  returns logits (B, T, V) and, when asked, attention (B, L, H, T, S).
+* ``forward(src_tokens, src_mask, tgt_in, tgt_mask, need_attention, features_only)`` is
+  teacher forcing: returns logits (B, T, V) and, when asked, attention (B, L, H, T, S).
+  With ``features_only`` it returns the decoder features (B, T, F) instead of logits, and
+  ``output_layer()(features)`` are the logits; the training loss projects them itself, a
+  block of rows at a time (:mod:`nmt_cli.training.loss`).
 """
 
 from __future__ import annotations
@@ -70,7 +73,12 @@ class Seq2SeqModel(nn.Module):
         tgt_in: Tensor,
         tgt_mask: Tensor,
         need_attention: bool = False,
+        features_only: bool = False,
     ) -> tuple[Tensor, Tensor | None]:  # pragma: no cover
+        raise NotImplementedError
+
+    def output_layer(self) -> nn.Linear:  # pragma: no cover
+        """The linear map from decoder features to logits over the target vocabulary."""
         raise NotImplementedError
 
     def reorder_state(self, state: State, indices: Tensor) -> State:

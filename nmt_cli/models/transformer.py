@@ -260,11 +260,16 @@ class Transformer(Seq2SeqModel):
         tgt_in: Tensor,
         tgt_mask: Tensor,
         need_attention: bool = False,
+        features_only: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
         """Teacher forcing. ``tgt_mask`` is implied: targets are right-padded and attention is causal."""
         memory = self.encode(src_tokens, src_mask)
         hidden, attention = self.decoder(tgt_in, memory["cross"], need_attention)  # (B, T, d)
-        return self.output_projection(hidden), attention  # (B, T, V), (B, L, H, T, S) | None
+        logits = hidden if features_only else self.output_projection(hidden)
+        return logits, attention  # (B, T, V) or (B, T, d), (B, L, H, T, S) | None
+
+    def output_layer(self) -> nn.Linear:
+        return self.output_projection
 
 
 @MODELS.register("linear_transformer")

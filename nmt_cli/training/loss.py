@@ -1,66 +1,123 @@
-"""Label-smoothed cross entropy over real target tokens, with a fused backward pass."""
+"""Label-smoothed cross entropy of the output layer, computed a block of rows at a time.
+
+The logits of a batch are large (2,000 target tokens x an 8k vocabulary is 64 MiB in
+float32) and only the loss needs them. Projecting the decoder features block by block,
+and taking each block's gradient while its logits are still in cache, never holds the
+whole (N, V) matrix: on 2 CPU threads the softmax, its ``exp`` and the gradient passes
+over the logits were a fifth of a Bahdanau RNN's training step, most of it waiting on
+memory. The idea is the "fused linear cross entropy" of Liger Kernel and of Wijmans et
+al. 2024 ("Cut Your Losses in Large-Vocabulary Language Models").
+"""
 
 from __future__ import annotations
 
 import torch
-from torch import Tensor
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+__all__ = ["label_smoothed_cross_entropy"]
+
+#: logits per block: 2M float32 values (8 MiB) on CPU, where the block should stay in cache;
+#: on a GPU bigger blocks keep its matrix multiplications efficient
+BLOCK_ELEMENTS = {"cpu": 2**21}
+GPU_BLOCK_ELEMENTS = 2**26
 
 
-class _SmoothedCrossEntropy(torch.autograd.Function):
-    """Summed smoothed loss and NLL of rows of logits, with the gradient written out by hand.
+def _block_rows(device: torch.device, vocab: int) -> int:
+    return max(1, BLOCK_ELEMENTS.get(device.type, GPU_BLOCK_ELEMENTS) // vocab)
 
-    With ``p = softmax(z)``, ``nll = -log p_y`` and ``uniform = (1/V) sum_v -log p_v``:
-    ``d nll / dz = p - onehot(y)`` and ``d uniform / dz = p - 1/V``.
 
-    Autograd of ``log_softmax -> gather -> mean`` materialises several (N, V) tensors
-    (log-probabilities, a zero-filled gather gradient, the mean's expanded gradient) and
-    was half of a small Transformer's training step on CPU; here the forward pass keeps
-    only the log-probabilities and the backward pass is ``exp`` of them plus a scatter.
+class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
+    """Summed smoothed loss and NLL of ``rows @ weight^T + bias``; the gradient is taken in ``forward``.
+
+    With ``p = softmax(z)``, target ``y``, smoothing ``eps`` over ``V`` words and row weight ``w``:
+    ``loss = w * ((1 - eps) * -log p_y + (eps / V) * sum_v -log p_v)``, so
+    ``d loss / dz = w * (p - (1 - eps) * onehot(y) - eps / V)``. Per block of rows this
+    gradient is pushed through the projection at once (``d rows = dz W``,
+    ``d W += dz^T rows``, ``d b += sum dz``) and the block's logits are dropped. ``backward``
+    only scales the stored gradients by the incoming one. The NLL is reported, not
+    differentiated.
     """
 
     @staticmethod
-    def forward(ctx, logits: Tensor, target: Tensor, weights: Tensor, smoothing: float) -> tuple[Tensor, Tensor]:
-        log_probs = torch.log_softmax(logits, dim=-1)  # (N, V): one fused kernel
-        nll = -log_probs.gather(-1, target[:, None]).squeeze(-1)  # (N,)
-        loss = nll if smoothing == 0 else (1.0 - smoothing) * nll - smoothing * log_probs.mean(dim=-1)
-        ctx.save_for_backward(log_probs, target, weights)
-        ctx.smoothing = smoothing
-        return (loss * weights).sum(), (nll * weights).sum()
+    def forward(ctx, rows: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor, row_weights: Tensor,
+                smoothing: float, with_gradient: bool) -> tuple[Tensor, Tensor]:
+        vocab, device = weight.size(0), rows.device
+        autocast = torch.is_autocast_enabled(device.type)
+        compute_dtype = torch.get_autocast_dtype(device.type) if autocast else rows.dtype
+        exact = torch.float64 if compute_dtype == torch.float64 else torch.float32  # softmax and sums
+        with torch.autocast(device.type, enabled=False):
+            inputs = rows.to(compute_dtype)
+            projection = weight.to(compute_dtype)
+            offset = None if bias is None else bias.to(compute_dtype)
+            loss_sum = torch.zeros((), dtype=exact, device=device)
+            nll_sum = torch.zeros((), dtype=exact, device=device)
+            if with_gradient:
+                grad_rows = torch.empty(rows.shape, dtype=exact, device=device)
+                grad_weight = torch.zeros(weight.shape, dtype=exact, device=device)
+                grad_bias = None if bias is None else torch.zeros(vocab, dtype=exact, device=device)
+            step = _block_rows(device, vocab)
+            for start in range(0, rows.size(0), step):
+                block = slice(start, start + step)
+                logits = F.linear(inputs[block], projection, offset).to(exact)  # (n, V)
+                log_probs = torch.log_softmax(logits, dim=-1)
+                del logits
+                labels, weights = target[block, None], row_weights[block]  # (n, 1), (n,)
+                nll = -log_probs.gather(-1, labels).squeeze(-1)  # (n,)
+                loss = nll if smoothing == 0 else (1.0 - smoothing) * nll - smoothing * log_probs.mean(dim=-1)
+                loss_sum += (loss * weights).sum()
+                nll_sum += (nll * weights).sum()
+                if not with_gradient:
+                    continue
+                grad = log_probs.exp_().mul_(weights[:, None])  # w * p, in place of the log-probabilities
+                if smoothing:
+                    grad.sub_((weights * (smoothing / vocab))[:, None])
+                grad.scatter_add_(-1, labels, -(1.0 - smoothing) * weights[:, None])  # (n, V): d loss / dz
+                if compute_dtype == exact:  # float32 / float64: straight into the gradient buffers
+                    torch.mm(grad, projection, out=grad_rows[block])  # (n, F)
+                    grad_weight.addmm_(grad.t(), inputs[block])  # (V, F)
+                else:  # bf16 / fp16 matrix products, summed in float32
+                    grad_low = grad.to(compute_dtype)
+                    grad_rows[block] = grad_low @ projection
+                    grad_weight += grad_low.t() @ inputs[block]
+                if grad_bias is not None:
+                    grad_bias += grad.sum(dim=0)
+        if with_gradient:
+            ctx.save_for_backward(grad_rows, grad_weight, grad_bias)
+            ctx.dtypes = (rows.dtype, weight.dtype, None if bias is None else bias.dtype)
+        ctx.mark_non_differentiable(nll_sum)
+        return loss_sum, nll_sum
 
     @staticmethod
-    def backward(ctx, grad_loss: Tensor | None, grad_nll: Tensor | None):
-        log_probs, target, weights = ctx.saved_tensors
-        smoothing, vocab = ctx.smoothing, log_probs.size(-1)
-        loss_rows = weights * (grad_loss if grad_loss is not None else 0.0)  # (N,)
-        nll_rows = weights * (grad_nll if grad_nll is not None else 0.0)  # (N,)
-        grad = log_probs.exp()  # (N, V): softmax p
-        grad.mul_((loss_rows + nll_rows)[:, None])
-        if smoothing:
-            grad.sub_((loss_rows * (smoothing / vocab))[:, None])
-        grad.scatter_add_(-1, target[:, None], -((1.0 - smoothing) * loss_rows + nll_rows)[:, None])
-        return grad, None, None, None
+    def backward(ctx, grad_loss: Tensor, grad_nll: Tensor | None):
+        grad_rows, grad_weight, grad_bias = ctx.saved_tensors
+        rows_dtype, weight_dtype, bias_dtype = ctx.dtypes
+        # scaled first, then cast: under fp16 the loss scale keeps small gradients representable
+        return ((grad_rows * grad_loss).to(rows_dtype), (grad_weight * grad_loss).to(weight_dtype),
+                None if grad_bias is None else (grad_bias * grad_loss).to(bias_dtype), None, None, None, None)
 
 
 def label_smoothed_cross_entropy(
-    logits: Tensor, target: Tensor, mask: Tensor, smoothing: float
+    features: Tensor, output_layer: nn.Linear, target: Tensor, mask: Tensor, smoothing: float
 ) -> tuple[Tensor, Tensor]:
     """Summed smoothed loss and summed negative log-likelihood over positions where ``mask``.
 
-    The smoothed target puts ``1 - eps`` on the reference and ``eps / V`` on every word:
+    ``logits = output_layer(features)``; the smoothed target puts ``1 - eps`` on the
+    reference and ``eps / V`` on every word:
     ``loss_t = (1 - eps) * (-log p(y_t)) + (eps / V) * sum_v (-log p(v))``
-    (the same definition as ``torch.nn.functional.cross_entropy(label_smoothing=eps)``).
+    (the definition of ``torch.nn.functional.cross_entropy(label_smoothing=eps)``).
     Sums, not means: the caller divides by the number of target tokens of the whole
     update (all accumulated batches and processes), so every token weighs the same.
-    Works without boolean indexing, hence without a device synchronisation.
+    Only the loss carries a gradient. No boolean indexing, hence no device synchronisation.
 
-    logits (B, T, V), target (B, T) long, mask (B, T) bool -> (loss_sum, nll_sum) scalars.
+    features (B, T, F), target (B, T) long, mask (B, T) bool -> (loss_sum, nll_sum) scalars
+    (float32; float64 for float64 inputs).
     """
-    vocab = logits.size(-1)
-    if logits.dtype in (torch.float16, torch.bfloat16):
-        logits = logits.float()  # the softmax over the vocabulary in float32 under autocast
-    rows = logits.reshape(-1, vocab)  # (B*T, V)
-    weights = mask.reshape(-1).to(rows.dtype)  # (B*T,)
-    return _SmoothedCrossEntropy.apply(rows, target.reshape(-1), weights, float(smoothing))
-
-
-__all__ = ["label_smoothed_cross_entropy"]
+    rows = features.reshape(-1, features.size(-1))  # (B*T, F)
+    weight, bias = output_layer.weight, output_layer.bias
+    with_gradient = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (rows, weight, bias)
+    )
+    row_weights = mask.reshape(-1).to(torch.float64 if rows.dtype == torch.float64 else torch.float32)  # (B*T,)
+    return _ProjectedSmoothedCrossEntropy.apply(rows, weight, bias, target.reshape(-1), row_weights,
+                                                float(smoothing), with_gradient)

@@ -276,10 +276,11 @@ class Trainer:
             batch = batch.to(self.device)
             with self._gradient_sync(index == len(batches) - 1):
                 with self.precision.autocast():
-                    logits, _ = self.train_module(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask)
-                loss_sum, nll_sum = label_smoothed_cross_entropy(
-                    logits, batch.tgt_out, batch.tgt_mask, self.cfg.label_smoothing
-                )
+                    features, _ = self.train_module(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask,
+                                                    features_only=True)
+                    loss_sum, nll_sum = label_smoothed_cross_entropy(
+                        features, self.model.output_layer(), batch.tgt_out, batch.tgt_mask, self.cfg.label_smoothing
+                    )
                 self._backward(loss_sum * scale)
             self.interval.add_batch(loss_sum, nll_sum)
         self._optimizer_step()

@@ -32,8 +32,9 @@ def validation_loss(model: Seq2SeqModel, split: ParallelSplit, max_tokens: int, 
     for indices in make_batches(split.src.lengths, split.tgt.lengths, max_tokens):
         batch = collate(split, indices).to(device)
         with precision.autocast():
-            logits, _ = model(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask)  # (B, T, V)
-        _, nll = label_smoothed_cross_entropy(logits, batch.tgt_out, batch.tgt_mask, smoothing=0.0)
+            features, _ = model(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask, features_only=True)
+            _, nll = label_smoothed_cross_entropy(features, model.output_layer(), batch.tgt_out, batch.tgt_mask,
+                                                  smoothing=0.0)
         nll_total += nll
         tokens += batch.num_tokens
     loss = float(nll_total) / max(tokens, 1)
