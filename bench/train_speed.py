@@ -9,7 +9,8 @@ rest, validation excluded. Each figure is the median over ``--repeats`` runs, th
 toolkits taking turns within a repeat so a change of machine load hits all of them.
 
 Models: ``tiny`` (Transformer 2+2 layers, d 128, ~1M parameters), ``base`` (Transformer-base
-shape, a few steps), ``rnn`` (Bahdanau RNN, LSTM 256). ``--quick``: 2,000 pairs, a few
+shape, a few steps), ``base-bf16`` (the same with bf16 autocast, for the toolkits that train
+in bf16 on a CPU), ``rnn`` (Bahdanau RNN, LSTM 256). ``--quick``: 2,000 pairs, a few
 steps, ``tiny`` and ``rnn`` only, installed peers only.
 """
 
@@ -42,6 +43,8 @@ SETTINGS = {
     "tiny": Setting("tiny", TINY_TRANSFORMER, TrainSpec(steps=140, log_every=20, warmup=4000),
                     TrainSpec(steps=8, log_every=2, warmup=100)),
     "base": Setting("base", BASE_TRANSFORMER, TrainSpec(steps=20, log_every=2, warmup=4000), None),
+    "base-bf16": Setting("base-bf16", BASE_TRANSFORMER,
+                         TrainSpec(steps=20, log_every=2, warmup=4000, precision="bf16"), None),
     "rnn": Setting("rnn", TINY_RNN, TrainSpec(steps=140, log_every=20, warmup=4000),
                    TrainSpec(steps=8, log_every=2, warmup=100)),
 }
@@ -75,6 +78,7 @@ def main() -> None:
     report.versions = {"nmt-cli": project_version(),
                        **{peer_label(name): str(install_record(name)["versions"]) for name in runners}}
     toolkits = {"nmt-cli": ours, **{peer_label(name): runner for name, runner in runners.items()}}
+    fastest_fp32: dict = {}  # architecture -> fastest peer's tokens/s at fp32 in this run
     for model_name in model_names:
         setting = SETTINGS[model_name]
         train_spec = setting.quick if args.quick else setting.full
@@ -90,22 +94,30 @@ def main() -> None:
                 out_dir = fresh_dir(work / model_name / label.split()[0] / f"run{repeat}")
                 try:
                     results[label].append(run_toolkit(runner, corpus, prepared, setting, train_spec, out_dir))
-                except (PeerRunFailed, ValueError) as error:
-                    failures[label] = str(error).splitlines()[0]
+                except PeerRunFailed as error:
+                    failures[label] = f"failed: {str(error).splitlines()[0]}"
+                except ValueError as error:  # a setting the toolkit cannot run
+                    failures[label] = f"not run: {error}"
         speeds = {label: median([r.tokens_per_second for r in runs]) for label, runs in results.items() if runs}
         ours_speed = speeds.get("nmt-cli")
         fastest_peer = max((s for label, s in speeds.items() if label != "nmt-cli"), default=None)
-        describe = f"{model_name}: {setting.spec.describe()}"
+        versus = "vs fastest peer"
+        if fastest_peer is None and setting.spec in fastest_fp32:  # no peer trains this way: compare with fp32
+            fastest_peer, versus = fastest_fp32[setting.spec], "vs fastest peer at fp32"
+        elif train_spec.precision == "fp32" and fastest_peer is not None:
+            fastest_fp32[setting.spec] = fastest_peer
+        describe = f"{model_name}: {setting.spec.describe()}" + (
+            f", {train_spec.precision}" if train_spec.precision != "fp32" else "")
         for label, runs in results.items():
             if label in failures:
-                report.add_row(describe, label, "-", f"failed: {failures[label]}", "-", "-", "-", "-")
+                report.add_row(describe, label, "-", failures[label], "-", "-", "-", "-")
                 continue
             per_run = [r.tokens_per_second for r in runs]
             last = runs[-1]
             if label != "nmt-cli":
                 ratio = fmt_ratio(ours_speed, speeds[label])
             else:
-                ratio = f"{fmt_ratio(ours_speed, fastest_peer)} vs fastest peer" if fastest_peer else "-"
+                ratio = f"{fmt_ratio(ours_speed, fastest_peer)} {versus}" if fastest_peer else "-"
             report.add_row(describe, label, fmt(last.parameters), fmt(speeds[label]),
                            f"{fmt(min(per_run))}-{fmt(max(per_run))}", fmt(last.tokens_per_step),
                            fmt(max(r.measured.peak_rss_mb for r in runs)), ratio)

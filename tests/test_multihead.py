@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from nmt_cli.errors import ConfigError
-from nmt_cli.models.attention.multihead import MultiHeadAttention, SoftmaxAttention
+from nmt_cli.models.attention.multihead import MultiHeadAttention, SoftmaxAttention, fused_attention
 
 B, H, T, S, DK = 3, 2, 4, 6, 5
 
@@ -151,3 +151,21 @@ def test_attention_dropout_only_in_training(qkv):
     torch.testing.assert_close(first, second)
     kernel.train()
     assert not torch.allclose(kernel.read(q, summary, True)[0], first)
+
+
+def test_bf16_attention_on_cpu_runs_in_float32_even_under_autocast():
+    """``fused_attention`` gives bf16 inputs the float32 result (rounded to bf16), also inside
+    a bf16 autocast region, where torch would otherwise cast the inputs back down."""
+    torch.manual_seed(6)
+    q, k, v = (torch.randn(2, 4, 5, 8) for _ in range(3))
+    mask = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])[:, None, None, :]
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    low = [t.bfloat16().requires_grad_() for t in (q, k, v)]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        context = fused_attention(*low, attn_mask=mask)
+    assert context.dtype == torch.bfloat16
+    from_rounded_inputs = F.scaled_dot_product_attention(*(t.detach().float() for t in low), attn_mask=mask)
+    torch.testing.assert_close(context.float(), from_rounded_inputs.bfloat16().float(), rtol=0, atol=0)
+    torch.testing.assert_close(context.float(), expected, rtol=2e-2, atol=2e-2)
+    context.float().sum().backward()
+    assert all(t.grad is not None and t.grad.dtype == torch.bfloat16 for t in low)

@@ -67,6 +67,8 @@ class TrainSpec:
     warmup: int = 400
     label_smoothing: float = 0.1
     seed: int = 1
+    #: ``fp32``, or ``bf16``: each toolkit's bf16 training on CPU where it has one (a ValueError where not)
+    precision: str = "fp32"
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,8 @@ def _model_arguments(spec: TransformerSpec | RnnSpec) -> list:
 def train(corpus: PieceCorpus, spec: TransformerSpec | RnnSpec, train_spec: TrainSpec,
           out_dir: Path, threads: int) -> TrainResult:
     """Train for ``train_spec.steps`` updates; tokens/s is the ``wps`` of its JSON log lines."""
+    if train_spec.precision != "fp32":
+        raise ValueError(f"fairseq-fixed 0.12.3.1 has no {train_spec.precision} training on CPU (--bf16 implies a TPU)")
     out_dir.mkdir(parents=True, exist_ok=True)
     dictionary = out_dir / "dict.txt"
     dictionary.write_text(counted_vocabulary(corpus, " "), encoding="utf-8")
@@ -84,7 +86,7 @@ def train(corpus: PieceCorpus, spec: TransformerSpec | RnnSpec, train_spec: Trai
                "--required-batch-size-multiple", 1, "--seed", train_spec.seed,
                "--log-format", "json", "--log-interval", train_spec.log_every, "--no-progress-bar",
                "--disable-validation", "--no-epoch-checkpoints", "--save-dir", out_dir / "checkpoints",
-               "--cpu", "--num-workers", 0]
+               "--cpu", "--num-workers", 0, *(["--bf16"] if train_spec.precision == "bf16" else [])]
     measured = check(NAME, run_measured(command, out_dir / "train.log", env=thread_env(threads, ENV)))
     log = measured.log.read_text(errors="replace")
     intervals = [json.loads(line[line.index("{"):]) for line in log.splitlines()

@@ -68,6 +68,8 @@ def _config(corpus: PieceCorpus, vocab: Path, model_dir: Path, model_section: di
 def train(corpus: PieceCorpus, spec: TransformerSpec | RnnSpec, train_spec: TrainSpec,
           out_dir: Path, threads: int) -> TrainResult:
     """Train for ``train_spec.steps`` updates; tokens/s parsed from its ``Step:`` lines."""
+    if train_spec.precision != "fp32":
+        raise ValueError(f"JoeyNMT 2.3 has no {train_spec.precision} training (its fp16 option is float16 autocast)")
     out_dir.mkdir(parents=True, exist_ok=True)
     vocab = out_dir / "vocab.txt"
     vocab.write_text("".join(piece + "\n" for piece in corpus.vocabulary), encoding="utf-8")

@@ -57,6 +57,8 @@ def _noam_learning_rate(spec: TransformerSpec | RnnSpec, train: TrainSpec) -> fl
 def train(corpus: PieceCorpus, spec: TransformerSpec | RnnSpec, train_spec: TrainSpec,
           out_dir: Path, threads: int) -> TrainResult:
     """Train for ``train_spec.steps`` steps; tokens/s parsed from its ``Step`` lines."""
+    if train_spec.precision != "fp32":
+        raise ValueError(f"OpenNMT-py 3.5.1 has no {train_spec.precision} training (model_dtype: fp32 or fp16)")
     out_dir.mkdir(parents=True, exist_ok=True)
     vocab = out_dir / "vocab.txt"
     vocab.write_text(counted_vocabulary(corpus, "\t"), encoding="utf-8")

@@ -50,7 +50,7 @@ def train(prepared: Path, spec: TransformerSpec | RnnSpec, train_spec: TrainSpec
                   "schedule": "inverse_sqrt", "adam_betas": [0.9, 0.98], "clip_norm": 1.0,
                   "seed": train_spec.seed, "num_threads": threads, "log_every": train_spec.log_every,
                   "valid_every": train_spec.steps, "valid_bleu": False, "early_stop_metric": "loss",
-                  "keep_last": 1, "keep_best": 1, "precision": "fp32"},
+                  "keep_last": 1, "keep_best": 1, "precision": train_spec.precision},
     }
     config_path = out_dir / "train.yaml"
     config_path.write_text(yaml.safe_dump(config), encoding="utf-8")
