@@ -55,9 +55,9 @@ class TrainSpec:
     """Batch, steps and schedule, the same for every toolkit.
 
     ``max_tokens`` is the peers' meaning: padded tokens per side in one batch (fairseq's
-    ``--max-tokens``, OpenNMT-py's and JoeyNMT's token batches); our trainer counts source
-    plus target, so it is given twice this figure. Each table reports the measured target
-    tokens per step so the batches can be compared.
+    ``--max-tokens``, OpenNMT-py's and JoeyNMT's token batches), which is also what
+    ``train.max_tokens`` counts (rows x ``max(S, T + 1)``). Each table reports the measured
+    target tokens per step where a toolkit logs them, so the batches can be compared.
     """
 
     max_tokens: int = 2048

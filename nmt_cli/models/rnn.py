@@ -225,10 +225,11 @@ class BahdanauRNN(AttentionalRNN):
         steps = self._block_steps(tokens, state)  # (B, T)
         hidden = self.decoder_rnn.to_torch(state)
         outputs, contexts, weights = [], [], []
-        for t in range(tokens.size(1)):
+        # split once: slicing per step would give each step's backward a zero-filled (B, T, E) gradient
+        for t, embedded_t in enumerate(embedded.split(1, dim=1)):
             query = self.decoder_rnn.top_hidden(hidden)[:, None]  # (B, 1, H): top layer s_{t-1}
             context, step_weights = self._attend(query, memory, steps[:, t:t + 1])  # c_t, alpha_t
-            step_input = torch.cat([embedded[:, t:t + 1], context], dim=-1)  # (B, 1, E+H)
+            step_input = torch.cat([embedded_t, context], dim=-1)  # (B, 1, E+H)
             output, hidden = self.decoder_rnn.step(step_input, hidden)  # (B, 1, H): s_t
             outputs.append(output)
             contexts.append(context)
@@ -276,8 +277,8 @@ class LuongRNN(AttentionalRNN):
             features, weights = self._attentional_hidden(states, memory, steps)
             return features, weights, {**rnn_state, **next_step}
         feed, hidden, features, weights = state["feed"], self.decoder_rnn.to_torch(state), [], []
-        for t in range(tokens.size(1)):
-            step_input = torch.cat([embedded[:, t], feed], dim=-1)[:, None]  # (B, 1, E+H)
+        for t, embedded_t in enumerate(embedded.unbind(1)):  # unbound once, as in BahdanauRNN
+            step_input = torch.cat([embedded_t, feed], dim=-1)[:, None]  # (B, 1, E+H)
             top, hidden = self.decoder_rnn.step(step_input, hidden)  # (B, 1, H)
             attentional, step_weights = self._attentional_hidden(top, memory, steps[:, t:t + 1])
             feed = attentional[:, 0]  # (B, H)
