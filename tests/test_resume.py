@@ -49,11 +49,12 @@ def _wait_for(path: Path, process: subprocess.Popen, timeout: float = 60.0) -> N
         time.sleep(0.01)
 
 
-def _train_losses(run_dir: Path) -> dict[int, float]:
+def _train_losses(run_dir: Path, key: str = "loss") -> dict[int, float]:
+    """``key`` (the loss by default) of every logged training step."""
     records = [r for r in read_metrics(run_dir) if r["kind"] == "train"]
     steps = [r["step"] for r in records]
     assert len(steps) == len(set(steps)), "a step was logged twice"
-    return {r["step"]: r["loss"] for r in records}
+    return {r["step"]: r[key] for r in records}
 
 
 @pytest.mark.slow
@@ -81,6 +82,8 @@ def test_killed_run_resumes_exactly(tiny_prepared, tmp_path):
     assert sorted(losses) == list(range(1, 81))
     for step in range(1, 81):
         assert losses[step] == pytest.approx(expected[step], abs=1e-6), f"step {step}"
+    # the same batches: the same target tokens in every update
+    assert _train_losses(run_dir, "tokens_per_update") == _train_losses(tmp_path / "uninterrupted", "tokens_per_update")
 
 
 @pytest.mark.slow

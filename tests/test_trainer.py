@@ -44,6 +44,8 @@ def test_transformer_run_learns_and_writes_its_files(tiny_prepared, tmp_path):
     records = read_metrics(tmp_path / "run")
     losses = [r["loss"] for r in records if r["kind"] == "train"]
     assert [r["step"] for r in records if r["kind"] == "train"] == [10, 20, 30, 40]
+    per_update = [r["tokens_per_update"] for r in records if r["kind"] == "train"]
+    assert all(0 < tokens <= config.train.max_tokens for tokens in per_update)  # real target tokens of a batch
     assert losses[-1] < losses[0] - 0.3  # it learns
     valid = [r for r in records if r["kind"] == "valid"]
     assert [r["step"] for r in valid] == [20, 40] and all(r["bleu"] is not None for r in valid)

@@ -59,11 +59,12 @@ def train(prepared: Path, spec: TransformerSpec | RnnSpec, train_spec: TrainSpec
                "--out", run, "--restart", "--device", "cpu"]
     measured = check(NAME, run_measured(command, out_dir / "train.log", env=thread_env(threads), cwd=REPO))
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    intervals = [r for r in records if r.get("kind") == "train"]
     params = PARAMS_LINE.search(measured.log.read_text(errors="replace"))
     return TrainResult(
         toolkit=NAME,
-        interval_tokens_per_second=[r["tokens_per_s"] for r in records if r.get("kind") == "train"],
-        tokens_per_step=None,
+        interval_tokens_per_second=[r["tokens_per_s"] for r in intervals],
+        tokens_per_step=sum(r["tokens_per_update"] for r in intervals) / len(intervals) if intervals else None,
         parameters=int(params.group(1).replace(",", "")) if params else None,
         measured=measured,
         model=run,

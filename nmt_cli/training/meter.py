@@ -27,7 +27,7 @@ class IntervalMeter:
         self.sums = torch.tensor([saved["loss_sum"] * share, saved["nll_sum"] * share],
                                  dtype=torch.float64, device=context.device)  # (2,): loss, NLL
         self.tokens = int(saved["tokens"])
-        self.updates = 0
+        self.updates = int(saved.get("updates", 0))  # checkpoints before it was saved: 0
         self.start = time.perf_counter() - saved["seconds"]
 
     def add_batch(self, loss_sum: torch.Tensor, nll_sum: torch.Tensor) -> None:
@@ -62,4 +62,4 @@ class IntervalMeter:
         """The unfinished interval, for a checkpoint (a collective: every rank calls it)."""
         loss_sum, nll_sum = self.context.sum_tensor(self.sums).tolist()
         return {"loss_sum": loss_sum, "nll_sum": nll_sum, "tokens": self.tokens,
-                "seconds": time.perf_counter() - self.start}
+                "seconds": time.perf_counter() - self.start, "updates": self.updates}

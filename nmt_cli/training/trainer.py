@@ -333,6 +333,7 @@ class Trainer:
             "ppl": math.exp(min(totals["nll_sum"] / tokens, 100.0)),
             "lr": self.optimizer.param_groups[0]["lr"],
             "tokens_per_s": totals["tokens"] / totals["seconds"],
+            "tokens_per_update": totals["tokens"] / max(totals["updates"], 1),
             "elapsed": self._elapsed(),
         }
         self.log.record(record)
