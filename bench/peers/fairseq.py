@@ -86,7 +86,7 @@ def train(corpus: PieceCorpus, spec: TransformerSpec | RnnSpec, train_spec: Trai
                "--required-batch-size-multiple", 1, "--seed", train_spec.seed,
                "--log-format", "json", "--log-interval", train_spec.log_every, "--no-progress-bar",
                "--disable-validation", "--no-epoch-checkpoints", "--save-dir", out_dir / "checkpoints",
-               "--cpu", "--num-workers", 0, *(["--bf16"] if train_spec.precision == "bf16" else [])]
+               "--cpu", "--num-workers", 0]
     measured = check(NAME, run_measured(command, out_dir / "train.log", env=thread_env(threads, ENV)))
     log = measured.log.read_text(errors="replace")
     intervals = [json.loads(line[line.index("{"):]) for line in log.splitlines()
