@@ -19,12 +19,12 @@ __all__ = ["label_smoothed_cross_entropy"]
 
 #: logits per block: 2M float32 values (8 MiB) on CPU, where the block should stay in cache;
 #: on a GPU bigger blocks keep its matrix multiplications efficient
-BLOCK_ELEMENTS = {"cpu": 2**21}
+CPU_BLOCK_ELEMENTS = 2**21
 GPU_BLOCK_ELEMENTS = 2**26
 
 
 def _block_rows(device: torch.device, vocab: int) -> int:
-    return max(1, BLOCK_ELEMENTS.get(device.type, GPU_BLOCK_ELEMENTS) // vocab)
+    return max(1, (CPU_BLOCK_ELEMENTS if device.type == "cpu" else GPU_BLOCK_ELEMENTS) // vocab)
 
 
 class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
@@ -40,7 +40,7 @@ class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, rows: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor, row_weights: Tensor,
+    def forward(ctx, rows: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor, mask: Tensor,
                 smoothing: float, with_gradient: bool) -> tuple[Tensor, Tensor]:
         vocab, device = weight.size(0), rows.device
         autocast = torch.is_autocast_enabled(device.type)
@@ -50,6 +50,7 @@ class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
             inputs = rows.to(compute_dtype)
             projection = weight.to(compute_dtype)
             offset = None if bias is None else bias.to(compute_dtype)
+            row_weights = mask.to(exact)  # (N,): 1 for real target tokens, 0 for padding
             loss_sum = torch.zeros((), dtype=exact, device=device)
             nll_sum = torch.zeros((), dtype=exact, device=device)
             if with_gradient:
@@ -118,6 +119,5 @@ def label_smoothed_cross_entropy(
     with_gradient = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (rows, weight, bias)
     )
-    row_weights = mask.reshape(-1).to(torch.float64 if rows.dtype == torch.float64 else torch.float32)  # (B*T,)
-    return _ProjectedSmoothedCrossEntropy.apply(rows, weight, bias, target.reshape(-1), row_weights,
+    return _ProjectedSmoothedCrossEntropy.apply(rows, weight, bias, target.reshape(-1), mask.reshape(-1),
                                                 float(smoothing), with_gradient)
