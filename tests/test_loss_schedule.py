@@ -56,9 +56,9 @@ def test_loss_equals_torch_cross_entropy_with_smoothing_and_ignores_padding():
     assert label_smoothed_cross_entropy(noisy, layer, target, mask, 0.2)[0].item() == pytest.approx(loss.item(), rel=1e-6)
 
 
-def _reference_loss(features, layer, target, mask, eps):
-    """The formula through autograd: log_softmax of the whole logits matrix."""
-    log_probs = torch.log_softmax(layer(features), dim=-1)
+def reference_smoothed_loss(logits, target, mask, eps):
+    """The formula through autograd on the whole logits matrix: summed (loss, NLL) over ``mask``."""
+    log_probs = torch.log_softmax(logits, dim=-1)
     nll = -log_probs.gather(-1, target.unsqueeze(-1)).squeeze(-1)
     loss = (1 - eps) * nll + eps * -log_probs.mean(dim=-1)
     return (loss * mask).sum(), (nll * mask).sum()
@@ -69,7 +69,7 @@ def _reference_loss(features, layer, target, mask, eps):
 def test_blockwise_gradient_equals_autograd_of_the_formula(eps, bias, monkeypatch):
     """Blocks of 2 rows (15 rows: the last block is short) give autograd's gradient for the
     features, the weight and the bias; a loss scale (``backward(2.5 * loss)``) carries through."""
-    monkeypatch.setitem(loss_module.BLOCK_ELEMENTS, "cpu", 2 * 13)
+    monkeypatch.setattr(loss_module, "CPU_BLOCK_ELEMENTS", 2 * 13)
     torch.manual_seed(3)
     features = torch.randn(3, 5, 4, dtype=torch.float64, requires_grad=True)
     layer = nn.Linear(4, 13, bias=bias).double()
@@ -77,7 +77,7 @@ def test_blockwise_gradient_equals_autograd_of_the_formula(eps, bias, monkeypatc
     mask = torch.rand(3, 5) > 0.3
     parameters = [features, *layer.parameters()]
 
-    expected_loss, expected_nll = _reference_loss(features, layer, target, mask, eps)
+    expected_loss, expected_nll = reference_smoothed_loss(layer(features), target, mask, eps)
     expected = torch.autograd.grad(2.5 * expected_loss, parameters)
     loss, nll = label_smoothed_cross_entropy(features, layer, target, mask, eps)
     blockwise = torch.autograd.grad(2.5 * loss, parameters)

@@ -20,6 +20,7 @@ from nmt_cli.training.checkpointing import CheckpointKeeper
 from nmt_cli.training.precision import Precision
 from nmt_cli.training.progress import read_metrics
 from nmt_cli.training.trainer import seed_everything
+from tests.test_loss_schedule import reference_smoothed_loss
 
 TINY_TRANSFORMER = {
     "model.arch": "transformer", "model.d_model": 32, "model.heads": 2, "model.ffn_dim": 64,
@@ -116,9 +117,7 @@ def test_one_update_is_the_token_normalised_gradient_of_all_its_batches(tiny_pre
     expected = {name: p.detach().clone() for name, p in model.named_parameters()}
     for batch in batches:
         logits, _ = model(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask)  # the whole (B, T, V) matrix
-        log_probs = torch.log_softmax(logits, dim=-1)
-        nll = -log_probs.gather(-1, batch.tgt_out[..., None]).squeeze(-1)
-        loss = ((0.9 * nll - 0.1 * log_probs.mean(dim=-1)) * batch.tgt_mask).sum()
+        loss, _ = reference_smoothed_loss(logits, batch.tgt_out, batch.tgt_mask, 0.1)
         (loss / total_tokens).backward()
     compared = [name for name, _ in model.named_parameters() if name in trained]
     assert len(compared) > 10
