@@ -97,7 +97,12 @@ def train(config: Config, prepared_dir: str | Path, run_dir: str | Path, *, rest
     """
     context = init_distributed(device)
     try:
-        return Trainer(config, prepared_dir, run_dir, context, restart=restart, stream=stream).run()
+        summary = Trainer(config, prepared_dir, run_dir, context, restart=restart, stream=stream).run()
+        # rank 0 still writes the last checkpoint and the plot; no rank tears the group down
+        # (and exits) while another is still connected to it. Not on the error path: a rank
+        # that raised would leave the others waiting here for ever.
+        context.barrier()
+        return summary
     finally:
         context.close()
 
