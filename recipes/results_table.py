@@ -29,8 +29,17 @@ COLUMNS = [
 ]
 
 
-def table(results: Path) -> str:
-    rows = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(results.glob("*/summary.json"))]
+def read_rows(results: Path) -> list[dict]:
+    """The ``summary.json`` row of every finished run under ``results/``, by recipe name."""
+    return [json.loads(p.read_text(encoding="utf-8")) for p in sorted(results.glob("*/summary.json"))]
+
+
+def table(rows: list[dict]) -> str:
+    """Markdown table of result rows (missing values as ``-``), then the sacreBLEU signatures.
+
+    ``run_recipe.py`` writes each run's ``summary.md`` with this too, so the one-row
+    summary and the README table never disagree on a cell.
+    """
     if not rows:
         return "_No finished recipe runs in results/ yet._"
     lines = ["| " + " | ".join(title for _, title in COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
@@ -52,8 +61,9 @@ def main() -> None:
     text = args.readme.read_text(encoding="utf-8")
     head, _, rest = text.partition(BEGIN)
     _, _, tail = rest.partition(END)
-    args.readme.write_text(f"{head}{BEGIN}\n{table(args.results)}\n{END}{tail}", encoding="utf-8")
-    print(table(args.results))
+    rendered = table(read_rows(args.results))
+    args.readme.write_text(f"{head}{BEGIN}\n{rendered}\n{END}{tail}", encoding="utf-8")
+    print(rendered)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import yaml
 
+import results_table  # beside this script: the same row format as recipes/README.md
+
 RECIPES = Path(__file__).resolve().parent
 REPO = RECIPES.parent
 
@@ -190,11 +192,7 @@ def write_summary(name: str, out: Path, raw: dict, train_seconds: float, overrid
         "expected": raw.get("recipe", {}).get("expected_score", ""),
     }
     (out / "summary.json").write_text(json.dumps(row, indent=2) + "\n", encoding="utf-8")
-    header = "| recipe | sacreBLEU | BLEU (lc, 13a) | chrF | params | prepare+train min | steps | peak RSS MB | AER |"
-    line = (f"| {name} | {row['bleu']} | {row['bleu_lc_tok']} | {row['chrf']} | {row['params']} | "
-            f"{row['prepare_train_minutes']} | {row['steps']} | {row['peak_rss_mb']} | {row['aer']} |")
-    (out / "summary.md").write_text(f"{header}\n|{'---|' * 9}\n{line}\n\nsignature: `{row['signature']}`\n",
-                                    encoding="utf-8")
+    (out / "summary.md").write_text(results_table.table([row]) + "\n", encoding="utf-8")
 
 
 def _rounded(value, digits: int):
