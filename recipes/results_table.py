@@ -14,6 +14,9 @@ import argparse
 import json
 from pathlib import Path
 
+import yaml
+
+RECIPES = Path(__file__).resolve().parent
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 COLUMNS = [
     ("recipe", "recipe"),
@@ -30,8 +33,20 @@ COLUMNS = [
 
 
 def read_rows(results: Path) -> list[dict]:
-    """The ``summary.json`` row of every finished run under ``results/``, by recipe name."""
-    return [json.loads(p.read_text(encoding="utf-8")) for p in sorted(results.glob("*/summary.json"))]
+    """The ``summary.json`` row of every finished run under ``results/``, by recipe name.
+
+    The expected score is the recipe file's current statement (it may have been restated
+    from a measured run since), falling back to what the run recorded.
+    """
+    rows = []
+    for path in sorted(results.glob("*/summary.json")):
+        row = json.loads(path.read_text(encoding="utf-8"))
+        recipe_file = RECIPES / f"{row.get('recipe')}.yaml"
+        if recipe_file.is_file():
+            recipe = yaml.safe_load(recipe_file.read_text(encoding="utf-8")).get("recipe", {})
+            row["expected"] = recipe.get("expected_score", row.get("expected", ""))
+        rows.append(row)
+    return rows
 
 
 def table(rows: list[dict]) -> str:
@@ -56,7 +71,7 @@ def table(rows: list[dict]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--results", default="results", type=Path)
-    parser.add_argument("--readme", default=Path(__file__).resolve().parent / "README.md", type=Path)
+    parser.add_argument("--readme", default=RECIPES / "README.md", type=Path)
     args = parser.parse_args()
     text = args.readme.read_text(encoding="utf-8")
     head, _, rest = text.partition(BEGIN)

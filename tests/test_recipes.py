@@ -81,13 +81,19 @@ def test_recipe_runs_every_stage(name: str, hub_root: Path, tmp_path: Path, requ
     assert summary_md.startswith("| recipe |") and "None" not in summary_md  # missing cells read "-"
 
 
-def test_results_table_names_overrides(tmp_path: Path) -> None:
-    """A shortened run (``--set train.max_minutes=60``) is labelled in the table, never passed off as the recipe."""
+@pytest.fixture(scope="module")
+def results_table():
+    """``recipes/results_table.py``, a script beside the recipes, imported as a module."""
     sys.path.insert(0, str(REPO / "recipes"))
     try:
-        import results_table
+        import results_table as module
     finally:
         sys.path.pop(0)
+    return module
+
+
+def test_results_table_names_overrides(tmp_path: Path, results_table) -> None:
+    """A shortened run (``--set train.max_minutes=60``) is labelled in the table, never passed off as the recipe."""
     rows = {"full": [], "short": ["train.max_minutes=60"]}
     for name, overrides in rows.items():
         (tmp_path / name).mkdir()
@@ -97,3 +103,14 @@ def test_results_table_names_overrides(tmp_path: Path) -> None:
     assert lines[2].startswith("| full | 30.0 |") and "1,234,567" in lines[2]
     assert lines[3].startswith("| short (`train.max_minutes=60`) | 30.0 |")
     assert lines[-1] == "sacreBLEU signature: `nrefs:1|x`"
+
+
+def test_results_table_states_the_recipes_current_expectation(tmp_path: Path, results_table) -> None:
+    """A recipe whose expected score was restated after its run shows the restated one."""
+    name = "multi30k-rnn-bahdanau"
+    (tmp_path / name).mkdir()
+    row = {"recipe": name, "overrides": [], "bleu": 40.0, "expected": "an old guess", "signature": "nrefs:1|x"}
+    (tmp_path / name / "summary.json").write_text(json.dumps(row), encoding="utf-8")
+    current = yaml.safe_load((REPO / "recipes" / f"{name}.yaml").read_text(encoding="utf-8"))["recipe"]
+    [read] = results_table.read_rows(tmp_path)
+    assert read["expected"] == current["expected_score"] != "an old guess"
