@@ -81,6 +81,9 @@ class LinearAttention(nn.Module):
         phi_q, phi_k, v = (F.pad(t, (0, 0, 0, pad)).unflatten(2, (chunks, chunk)) for t in (phi_q, phi_k, v))
         # phi_q, phi_k: (B, H, n, C, D); v: (B, H, n, C, M)
         within = torch.matmul(phi_q, phi_k.transpose(-2, -1)).tril()  # (B, H, n, C, C): j <= i in chunk
+        if chunks == 1:  # the usual sentence: no earlier chunk, so S and Z before it are zero
+            context = torch.matmul(within, v) / (within.sum(dim=-1, keepdim=True) + self.eps)
+            return context.flatten(2, 3)  # (B, H, N, M)
         chunk_s = torch.matmul(phi_k.transpose(-2, -1), v)  # (B, H, n, D, M)
         prefix_s = _exclusive_cumsum(chunk_s, dim=2)  # (B, H, n, D, M): S before each chunk
         prefix_z = _exclusive_cumsum(phi_k.sum(dim=-2, keepdim=True), dim=2)  # (B, H, n, 1, D)
