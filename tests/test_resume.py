@@ -49,8 +49,8 @@ def _wait_for(path: Path, process: subprocess.Popen, timeout: float = 60.0) -> N
         time.sleep(0.01)
 
 
-def _train_losses(run_dir: Path, key: str = "loss") -> dict[int, float]:
-    """``key`` (the loss by default) of every logged training step."""
+def _logged_by_step(run_dir: Path, key: str = "loss") -> dict[int, float]:
+    """``key`` (the loss by default) of every logged training step, by step."""
     records = [r for r in read_metrics(run_dir) if r["kind"] == "train"]
     steps = [r["step"] for r in records]
     assert len(steps) == len(set(steps)), "a step was logged twice"
@@ -63,7 +63,7 @@ def test_killed_run_resumes_exactly(tiny_prepared, tmp_path):
     config_file = tmp_path / "config.yaml"
     config_file.write_text(config.to_yaml())
     train(config, tiny_prepared, tmp_path / "uninterrupted", stream=io.StringIO())
-    expected = _train_losses(tmp_path / "uninterrupted")
+    expected = _logged_by_step(tmp_path / "uninterrupted")
 
     run_dir = tmp_path / "killed"
     process = _start(config_file, tiny_prepared, run_dir)
@@ -71,19 +71,19 @@ def test_killed_run_resumes_exactly(tiny_prepared, tmp_path):
     process.send_signal(signal.SIGKILL)
     process.communicate(timeout=30)
     assert process.returncode == -signal.SIGKILL
-    killed_at = max(_train_losses(run_dir))
+    killed_at = max(_logged_by_step(run_dir))
     assert killed_at < 80, "the run finished before it was killed"
 
     resumed = _start(config_file, tiny_prepared, run_dir)
     _, stderr = resumed.communicate(timeout=120)
     assert resumed.returncode == 0, stderr
     assert "resuming from step-000000" in stderr
-    losses = _train_losses(run_dir)
+    losses = _logged_by_step(run_dir)
     assert sorted(losses) == list(range(1, 81))
     for step in range(1, 81):
         assert losses[step] == pytest.approx(expected[step], abs=1e-6), f"step {step}"
     # the same batches: the same target tokens in every update
-    assert _train_losses(run_dir, "tokens_per_update") == _train_losses(tmp_path / "uninterrupted", "tokens_per_update")
+    assert _logged_by_step(run_dir, "tokens_per_update") == _logged_by_step(tmp_path / "uninterrupted", "tokens_per_update")
 
 
 @pytest.mark.slow
@@ -94,13 +94,13 @@ def test_ctrl_c_saves_a_checkpoint_that_resumes(tiny_prepared, tmp_path):
     run_dir = tmp_path / "run"
     process = _start(config_file, tiny_prepared, run_dir)
     deadline = time.monotonic() + 60
-    while len(_train_losses(run_dir)) < 3:
+    while len(_logged_by_step(run_dir)) < 3:
         assert process.poll() is None and time.monotonic() < deadline
         time.sleep(0.02)
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 130, stderr
-    last_logged = max(_train_losses(run_dir))
+    last_logged = max(_logged_by_step(run_dir))
     newest = list_checkpoints(run_dir)[-1]
     state = json.loads((newest / "state.json").read_text())
     assert state["step"] == last_logged and newest.name == f"step-{last_logged:08d}"
@@ -110,7 +110,7 @@ def test_ctrl_c_saves_a_checkpoint_that_resumes(tiny_prepared, tmp_path):
     more = Config().with_overrides({**SETTINGS, "train.max_steps": last_logged + 3})
     summary = train(more, tiny_prepared, run_dir, stream=io.StringIO())
     assert summary.step == last_logged + 3
-    assert sorted(_train_losses(run_dir)) == list(range(1, last_logged + 4))
+    assert sorted(_logged_by_step(run_dir)) == list(range(1, last_logged + 4))
 
 
 def test_resume_refuses_another_config_unless_restarted(tiny_prepared, tmp_path):
