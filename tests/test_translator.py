@@ -14,6 +14,7 @@ from nmt_cli.decoding import Translator, generate
 from nmt_cli.errors import ConfigError, NmtError
 from nmt_cli.models import build_model
 from nmt_cli.tokenization import Tokenizer, train_sentencepiece
+from nmt_cli.training.averaging import average_checkpoints, checkpoints_to_average
 
 WORDS_DE = "der die das ein eine mann frau hund katze sieht läuft schnell langsam im park".split()
 WORDS_EN = "the a man woman dog cat sees runs fast slowly in park".split()
@@ -101,7 +102,16 @@ def test_average_last_two_loads_the_mean_of_the_weights(checkpoint):
     last = Translator.from_checkpoint(checkpoint).model.state_dict()
     for name, tensor in averaged.model.state_dict().items():
         torch.testing.assert_close(tensor, (first[name] + last[name]) / 2)
-    assert "average:last:2" in averaged.signature()
+    assert "average:2:step-00000010..step-00000020|" in averaged.signature()
+
+
+def test_a_checkpoint_written_by_nmt_average_names_its_sources_in_the_signature(checkpoint, tmp_path):
+    paths = checkpoints_to_average([checkpoint.parent], last=2)
+    written = Translator.from_checkpoint(average_checkpoints(paths, tmp_path / "averaged"))
+    on_the_fly = Translator.from_checkpoint(checkpoint, average="last:2")
+    for name, tensor in written.model.state_dict().items():
+        torch.testing.assert_close(tensor, on_the_fly.model.state_dict()[name])
+    assert "|average:2:step-00000010..step-00000020|" in written.signature()
 
 
 def test_streaming_in_chunks_gives_the_same_translations_in_order(checkpoint):

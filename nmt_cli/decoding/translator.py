@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import torch
@@ -36,6 +37,18 @@ def resolve_device(device: str | torch.device) -> torch.device:
     if resolved.type not in ("cpu", "cuda"):
         raise NmtError(f"unsupported device {device!r}; use cpu or cuda")
     return resolved
+
+
+def averaged_label(averaged: Sequence[str]) -> str | None:
+    """``N:first..last`` for weights averaged over N checkpoints, None for a single one.
+
+    Read from the checkpoint's state, so ``--average last:N`` at translation time and a
+    checkpoint written by ``nmt average`` are both named in the signature.
+    """
+    if not averaged:
+        return None
+    names = [Path(path).name for path in averaged]
+    return f"{len(names)}:{names[0]}..{names[-1]}"
 
 
 class Translator:
@@ -86,7 +99,8 @@ class Translator:
             settings = Config(decode=settings).with_overrides(changes).decode
         model = checkpoint.build_model(resolved_device)
         return cls(model, checkpoint.tokenizer, settings, resolved_device,
-                   checkpoint=str(checkpoint.path), step=checkpoint.step, average=average)
+                   checkpoint=str(checkpoint.path), step=checkpoint.step,
+                   average=averaged_label(checkpoint.state.get("averaged", [])))
 
     def translate(self, texts: Sequence[str], with_attention: bool = False) -> list[Hypothesis]:
         """One hypothesis per text, in order; blank texts give empty translations.
