@@ -49,6 +49,18 @@ def read_rows(results: Path) -> list[dict]:
     return rows
 
 
+NUMBER_FORMATS = {"params": "{:,}", "steps": "{:,}", "aer": "{:.3f}", "peak_rss_mb": "{:,.0f}"}
+
+
+def _cell(key: str, value) -> str:
+    """One table cell: thousands separated, AER to three places, a missing value as ``-``."""
+    if value is None or value == "":
+        return "-"
+    if key in NUMBER_FORMATS and isinstance(value, (int, float)):
+        return NUMBER_FORMATS[key].format(value)
+    return str(value)
+
+
 def table(rows: list[dict]) -> str:
     """Markdown table of result rows (missing values as ``-``), then the sacreBLEU signatures.
 
@@ -59,10 +71,10 @@ def table(rows: list[dict]) -> str:
         return "_No finished recipe runs in results/ yet._"
     lines = ["| " + " | ".join(title for _, title in COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for row in rows:
-        cells = [f"{row[key]:,}" if key == "params" and row.get(key) else str(row.get(key, "")) for key, _ in COLUMNS]
+        cells = [_cell(key, row.get(key)) for key, _ in COLUMNS]
         if row.get("overrides"):
             cells[0] += " (" + ", ".join(f"`{item}`" for item in row["overrides"]) + ")"
-        lines.append("| " + " | ".join(cell if cell != "None" else "-" for cell in cells) + " |")
+        lines.append("| " + " | ".join(cells) + " |")
     signatures = sorted({row["signature"] for row in rows if row.get("signature")})
     lines += ["", "sacreBLEU signature: " + "; ".join(f"`{s}`" for s in signatures)]
     return "\n".join(lines)

@@ -105,6 +105,15 @@ def test_results_table_names_overrides(tmp_path: Path, results_table) -> None:
     assert lines[-1] == "sacreBLEU signature: `nrefs:1|x`"
 
 
+def test_results_table_formats_numbers_for_reading(results_table) -> None:
+    row = {"recipe": "r", "bleu": 30.0, "steps": 12345, "peak_rss_mb": 1563.94, "aer": 0.1, "chrf": None}
+    cells = results_table.table([row]).splitlines()[2].split(" | ")
+    titles = [title for _, title in results_table.COLUMNS]
+    by_title = dict(zip(titles, cells))
+    assert (by_title["steps"], by_title["peak RSS MB"], by_title["AER"]) == ("12,345", "1,564", "0.100")
+    assert by_title["chrF"] == by_title["parameters"] == "-"
+
+
 def test_results_table_states_the_recipes_current_expectation(tmp_path: Path, results_table) -> None:
     """A recipe whose expected score was restated after its run shows the restated one."""
     name = "multi30k-rnn-bahdanau"
