@@ -13,14 +13,24 @@ from nmt_cli.config import TrainConfig
 __all__ = ["InverseSqrtWarmup", "LearningRateSchedule", "build_optimizer"]
 
 
+FUSED_DEVICES = ("cpu", "cuda")
+
+
 def build_optimizer(parameters: Iterable[torch.nn.Parameter], cfg: TrainConfig) -> torch.optim.Optimizer:
-    """Adam / AdamW (``betas=cfg.adam_betas``, 0.98 by default) or plain SGD at ``cfg.lr``."""
+    """Adam / AdamW (``betas=cfg.adam_betas``, 0.98 by default) or plain SGD at ``cfg.lr``.
+
+    Adam uses torch's fused kernel where it has one (CPU and CUDA): the same update in one
+    pass over each tensor instead of a dozen. Without it torch runs, on CPU, a loop of
+    separate elementwise ops per parameter, each a full pass over memory.
+    """
     parameters = [p for p in parameters if p.requires_grad]
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(parameters, lr=cfg.lr, weight_decay=cfg.weight_decay)
     adam = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
     beta1, beta2 = cfg.adam_betas
-    return adam(parameters, lr=cfg.lr, betas=(beta1, beta2), eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
+    fused = all(p.device.type in FUSED_DEVICES and p.is_floating_point() for p in parameters)
+    return adam(parameters, lr=cfg.lr, betas=(beta1, beta2), eps=cfg.adam_eps, weight_decay=cfg.weight_decay,
+                fused=fused or None)
 
 
 class InverseSqrtWarmup:
