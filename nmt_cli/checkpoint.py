@@ -32,7 +32,7 @@ from nmt_cli.fileio import atomic_directory
 from nmt_cli.models import Seq2SeqModel, build_model
 from nmt_cli.tokenization import Tokenizer
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: RNN models scale their embeddings (format 1 checkpoints load unscaled)
 STEP_DIR = re.compile(r"^step-(\d+)$")
 WEIGHTS = "model.safetensors"
 OPTIMIZER = "optimizer.pt"
@@ -144,6 +144,18 @@ def resolve_checkpoint(path: str | os.PathLike) -> Path:
     raise NmtError(f"{path}: no checkpoint here (expected {STATE} and {WEIGHTS}, or step-* directories)")
 
 
+def _upgraded_config(state: dict[str, Any]) -> dict[str, Any]:
+    """The checkpoint's config as the current code reads it.
+
+    Format 1 predates embedding scaling in the RNN models: its RNN checkpoints were
+    trained on unscaled embeddings, whatever ``model.scale_embeddings`` says.
+    """
+    config = state["config"]
+    if state["format"] == 1 and str(config.get("model", {}).get("arch", "")).startswith("rnn_"):
+        config = {**config, "model": {**config["model"], "scale_embeddings": False}}
+    return config
+
+
 def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
     """Read a checkpoint (weights on CPU) without executing any code from it."""
     path = resolve_checkpoint(path)
@@ -151,9 +163,9 @@ def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
         state = json.loads((path / STATE).read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
         raise NmtError(f"{path / STATE}: unreadable checkpoint state ({exc})") from None
-    if state.get("format") != FORMAT_VERSION:
+    if state.get("format") not in (1, FORMAT_VERSION):
         raise NmtError(f"{path / STATE}: unsupported checkpoint format {state.get('format')!r}")
-    config = Config.from_dict(state["config"])
+    config = Config.from_dict(_upgraded_config(state))
     try:
         weights = load_file(str(path / WEIGHTS))
     except Exception as exc:  # safetensors raises its own error types

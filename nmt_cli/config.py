@@ -98,7 +98,9 @@ class ModelConfig:
     norm_position: str = choice("post", "post", "pre", help="post-norm as in the paper, or pre-norm")
     positions: str = choice("sinusoidal", "sinusoidal", "learned")
     max_positions: int = setting(1024, "table size for learned positions")
-    scale_embeddings: bool = setting(True, "multiply embeddings by sqrt(d_model)")
+    scale_embeddings: bool = setting(
+        True, "multiply token embeddings by the square root of their width (d_model, or embed_dim for the RNNs)"
+    )
     tie_embeddings: bool = setting(
         True, "share decoder input and output embeddings (and the source's when the vocabulary is joint)"
     )

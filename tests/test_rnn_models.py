@@ -155,3 +155,18 @@ def test_config_errors_name_the_key_and_list_choices():
         build_model(ModelConfig(arch="rnn_bahdanau", hidden_size=9), VOCAB, VOCAB, True)
     with pytest.raises(ConfigError, match="model.rnn_cell"):
         build_model(ModelConfig(arch="rnn_luong", rnn_cell="elman"), VOCAB, VOCAB, True)
+
+
+@pytest.mark.parametrize("arch", ["rnn_bahdanau", "rnn_luong"])
+def test_embeddings_enter_scaled_by_the_square_root_of_their_width(arch):
+    """``sqrt(E) E[x]`` with table ``E`` equals unscaled inputs from the table ``sqrt(E) E``."""
+    scaled = make_model(arch, "lstm", "general", "global", True, tie_embeddings=False)
+    plain = make_model(arch, "lstm", "general", "global", True, tie_embeddings=False, scale_embeddings=False)
+    state = scaled.state_dict()
+    state["tgt_embed.weight"] = state["tgt_embed.weight"] * 8**0.5  # embed_dim 8
+    state["src_embed.weight"] = state["src_embed.weight"] * 8**0.5
+    plain.load_state_dict(state)
+    src, src_mask, tgt, tgt_mask = make_batch([5, 3], 4)
+    torch.testing.assert_close(scaled(src, src_mask, tgt, tgt_mask)[0], plain(src, src_mask, tgt, tgt_mask)[0])
+    unchanged = make_model(arch, "lstm", "general", "global", True, tie_embeddings=False, scale_embeddings=False)
+    assert not torch.allclose(scaled(src, src_mask, tgt, tgt_mask)[0], unchanged(src, src_mask, tgt, tgt_mask)[0])

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from nmt_cli.checkpoint import checkpoint_dir_name, save_checkpoint
+from nmt_cli.checkpoint import STATE, checkpoint_dir_name, load_checkpoint, save_checkpoint
 from nmt_cli.config import Config, DecodeConfig, ModelConfig
 from nmt_cli.decoding import Translator, generate
 from nmt_cli.errors import ConfigError, NmtError
@@ -161,3 +162,16 @@ def test_every_architecture_translates_from_a_saved_checkpoint(tmp_path, arch):
     hypotheses = translator.translate(TEXTS)
     assert [bool(h.tokens) for h in hypotheses] == [bool(t.strip()) for t in TEXTS]
     assert all(len(h.nbest) == 2 for h, t in zip(hypotheses, TEXTS) if t.strip())
+
+
+@pytest.mark.parametrize("arch, scaled_when_format_1", [("rnn_luong", False), ("transformer", True)])
+def test_format_1_rnn_checkpoints_load_with_the_unscaled_embeddings_they_were_trained_on(
+        tmp_path, arch, scaled_when_format_1):
+    path = build_checkpoint(tmp_path, arch=arch)
+    assert load_checkpoint(path).config.model.scale_embeddings is True
+    state = json.loads((path / STATE).read_text(encoding="utf-8"))
+    (path / STATE).write_text(json.dumps({**state, "format": 1}), encoding="utf-8")
+    assert load_checkpoint(path).config.model.scale_embeddings is scaled_when_format_1
+    (path / STATE).write_text(json.dumps({**state, "format": 0}), encoding="utf-8")
+    with pytest.raises(NmtError, match="unsupported checkpoint format 0"):
+        load_checkpoint(path)
