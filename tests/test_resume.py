@@ -132,3 +132,18 @@ def test_rng_states_round_trip_through_json():
     restore_rng_state(saved)
     second = (torch.rand(3), np.random.rand(3), random.random())
     assert torch.equal(first[0], second[0]) and np.array_equal(first[1], second[1]) and first[2] == second[2]
+
+
+def test_a_format_1_rnn_run_resumes_only_with_the_unscaled_embeddings_it_was_trained_with(tiny_prepared, tmp_path):
+    """Format-1 RNN checkpoints predate embedding scaling: resuming one under the new default is refused."""
+    rnn = Config().with_overrides({"model.arch": "rnn_luong", "model.embed_dim": 16, "model.hidden_size": 16,
+                                   "train.max_tokens": 300, "train.num_threads": 1, "train.max_steps": 2,
+                                   "train.valid_every": 0, "train.early_stop_metric": "loss"})
+    train(rnn, tiny_prepared, tmp_path / "run", stream=io.StringIO())
+    state_file = list_checkpoints(tmp_path / "run")[-1] / "state.json"
+    state_file.write_text(json.dumps({**json.loads(state_file.read_text()), "format": 1}))
+    longer = rnn.with_overrides({"train.max_steps": 3})
+    with pytest.raises(NmtError, match=r"model.scale_embeddings=False, the config now says True"):
+        train(longer, tiny_prepared, tmp_path / "run", stream=io.StringIO())
+    unscaled = longer.with_overrides({"model.scale_embeddings": False})
+    assert train(unscaled, tiny_prepared, tmp_path / "run", stream=io.StringIO()).step == 3
