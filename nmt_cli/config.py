@@ -141,6 +141,11 @@ class TrainConfig:
     plateau_patience: int = setting(2)
     clip_norm: float = setting(1.0, "gradient clipping by global norm (0 = off)")
     label_smoothing: float = setting(0.1)
+    loss_normalization: str = choice(
+        "tokens", "tokens", "sentences",
+        help="divide each update's summed loss by its target tokens, or by its sentences as in Bahdanau 2014 "
+        "and Luong 2015 (which makes a plain-SGD learning rate mean what those papers mean)",
+    )
     precision: str = choice("auto", "auto", "fp32", "bf16", "fp16", help="auto: bf16 on CUDA, fp32 on CPU")
     compile: bool = setting(False, "torch.compile the model")
     seed: int = setting(1)

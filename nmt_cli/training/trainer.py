@@ -272,11 +272,15 @@ class Trainer:
         """One optimizer step; returns whether any process was interrupted / ran out of time."""
         batches = [collate(self.train_split, next(self.stream)) for _ in range(self.cfg.update_freq)]
         out_of_time = self.cfg.max_minutes > 0 and self._elapsed() >= self.cfg.max_minutes * 60
-        tokens, interrupted, timed_out = self.context.sum_ints(
-            [sum(batch.num_tokens for batch in batches), int(self._interrupted), int(out_of_time)]
-        )
+        tokens, sentences, interrupted, timed_out = self.context.sum_ints([
+            sum(batch.num_tokens for batch in batches),
+            sum(batch.src.size(0) for batch in batches),
+            int(self._interrupted),
+            int(out_of_time),
+        ])
         # DDP averages gradients over processes; scaling by world_size makes the result sum/tokens
-        scale = self.context.world_size / tokens
+        # (or sum/sentences) over the whole update
+        scale = self.context.world_size / (sentences if self.cfg.loss_normalization == "sentences" else tokens)
         for index, batch in enumerate(batches):
             batch = batch.to(self.device)
             with self._gradient_sync(index == len(batches) - 1):
