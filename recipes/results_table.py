@@ -5,7 +5,9 @@
 The table sits between the ``<!-- results:begin -->`` and ``<!-- results:end -->``
 markers and is never typed by hand: each row comes from a finished ``make recipe``
 run, with the sacreBLEU signature and the like-for-like (lowercased, 13a) BLEU next to
-the recipe's expected score.
+the recipe's expected score. A run under ``results/`` replaces its recipe's row; the
+rows of recipes not run in this checkout (``results/`` is not versioned) are kept as
+the script wrote them before, so one new run never erases the others.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import yaml
 
 RECIPES = Path(__file__).resolve().parent
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
+SIGNATURES = "sacreBLEU signature: "
 COLUMNS = [
     ("recipe", "recipe"),
     ("bleu", "sacreBLEU"),
@@ -30,6 +33,7 @@ COLUMNS = [
     ("aer", "AER"),
     ("expected", "expected (source in the recipe)"),
 ]
+HEADER = "| " + " | ".join(title for _, title in COLUMNS) + " |"
 
 
 def read_rows(results: Path) -> list[dict]:
@@ -61,23 +65,51 @@ def _cell(key: str, value) -> str:
     return str(value)
 
 
+def _row_line(row: dict) -> str:
+    """One rendered table row; a run with ``--set`` overrides is labelled with them."""
+    cells = [_cell(key, row.get(key)) for key, _ in COLUMNS]
+    if row.get("overrides"):
+        cells[0] += " (" + ", ".join(f"`{item}`" for item in row["overrides"]) + ")"
+    return "| " + " | ".join(cells) + " |"
+
+
+def _render(lines: list[str], signatures: set[str]) -> str:
+    """Header, the given row lines, then the sacreBLEU signatures they were scored with."""
+    if not lines:
+        return "_No finished recipe runs in results/ yet._"
+    signature_line = SIGNATURES + "; ".join(f"`{s}`" for s in sorted(signatures))
+    return "\n".join([HEADER, "|" + "---|" * len(COLUMNS), *lines, "", signature_line])
+
+
+
 def table(rows: list[dict]) -> str:
     """Markdown table of result rows (missing values as ``-``), then the sacreBLEU signatures.
 
     ``run_recipe.py`` writes each run's ``summary.md`` with this too, so the one-row
     summary and the README table never disagree on a cell.
     """
-    if not rows:
-        return "_No finished recipe runs in results/ yet._"
-    lines = ["| " + " | ".join(title for _, title in COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    for row in rows:
-        cells = [_cell(key, row.get(key)) for key, _ in COLUMNS]
-        if row.get("overrides"):
-            cells[0] += " (" + ", ".join(f"`{item}`" for item in row["overrides"]) + ")"
-        lines.append("| " + " | ".join(cells) + " |")
-    signatures = sorted({row["signature"] for row in rows if row.get("signature")})
-    lines += ["", "sacreBLEU signature: " + "; ".join(f"`{s}`" for s in signatures)]
-    return "\n".join(lines)
+    return _render([_row_line(row) for row in rows], {row["signature"] for row in rows if row.get("signature")})
+
+
+def rendered_rows(rendered: str) -> dict[str, str]:
+    """The row lines of a table this script wrote, by recipe name (the first word of the first cell)."""
+    lines = rendered.splitlines()
+    return {line[2:].split(" ", 1)[0]: line for line in lines if line.startswith("| ") and line != HEADER}
+
+
+def updated_table(previous: str, rows: list[dict]) -> str:
+    """``previous`` (a table this script wrote) with each of ``rows`` replacing its recipe's row.
+
+    Rows are ordered by recipe name; the signatures line keeps the earlier rows' signatures.
+    """
+    kept = rendered_rows(previous)
+    signatures = {
+        sig.strip("` ") for line in previous.splitlines() if line.startswith(SIGNATURES)
+        for sig in line[len(SIGNATURES):].split(";") if sig.strip("` ")
+    }
+    kept.update({row["recipe"]: _row_line(row) for row in rows})
+    signatures |= {row["signature"] for row in rows if row.get("signature")}
+    return _render([kept[name] for name in sorted(kept)], signatures)
 
 
 def main() -> None:
@@ -87,10 +119,14 @@ def main() -> None:
     args = parser.parse_args()
     text = args.readme.read_text(encoding="utf-8")
     head, _, rest = text.partition(BEGIN)
-    _, _, tail = rest.partition(END)
-    rendered = table(read_rows(args.results))
+    previous, _, tail = rest.partition(END)
+    rows = read_rows(args.results)
+    rendered = updated_table(previous.strip("\n"), rows)
     args.readme.write_text(f"{head}{BEGIN}\n{rendered}\n{END}{tail}", encoding="utf-8")
     print(rendered)
+    kept = sorted(set(rendered_rows(previous)) - {row["recipe"] for row in rows})
+    if kept:
+        print(f"kept from {args.readme} (no run under {args.results}/): {', '.join(kept)}")
 
 
 if __name__ == "__main__":

@@ -123,3 +123,36 @@ def test_results_table_states_the_recipes_current_expectation(tmp_path: Path, re
     current = yaml.safe_load((REPO / "recipes" / f"{name}.yaml").read_text(encoding="utf-8"))["recipe"]
     [read] = results_table.read_rows(tmp_path)
     assert read["expected"] == current["expected_score"] != "an old guess"
+
+
+def test_results_table_update_replaces_only_the_recipes_run_here(tmp_path: Path, results_table) -> None:
+    """results/ is not versioned: a new run replaces its own row, the other recipes' rows stay as written."""
+    earlier = [
+        {"recipe": "a-recipe", "bleu": 20.0, "signature": "nrefs:1|old"},
+        {"recipe": "b-recipe", "overrides": ["train.max_minutes=60"], "bleu": 30.0, "signature": "nrefs:1|old"},
+    ]
+    previous = results_table.table(earlier)
+    new_run = {"recipe": "b-recipe", "overrides": [], "bleu": 31.5, "signature": "nrefs:1|new"}
+    rows = results_table.rendered_rows(results_table.updated_table(previous, [new_run]))
+    assert list(rows) == ["a-recipe", "b-recipe"]
+    assert rows["a-recipe"] == results_table.rendered_rows(previous)["a-recipe"]
+    assert rows["b-recipe"].startswith("| b-recipe | 31.5 |")  # the 60-minute row is gone
+    updated = results_table.updated_table(previous, [new_run]).splitlines()
+    assert updated[-1] == "sacreBLEU signature: `nrefs:1|new`; `nrefs:1|old`"
+
+
+def test_results_table_script_keeps_rows_of_recipes_not_run_here(tmp_path: Path, results_table) -> None:
+    readme = tmp_path / "README.md"
+    previous = results_table.table([{"recipe": "kept", "bleu": 12.0, "signature": "s"}])
+    readme.write_text(f"intro\n{results_table.BEGIN}\n{previous}\n{results_table.END}\nafter\n", encoding="utf-8")
+    (tmp_path / "results" / "fresh").mkdir(parents=True)
+    row = {"recipe": "fresh", "bleu": 40.0, "signature": "s"}
+    (tmp_path / "results" / "fresh" / "summary.json").write_text(json.dumps(row), encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, str(REPO / "recipes" / "results_table.py"), "--results", str(tmp_path / "results"),
+         "--readme", str(readme)], capture_output=True, text=True, check=True,
+    )
+    assert "kept from" in done.stdout and done.stdout.rstrip().endswith(": kept")
+    text = readme.read_text(encoding="utf-8")
+    assert text.startswith("intro\n") and text.endswith(f"{results_table.END}\nafter\n")
+    assert list(results_table.rendered_rows(text.split(results_table.BEGIN)[1])) == ["fresh", "kept"]
