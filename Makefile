@@ -1,4 +1,4 @@
-# nmt-cli: make install | test | demo | recipes | recipe NAME=... | recipes-check | bench
+# nmt-cli: make install | test | demo | recipes | recipe NAME=... (or make NAME) | recipes-check | bench
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -6,9 +6,10 @@ VENV ?= .venv
 # On a GPU machine: make install TORCH_SPEC="torch>=2.2"
 TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
-NMT := $(BIN)/nmt
+# every recipes/NAME.yaml is also a target of its own: make multi30k-transformer
+RECIPE_NAMES := $(filter-out demo,$(basename $(notdir $(wildcard recipes/*.yaml))))
 
-.PHONY: install test demo recipes recipe recipes-check bench clean
+.PHONY: install test demo recipes recipe recipes-check bench clean $(RECIPE_NAMES)
 
 install: $(VENV)/.installed
 
@@ -30,6 +31,9 @@ recipes: install
 
 recipe: install
 	$(BIN)/python recipes/run_recipe.py $(NAME)
+
+$(RECIPE_NAMES): install
+	$(BIN)/python recipes/run_recipe.py $@
 
 recipes-check: install
 	$(BIN)/python -m pytest -q tests/test_recipes.py

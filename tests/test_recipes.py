@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -79,6 +80,15 @@ def test_recipe_runs_every_stage(name: str, hub_root: Path, tmp_path: Path, requ
     assert sorted((out / "align").glob("*.png")) or sorted((out / "align").glob("heatmaps/*.png"))
     summary_md = (out / "summary.md").read_text(encoding="utf-8")
     assert summary_md.startswith("| recipe |") and "None" not in summary_md  # missing cells read "-"
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="GNU make is not installed")
+def test_every_recipe_is_a_make_target() -> None:
+    """``make NAME`` runs the recipe, like ``make recipe NAME=NAME`` (dry run: nothing is executed)."""
+    for name in RECIPES:
+        command = ["make", "-n", "--no-print-directory", "-C", str(REPO), name, "VENV=/nonexistent"]
+        shown = subprocess.run(command, capture_output=True, text=True, check=True).stdout.splitlines()
+        assert shown[-1].endswith(f"recipes/run_recipe.py {name}"), shown
 
 
 @pytest.fixture(scope="module")
