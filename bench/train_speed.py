@@ -10,7 +10,7 @@ toolkits taking turns within a repeat so a change of machine load hits all of th
 
 Models: ``tiny`` (Transformer 2+2 layers, d 128, ~1M parameters), ``base`` (Transformer-base
 shape, a few steps), ``base-bf16`` (the same with bf16 autocast, for the toolkits that train
-in bf16 on a CPU), ``rnn`` (Bahdanau RNN, LSTM 256). ``--quick``: 2,000 pairs, a few
+in bf16 on a CPU), ``rnn`` (Bahdanau RNN, LSTM 256), ``rnn-bf16`` (the same with bf16 autocast). ``--quick``: 2,000 pairs, a few
 steps, ``tiny`` and ``rnn`` only, installed peers only.
 """
 
@@ -47,6 +47,8 @@ SETTINGS = {
                          TrainSpec(steps=20, log_every=2, warmup=4000, precision="bf16"), None),
     "rnn": Setting("rnn", TINY_RNN, TrainSpec(steps=140, log_every=20, warmup=4000),
                    TrainSpec(steps=8, log_every=2, warmup=100)),
+    "rnn-bf16": Setting("rnn-bf16", TINY_RNN, TrainSpec(steps=140, log_every=20, warmup=4000, precision="bf16"),
+                        None),
 }
 
 
