@@ -10,8 +10,9 @@ toolkits taking turns within a repeat so a change of machine load hits all of th
 
 Models: ``tiny`` (Transformer 2+2 layers, d 128, ~1M parameters), ``base`` (Transformer-base
 shape, a few steps), ``base-bf16`` (the same with bf16 autocast, for the toolkits that train
-in bf16 on a CPU), ``rnn`` (Bahdanau RNN, LSTM 256), ``rnn-bf16`` (the same with bf16 autocast). ``--quick``: 2,000 pairs, a few
-steps, ``tiny`` and ``rnn`` only, installed peers only.
+in bf16 on a CPU), ``rnn`` (Bahdanau RNN, LSTM 256) and ``rnn-bf16`` (the same with bf16
+autocast). ``--quick``: 2,000 pairs, a few steps, ``tiny`` and ``rnn`` only, installed peers
+only.
 """
 
 from __future__ import annotations
