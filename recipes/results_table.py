@@ -81,7 +81,6 @@ def _render(lines: list[str], signatures: set[str]) -> str:
     return "\n".join([HEADER, "|" + "---|" * len(COLUMNS), *lines, "", signature_line])
 
 
-
 def table(rows: list[dict]) -> str:
     """Markdown table of result rows (missing values as ``-``), then the sacreBLEU signatures.
 
