@@ -90,7 +90,7 @@ class RunLog:
             atomic_write_text(run_dir / METRICS, "".join(json.dumps(r) + "\n" for r in kept))
         self._log = _AppendOnlyFile(run_dir / TRAIN_LOG)
         self._metrics = _AppendOnlyFile(run_dir / METRICS)
-        self._tensorboard = _tensorboard_writer(run_dir / "tensorboard")
+        self._tensorboard = _tensorboard_writer(run_dir / "tensorboard", resume_step)
 
     def line(self, text: str) -> None:
         if not self.enabled:
@@ -117,10 +117,14 @@ class RunLog:
         self._log = self._metrics = self._tensorboard = None
 
 
-def _tensorboard_writer(log_dir: Path) -> Any:
-    """A ``SummaryWriter`` when TensorBoard is installed, else ``None`` (silently)."""
+def _tensorboard_writer(log_dir: Path, resume_step: int | None) -> Any:
+    """A ``SummaryWriter`` when TensorBoard is installed (``pip install nmt-cli[tensorboard]``), else ``None``.
+
+    A resumed run purges the events after its checkpoint (``purge_step``), as it drops those
+    records from ``metrics.jsonl``: the steps it repeats are shown once, with their new values.
+    """
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:
         return None
-    return SummaryWriter(log_dir=str(log_dir))
+    return SummaryWriter(log_dir=str(log_dir), purge_step=None if resume_step is None else resume_step + 1)
