@@ -147,7 +147,9 @@ class TrainConfig:
         "and Luong 2015 (which makes a plain-SGD learning rate mean what those papers mean)",
     )
     precision: str = choice("auto", "auto", "fp32", "bf16", "fp16", help="auto: bf16 on CUDA, fp32 on CPU")
-    compile: bool = setting(False, "torch.compile the model")
+    compile: bool = setting(
+        False, "torch.compile the model; off by default because on CPU it trained slower (README)",
+    )
     seed: int = setting(1)
     num_threads: int = setting(0, "torch CPU threads (0 = torch's default)")
     log_every: int = setting(50)
