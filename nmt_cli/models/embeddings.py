@@ -13,6 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from nmt_cli.errors import NmtError
+from nmt_cli.models.dropout import Dropout
 from nmt_cli.specials import PAD_ID
 
 __all__ = [
@@ -91,7 +92,7 @@ class TransformerEmbedding(nn.Module):
         self.tokens = tokens
         self.positions = positions
         self.scale = math.sqrt(tokens.embedding_dim) if scale else 1.0
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, token_ids: Tensor, offset: int = 0) -> Tensor:
         """(B, T) token ids at positions ``offset ..`` -> (B, T, d_model)."""

@@ -42,6 +42,7 @@ from nmt_cli.models import MODELS
 from nmt_cli.models.attention.local import wrap_local
 from nmt_cli.models.attention.scores import AttentionSizes, build_score_attention
 from nmt_cli.models.base import Memory, Seq2SeqModel, State
+from nmt_cli.models.dropout import Dropout
 from nmt_cli.models.embeddings import token_table
 
 __all__ = ["StackedRNN", "AttentionalRNN", "BahdanauRNN", "LuongRNN"]
@@ -120,7 +121,7 @@ class AttentionalRNN(Seq2SeqModel):
         if share_source and src_vocab_size != tgt_vocab_size:
             raise ValueError(f"joint vocabulary with different sizes: {src_vocab_size} and {tgt_vocab_size}")
         self.src_embed = self.tgt_embed if share_source else token_table(src_vocab_size, cfg.embed_dim)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         # the tables are N(0, 1/E) (token_table); scaled by sqrt(E) the RNNs get unit-variance inputs
         self.embed_scale = math.sqrt(cfg.embed_dim) if cfg.scale_embeddings else 1.0
         sizes = AttentionSizes(cfg.hidden_size, cfg.hidden_size, cfg.hidden_size, cfg.max_positions)

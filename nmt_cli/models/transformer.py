@@ -39,6 +39,7 @@ from nmt_cli.models import MODELS
 from nmt_cli.models.attention.linear import LinearAttention
 from nmt_cli.models.attention.multihead import MultiHeadAttention, SoftmaxAttention
 from nmt_cli.models.base import Memory, Seq2SeqModel, State
+from nmt_cli.models.dropout import Dropout
 from nmt_cli.models.embeddings import LearnedPositions, SinusoidalPositions, TransformerEmbedding, token_table
 
 __all__ = ["Transformer", "LinearTransformer", "LINEAR_SITES"]
@@ -53,7 +54,7 @@ class FeedForward(nn.Module):
         super().__init__()
         self.linear1 = nn.Linear(d_model, ffn_dim)
         self.linear2 = nn.Linear(ffn_dim, d_model)
-        self.dropout = nn.Dropout(activation_dropout)
+        self.dropout = Dropout(activation_dropout)
         for linear in (self.linear1, self.linear2):
             nn.init.xavier_uniform_(linear.weight)
             nn.init.zeros_(linear.bias)
@@ -71,7 +72,7 @@ class Residual(nn.Module):
     def __init__(self, d_model: int, dropout: float, pre_norm: bool):
         super().__init__()
         self.norm = nn.LayerNorm(d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.pre_norm = pre_norm
 
     def input(self, x: Tensor) -> Tensor:

@@ -31,6 +31,7 @@ from torch import Tensor, nn
 
 from nmt_cli.errors import ConfigError
 from nmt_cli.models.attention.common import attend, masked_softmax
+from nmt_cli.models.dropout import dropout
 
 __all__ = ["AttentionKernel", "MultiHeadAttention", "SoftmaxAttention"]
 
@@ -89,7 +90,7 @@ class SoftmaxAttention(nn.Module):
             return context, None  # (B, H, T, d_k)
         scores = torch.matmul(q, k.transpose(-2, -1)) * q.size(-1) ** -0.5  # (B, H, T, S)
         weights = masked_softmax(scores, mask)  # (B, H, T, S)
-        dropped = F.dropout(weights, self.dropout, self.training)
+        dropped = dropout(weights, self.dropout, self.training)
         return attend(dropped, v), weights  # (B, H, T, d_k), (B, H, T, S)
 
     def causal(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:

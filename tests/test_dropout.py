@@ -1,0 +1,79 @@
+"""The CPU dropout: drop rate, scaling, gradient, independence of its elements, seeding."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from nmt_cli.models.dropout import Dropout, dropout
+
+N = 1 << 20
+
+
+def _sigma(p: float, n: int = N) -> float:
+    """Standard deviation of the observed drop rate of ``n`` independent elements."""
+    return math.sqrt(p * (1 - p) / n)
+
+
+@pytest.mark.parametrize("p", [0.1, 0.3, 0.5])
+def test_drop_rate_and_scaling_are_those_of_inverted_dropout(p):
+    torch.manual_seed(0)
+    x = torch.rand(N) + 0.5  # no zeros of its own
+    y = dropout(x, p, training=True)
+    dropped = y == 0
+    assert abs(dropped.float().mean().item() - p) < 5 * _sigma(p)
+    levels = round(p * 32768)
+    torch.testing.assert_close(y[~dropped], x[~dropped] * (32768 / (32768 - levels)))
+    assert abs(levels / 32768 - p) <= 2**-16  # the drop probability is p rounded to 2^-15
+
+
+def test_elements_sharing_a_random_draw_are_independent():
+    """Four elements come from one 64-bit draw: pairs of them must still be dropped together p^2 of the time."""
+    torch.manual_seed(1)
+    p = 0.3
+    dropped = (dropout(torch.ones(N), p, training=True) == 0).view(-1, 4).float()
+    for a in range(4):
+        assert abs(dropped[:, a].mean().item() - p) < 5 * _sigma(p, N // 4)
+        for b in range(a + 1, 4):
+            both = (dropped[:, a] * dropped[:, b]).mean().item()
+            assert abs(both - p * p) < 5 * _sigma(p * p, N // 4)
+
+
+def test_gradient_is_the_same_mask_and_scale():
+    torch.manual_seed(2)
+    x = torch.randn(64, 33, dtype=torch.float64, requires_grad=True)
+    upstream = torch.randn(64, 33, dtype=torch.float64)
+    y = dropout(x, 0.25, training=True)
+    y.backward(upstream)
+    kept, scale = y != 0, 32768 / (32768 - 8192)  # p = 0.25 is a multiple of 2^-15
+    assert 0 < kept.sum() < kept.numel()
+    torch.testing.assert_close(y, torch.where(kept, x * scale, 0.0))
+    torch.testing.assert_close(x.grad, torch.where(kept, upstream * scale, 0.0))
+
+
+def test_identity_in_evaluation_and_at_zero_and_seeded_in_training():
+    x = torch.randn(8, 16)
+    module = Dropout(0.1).eval()
+    assert module(x) is x and dropout(x, 0.0, training=True) is x
+    module.train()
+    torch.manual_seed(3)
+    first = module(x)
+    torch.manual_seed(3)
+    assert torch.equal(module(x), first)  # the default generator's seed reproduces the mask
+    assert not torch.equal(module(x), first)  # and the next call draws a new one
+    assert torch.equal(dropout(x, 1.0, training=True), torch.zeros_like(x))
+
+
+def test_keeps_dtype_and_shape_of_non_contiguous_input():
+    x = torch.randn(16, 24, dtype=torch.bfloat16).t()  # (24, 16), not contiguous
+    y = dropout(x, 0.5, training=True)
+    assert y.dtype == torch.bfloat16 and y.shape == x.shape
+    kept = y != 0
+    torch.testing.assert_close(y[kept], x[kept] * 2)
+
+
+def test_rejects_a_probability_outside_0_1():
+    with pytest.raises(ValueError, match="dropout probability"):
+        Dropout(1.5)
