@@ -65,17 +65,8 @@ def dropout(x: Tensor, p: float, training: bool) -> Tensor:
     return _ScaleKept.apply(x, _keep_mask(x.shape, drop_levels), _LEVELS / (_LEVELS - drop_levels))
 
 
-class Dropout(nn.Module):
-    """:func:`dropout` as a module, in place of ``torch.nn.Dropout`` (same argument, no weights)."""
-
-    def __init__(self, p: float):
-        super().__init__()
-        if not 0 <= p <= 1:
-            raise ValueError(f"dropout probability must be in [0, 1], got {p}")
-        self.p = p
+class Dropout(nn.Dropout):
+    """``torch.nn.Dropout`` (its argument check and repr) whose forward is :func:`dropout` (never in place)."""
 
     def forward(self, x: Tensor) -> Tensor:
         return dropout(x, self.p, self.training)
-
-    def extra_repr(self) -> str:
-        return f"p={self.p}"
