@@ -146,7 +146,14 @@ class TrainConfig:
         help="divide each update's summed loss by its target tokens, or by its sentences as in Bahdanau 2014 "
         "and Luong 2015 (which makes a plain-SGD learning rate mean what those papers mean)",
     )
-    precision: str = choice("auto", "auto", "fp32", "bf16", "fp16", help="auto: bf16 on CUDA, fp32 on CPU")
+    precision: str = choice(
+        "auto", "auto", "fp32", "bf16", "fp16",
+        help="auto: bf16 on CUDA, fp32 on CPU; fp16 scales the loss and skips (without counting) an "
+        "update whose gradients overflowed",
+    )
+    fp16_init_scale: float = setting(
+        2.0**16, "fp16: the first loss scale; halved after each overflow, doubled after 2,000 clean updates",
+    )
     compile: bool = setting(
         False, "torch.compile the model; off by default because on CPU it trained slower (README)",
     )

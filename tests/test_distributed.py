@@ -36,9 +36,15 @@ def _weights(run_dir: Path) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.slow
-def test_two_processes_equal_one_process_accumulating_their_batches(tiny_prepared, tmp_path):
+@pytest.mark.parametrize("precision", [
+    {},
+    # the first updates overflow on both ranks alike (their gradients are summed before the check)
+    {"train.precision": "fp16", "train.fp16_init_scale": 2.0**40},
+], ids=["fp32", "fp16-overflowing"])
+def test_two_processes_equal_one_process_accumulating_their_batches(tiny_prepared, tmp_path, precision):
+    settings = {**SETTINGS, **precision}
     config_file = tmp_path / "ddp.yaml"
-    config_file.write_text(Config().with_overrides({**SETTINGS, "train.update_freq": 1}).to_yaml())
+    config_file.write_text(Config().with_overrides({**settings, "train.update_freq": 1}).to_yaml())
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                "-m", "nmt_cli", "train", "--config", str(config_file), "--data", str(tiny_prepared),
                "--out", str(tmp_path / "ddp"), "--device", "cpu"]
@@ -48,7 +54,7 @@ def test_two_processes_equal_one_process_accumulating_their_batches(tiny_prepare
 
     # each rank takes every second batch of the shuffled order, so update n of the pair sees
     # the same two batches as update n of one process accumulating two batches
-    single = Config().with_overrides({**SETTINGS, "train.update_freq": 2})
+    single = Config().with_overrides({**settings, "train.update_freq": 2})
     train(single, tiny_prepared, tmp_path / "single", stream=io.StringIO())
     assert _losses(tmp_path / "ddp") == pytest.approx(_losses(tmp_path / "single"), abs=1e-5)
     ddp_weights, single_weights = _weights(tmp_path / "ddp"), _weights(tmp_path / "single")
@@ -57,10 +63,14 @@ def test_two_processes_equal_one_process_accumulating_their_batches(tiny_prepare
         torch.testing.assert_close(tensor, single_weights[name], atol=1e-5, rtol=1e-4)
 
     # rank 1's batch mattered: rank 0's batch alone gives another loss
-    alone = Config().with_overrides({**SETTINGS, "train.update_freq": 1, "train.max_steps": 1})
+    alone = Config().with_overrides({**settings, "train.update_freq": 1, "train.max_steps": 1})
     train(alone, tiny_prepared, tmp_path / "alone", stream=io.StringIO())
     assert abs(_losses(tmp_path / "alone")[0] - _losses(tmp_path / "ddp")[0]) > 1e-3
 
     # only rank 0 wrote: one header, three progress lines, one final line
     log = (tmp_path / "ddp" / "train.log").read_text().splitlines()
     assert len(log) == 5 and "device cpu x 2" in log[0]
+    if precision:
+        skipped = [r["skipped_updates"] for r in read_metrics(tmp_path / "ddp") if r["kind"] == "train"]
+        assert skipped == [r["skipped_updates"] for r in read_metrics(tmp_path / "single") if r["kind"] == "train"]
+        assert skipped[0] >= 10

@@ -86,6 +86,23 @@ def test_killed_run_resumes_exactly(tiny_prepared, tmp_path):
     assert _logged_by_step(run_dir, "tokens_per_update") == _logged_by_step(tmp_path / "uninterrupted", "tokens_per_update")
 
 
+def test_fp16_resume_restores_the_loss_scale(tiny_prepared, tmp_path):
+    """The first updates overflow at a loss scale of 2^40; a run resumed after them keeps the
+    lowered scale (a fresh scaler would skip them again and train on other batches)."""
+    settings = {**SETTINGS, "train.precision": "fp16", "train.fp16_init_scale": 2.0**40}
+    train(Config().with_overrides({**settings, "train.max_steps": 12}), tiny_prepared, tmp_path / "whole",
+          stream=io.StringIO())
+    expected = _logged_by_step(tmp_path / "whole")
+    assert sum(_logged_by_step(tmp_path / "whole", "skipped_updates").values()) >= 10
+
+    train(Config().with_overrides({**settings, "train.max_steps": 5}), tiny_prepared, tmp_path / "split",
+          stream=io.StringIO())
+    train(Config().with_overrides({**settings, "train.max_steps": 12}), tiny_prepared, tmp_path / "split",
+          stream=io.StringIO())
+    assert _logged_by_step(tmp_path / "split") == pytest.approx(expected, abs=1e-6)
+    assert _logged_by_step(tmp_path / "split", "loss_scale") == _logged_by_step(tmp_path / "whole", "loss_scale")
+
+
 @pytest.mark.slow
 def test_ctrl_c_saves_a_checkpoint_that_resumes(tiny_prepared, tmp_path):
     config = Config().with_overrides({**SETTINGS, "train.max_steps": 100_000, "train.save_every": 0})

@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from nmt_cli.checkpoint import list_checkpoints, load_checkpoint
+from nmt_cli.checkpoint import list_checkpoints, load_checkpoint, load_optimizer_state
 from nmt_cli.config import Config, load_config
 from nmt_cli.data.prepared import PreparedData
 from nmt_cli.errors import ConfigError
@@ -148,9 +148,34 @@ def test_checkpoint_keeper_keeps_last_and_best(tmp_path):
 def test_precision_choices():
     cpu = torch.device("cpu")
     assert Precision("auto", cpu).dtype is None and Precision("auto", cpu).scaler is None
-    assert Precision("bf16", cpu).dtype == torch.bfloat16
-    with pytest.raises(ConfigError, match="fp16 needs a CUDA device"):
-        Precision("fp16", cpu)
+    assert Precision("bf16", cpu).dtype == torch.bfloat16 and Precision("bf16", cpu).scaler is None
+    fp16 = Precision("fp16", cpu, init_scale=128.0)
+    assert fp16.dtype == torch.float16 and fp16.scaler.get_scale() == 128.0
+
+
+def test_fp16_skips_overflowed_updates_without_counting_them(tiny_prepared, tmp_path):
+    """A loss scale of 2^40 overflows fp16 gradients: those updates change nothing and are not steps."""
+    settings = {**TINY_TRANSFORMER, "train__max_steps": 12, "train__log_every": 1, "train__valid_every": 0}
+    train(_config(**settings), tiny_prepared, tmp_path / "fp32", stream=io.StringIO())
+    log = io.StringIO()
+    summary = train(_config(**settings, train__precision="fp16", train__fp16_init_scale=2.0**40),
+                    tiny_prepared, tmp_path / "fp16", stream=log)
+
+    assert summary.step == 12
+    records = [r for r in read_metrics(tmp_path / "fp16") if r["kind"] == "train"]
+    assert [r["step"] for r in records] == list(range(1, 13))
+    skipped = sum(r["skipped_updates"] for r in records)
+    assert skipped >= 10  # each overflow halves the scale, down to one fp16 gradients fit in
+    assert records[0]["loss_scale"] == 2.0**40 / 2 ** records[0]["skipped_updates"]
+    assert records[-1]["loss_scale"] == 2.0**40 / 2**skipped  # no growth within 2,000 clean updates
+    assert "overflow(s) skipped" in log.getvalue().splitlines()[1]
+    # the schedule did not advance on skipped updates: the same learning rates as the fp32 run
+    fp32_lrs = [r["lr"] for r in read_metrics(tmp_path / "fp32") if r["kind"] == "train"]
+    assert [r["lr"] for r in records] == pytest.approx(fp32_lrs, rel=1e-12)
+    # nor did the optimizer: Adam counted 12 steps; the scaler's state is in the checkpoint
+    saved = load_optimizer_state(tmp_path / "fp16" / "checkpoints" / "step-00000012")
+    assert {float(state["step"]) for state in saved["optimizer"]["state"].values()} == {12.0}
+    assert saved["grad_scaler"]["scale"] == records[-1]["loss_scale"]
 
 
 def test_bleu_metric_needs_bleu_validation(tiny_prepared, tmp_path):

@@ -16,7 +16,7 @@ import torch.distributed as dist
 
 from nmt_cli.errors import NmtError
 
-__all__ = ["DistributedContext", "init_distributed", "resolve_device"]
+__all__ = ["DistributedContext", "init_distributed", "resolve_device", "sum_gradients_hook"]
 
 
 def resolve_device(name: str | None, local_rank: int = 0) -> torch.device:
@@ -87,6 +87,18 @@ class DistributedContext:
     def close(self) -> None:
         if self.active and dist.is_initialized():
             dist.destroy_process_group()
+
+
+def sum_gradients_hook(process_group, bucket):  # DDP checks real annotations; ours would be strings
+    """DDP communication hook: sum the ranks' gradients (DDP's own hook averages them).
+
+    Each rank's loss is already its share of the update's ``sum / tokens``, so the sum is
+    the gradient of the whole update, as one process accumulating all the batches would
+    get. Scaling every rank's loss up by the world size instead would make its fp16
+    gradients that many times larger and overflow at a lower loss scale.
+    """
+    work = dist.all_reduce(bucket.buffer(), group=process_group, async_op=True)
+    return work.get_future().then(lambda done: done.value()[0])
 
 
 def init_distributed(device_name: str | None = None) -> DistributedContext:

@@ -28,15 +28,18 @@ class IntervalMeter:
                                  dtype=torch.float64, device=context.device)  # (2,): loss, NLL
         self.tokens = int(saved["tokens"])
         self.updates = int(saved.get("updates", 0))  # checkpoints before it was saved: 0
+        self.skipped = int(saved.get("skipped", 0))
         self.start = time.perf_counter() - saved["seconds"]
 
     def add_batch(self, loss_sum: torch.Tensor, nll_sum: torch.Tensor) -> None:
         self.sums += torch.stack((loss_sum.detach(), nll_sum.detach()))
 
-    def add_update(self, tokens: int) -> None:
-        """``tokens``: target tokens of the update over all processes."""
+    def add_update(self, tokens: int, applied: bool = True) -> None:
+        """``tokens``: target tokens of the update over all processes; ``applied``: False when
+        fp16 loss scaling found overflowed gradients and skipped the optimizer step."""
         self.tokens += tokens
         self.updates += 1
+        self.skipped += not applied
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
@@ -48,13 +51,14 @@ class IntervalMeter:
             self.start += time.perf_counter() - begin
 
     def take(self) -> dict[str, float]:
-        """Totals over all processes (loss and NLL sums, tokens, seconds, updates), then reset."""
+        """Totals over all processes (loss and NLL sums, tokens, seconds, updates, skipped
+        updates), then reset."""
         loss_sum, nll_sum = self.context.sum_tensor(self.sums).tolist()
         now = time.perf_counter()
         totals = {"loss_sum": loss_sum, "nll_sum": nll_sum, "tokens": self.tokens,
-                  "seconds": max(now - self.start, 1e-9), "updates": self.updates}
+                  "seconds": max(now - self.start, 1e-9), "updates": self.updates, "skipped": self.skipped}
         self.sums.zero_()
-        self.tokens = self.updates = 0
+        self.tokens = self.updates = self.skipped = 0
         self.start = now
         return totals
 
@@ -62,4 +66,4 @@ class IntervalMeter:
         """The unfinished interval, for a checkpoint (a collective: every rank calls it)."""
         loss_sum, nll_sum = self.context.sum_tensor(self.sums).tolist()
         return {"loss_sum": loss_sum, "nll_sum": nll_sum, "tokens": self.tokens,
-                "seconds": time.perf_counter() - self.start, "updates": self.updates}
+                "seconds": time.perf_counter() - self.start, "updates": self.updates, "skipped": self.skipped}

@@ -35,9 +35,13 @@ def format_duration(seconds: float | None) -> str:
 def progress_line(record: dict[str, Any], max_steps: int, eta: float | None) -> str:
     """``step 1200/10000 | epoch 3 | loss 3.412 | lr 4.1e-04 | 12,345 tok/s | 0:05:12 | eta 0:38:02``."""
     total = f"/{max_steps}" if max_steps else ""
+    scaling = ""
+    if "loss_scale" in record:  # fp16
+        skipped = record["skipped_updates"]
+        scaling = f" | loss scale {record['loss_scale']:g}" + (f", {skipped} overflow(s) skipped" if skipped else "")
     return (
         f"step {record['step']}{total} | epoch {record['epoch']} | loss {record['loss']:.4f} | "
-        f"ppl {record['ppl']:.2f} | lr {record['lr']:.3e} | {record['tokens_per_s']:,.0f} tok/s | "
+        f"ppl {record['ppl']:.2f} | lr {record['lr']:.3e} | {record['tokens_per_s']:,.0f} tok/s{scaling} | "
         f"elapsed {format_duration(record['elapsed'])} | eta {format_duration(eta)}"
     )
 

@@ -40,7 +40,7 @@ from nmt_cli.training.averaging import average_checkpoints
 from nmt_cli.training.batching import BatchStream, collate, make_batches
 from nmt_cli.training.checkpointing import CheckpointKeeper, is_better
 from nmt_cli.training.curves import plot_learning_curve
-from nmt_cli.training.distributed import DistributedContext, init_distributed
+from nmt_cli.training.distributed import DistributedContext, init_distributed, sum_gradients_hook
 from nmt_cli.training.loss import label_smoothed_cross_entropy
 from nmt_cli.training.meter import IntervalMeter
 from nmt_cli.training.precision import Precision
@@ -145,7 +145,7 @@ class Trainer:
         seed_everything(self.cfg.seed)
         self.model = build_model(config.model, self.tokenizer.src_vocab_size, self.tokenizer.tgt_vocab_size,
                                  self.tokenizer.joint)
-        self.precision = Precision(self.cfg.precision, self.device)
+        self.precision = Precision(self.cfg.precision, self.device, self.cfg.fp16_init_scale)
         # training state; replaced by the checkpoint's when resuming
         self.step = 0
         self.validations: list[dict[str, Any]] = []
@@ -229,6 +229,7 @@ class Trainer:
             device_ids = [self.device.index] if self.device.type == "cuda" else None
             # the models' buffers (position tables) never change: no need to broadcast them each step
             module = DistributedDataParallel(module, device_ids=device_ids, broadcast_buffers=False)
+            module.register_comm_hook(None, sum_gradients_hook)
         self._ddp = module if self.context.active else None
         if self.cfg.compile:
             module = torch.compile(module)
@@ -241,16 +242,17 @@ class Trainer:
         self.model.train()
         with self._stop_on_signals():
             while (stop := self._budget_spent()) is None:
-                interrupted, out_of_time = self._update()
-                self.step += 1
-                if self.step % max(self.cfg.log_every, 1) == 0:
-                    self._log_progress()
-                if self.cfg.valid_every > 0 and self.step % self.cfg.valid_every == 0:
-                    if self._validate():
-                        stop = "early_stop"
-                    self._save()
-                elif self.cfg.save_every > 0 and self.step % self.cfg.save_every == 0:
-                    self._save()
+                interrupted, out_of_time, applied = self._update()
+                if applied:  # an update skipped for fp16 overflow is not a step
+                    self.step += 1
+                    if self.step % max(self.cfg.log_every, 1) == 0:
+                        self._log_progress()
+                    if self.cfg.valid_every > 0 and self.step % self.cfg.valid_every == 0:
+                        if self._validate():
+                            stop = "early_stop"
+                        self._save()
+                    elif self.cfg.save_every > 0 and self.step % self.cfg.save_every == 0:
+                        self._save()
                 if stop is None and (interrupted or out_of_time):
                     stop = "interrupted" if interrupted else "max_minutes"
                 if stop is not None:
@@ -268,8 +270,9 @@ class Trainer:
     def _elapsed(self) -> float:
         return self.elapsed_before + time.perf_counter() - self._session_start
 
-    def _update(self) -> tuple[bool, bool]:
-        """One optimizer step; returns whether any process was interrupted / ran out of time."""
+    def _update(self) -> tuple[bool, bool, bool]:
+        """One update; returns whether any process was interrupted / ran out of time, and
+        whether the optimizer step was applied (False: fp16 gradients overflowed)."""
         batches = [collate(self.train_split, next(self.stream)) for _ in range(self.cfg.update_freq)]
         out_of_time = self.cfg.max_minutes > 0 and self._elapsed() >= self.cfg.max_minutes * 60
         tokens, sentences, interrupted, timed_out = self.context.sum_ints([
@@ -278,9 +281,8 @@ class Trainer:
             int(self._interrupted),
             int(out_of_time),
         ])
-        # DDP averages gradients over processes; scaling by world_size makes the result sum/tokens
-        # (or sum/sentences) over the whole update
-        scale = self.context.world_size / (sentences if self.cfg.loss_normalization == "sentences" else tokens)
+        # gradients are summed over processes (sum_gradients_hook): the update's sum/tokens (or sum/sentences)
+        scale = 1.0 / (sentences if self.cfg.loss_normalization == "sentences" else tokens)
         for index, batch in enumerate(batches):
             batch = batch.to(self.device)
             with self._gradient_sync(index == len(batches) - 1):
@@ -292,9 +294,9 @@ class Trainer:
                     )
                 self._backward(loss_sum * scale)
             self.interval.add_batch(loss_sum, nll_sum)
-        self._optimizer_step()
-        self.interval.add_update(tokens)
-        return interrupted > 0, timed_out > 0
+        applied = self._optimizer_step()
+        self.interval.add_update(tokens, applied)
+        return interrupted > 0, timed_out > 0, applied
 
     def _gradient_sync(self, last_batch: bool) -> contextlib.AbstractContextManager:
         """DDP all-reduces gradients on the last batch of an update only."""
@@ -306,19 +308,31 @@ class Trainer:
         scaler = self.precision.scaler
         (scaler.scale(loss) if scaler is not None else loss).backward()
 
-    def _optimizer_step(self) -> None:
+    def _optimizer_step(self) -> bool:
+        """Clip and step; False when the fp16 loss scaler found inf/NaN gradients and skipped it.
+
+        A skipped update leaves the weights, the optimizer and the learning-rate schedule as
+        they were (as fairseq does), and the scaler halves the loss scale. Its batches are
+        consumed, so a run that overflows at the same place after a resume skips it again.
+        """
         scaler = self.precision.scaler
-        if scaler is not None:
+        if scaler is None:
+            if self.cfg.clip_norm > 0:
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm)
+            self.optimizer.step()
+            applied = True
+        else:
             scaler.unscale_(self.optimizer)
-        if self.cfg.clip_norm > 0:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm)
-        if scaler is not None:
+            if self.cfg.clip_norm > 0:
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm)
+            scale = scaler.get_scale()
             scaler.step(self.optimizer)
             scaler.update()
-        else:
-            self.optimizer.step()
+            applied = scaler.get_scale() >= scale  # update() lowers the scale only after an overflow
         self.optimizer.zero_grad(set_to_none=True)
-        self.schedule.after_update()
+        if applied:
+            self.schedule.after_update()
+        return applied
 
     # ---- logging, validation, checkpoints -----------------------------------------------
     def _announce(self) -> None:
@@ -345,6 +359,9 @@ class Trainer:
             "tokens_per_update": totals["tokens"] / max(totals["updates"], 1),
             "elapsed": self._elapsed(),
         }
+        if self.precision.scaler is not None:
+            record["skipped_updates"] = totals["skipped"]
+            record["loss_scale"] = self.precision.scaler.get_scale()
         self.log.record(record)
         eta = self._eta(totals["seconds"] / max(totals["updates"], 1))
         self.log.line(progress_line(record, self.cfg.max_steps, eta))
@@ -423,7 +440,7 @@ class Trainer:
 
     def _finish(self, stop: str) -> TrainSummary:
         """Log the last interval, validate and save the final step, average, plot."""
-        if self.interval.updates:
+        if self.interval.updates > self.interval.skipped:  # a step since the last line
             self._log_progress()
         if stop != "interrupted" and self.cfg.valid_every > 0 and self._last_validated != self.step and self.step > 0:
             self._validate()
