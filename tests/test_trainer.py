@@ -17,7 +17,7 @@ from nmt_cli.models import build_model
 from nmt_cli.training import train
 from nmt_cli.training.batching import BatchStream, collate, make_batches
 from nmt_cli.training.checkpointing import CheckpointKeeper
-from nmt_cli.training.precision import Precision
+from nmt_cli.precision import Precision
 from nmt_cli.training.progress import read_metrics
 from nmt_cli.training.trainer import seed_everything
 from tests.test_loss_schedule import reference_smoothed_loss
@@ -153,9 +153,18 @@ def test_precision_choices():
     assert fp16.dtype == torch.float16 and fp16.scaler.get_scale() == 128.0
 
 
-def test_fp16_skips_overflowed_updates_without_counting_them(tiny_prepared, tmp_path):
+@pytest.mark.filterwarnings("ignore:.*CUDA is not available")  # the fp16 scaler of a GPU this machine lacks
+@pytest.mark.parametrize(("capability", "expected"), [((8, 0), torch.bfloat16), ((7, 5), torch.float16)])
+def test_auto_precision_on_cuda_is_bf16_only_where_the_gpu_computes_in_it(monkeypatch, capability, expected):
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    assert Precision("auto", torch.device("cuda", 0)).dtype == expected
+
+
+@pytest.mark.parametrize("model", [TINY_TRANSFORMER, TINY_RNN], ids=["transformer", "rnn_bahdanau"])
+def test_fp16_skips_overflowed_updates_without_counting_them(tiny_prepared, tmp_path, model):
     """A loss scale of 2^40 overflows fp16 gradients: those updates change nothing and are not steps."""
-    settings = {**TINY_TRANSFORMER, "train__max_steps": 12, "train__log_every": 1, "train__valid_every": 0}
+    settings = {**model, "train__max_steps": 12, "train__log_every": 1, "train__valid_every": 0}
     train(_config(**settings), tiny_prepared, tmp_path / "fp32", stream=io.StringIO())
     log = io.StringIO()
     summary = train(_config(**settings, train__precision="fp16", train__fp16_init_scale=2.0**40),

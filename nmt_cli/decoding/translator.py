@@ -23,6 +23,7 @@ from nmt_cli.decoding.generator import check_decode_config, generate
 from nmt_cli.decoding.hypothesis import Hypothesis
 from nmt_cli.errors import NmtError
 from nmt_cli.models.base import Seq2SeqModel
+from nmt_cli.precision import Precision
 from nmt_cli.tokenization import Tokenizer
 
 
@@ -54,7 +55,8 @@ def averaged_label(averaged: Sequence[str]) -> str | None:
 class Translator:
     """A model with its tokenizer and search settings; ``translate(list[str])``.
 
-    On CUDA the model runs under bf16 autocast; the search itself stays in float32/64.
+    On CUDA the model runs under bf16 autocast (fp16 on GPUs without native bf16); the search
+    itself stays in float32/64.
     """
 
     def __init__(
@@ -148,9 +150,8 @@ class Translator:
         return "|".join(parts)
 
     def _precision(self) -> contextlib.AbstractContextManager:
-        if self.device.type == "cuda":
-            return torch.autocast("cuda", dtype=torch.bfloat16)
-        return contextlib.nullcontext()
+        """bf16 autocast on GPUs with native bf16, fp16 on older ones (which only emulate bf16), fp32 on CPU."""
+        return Precision("auto", self.device).autocast()
 
     def _with_text(self, hypothesis: Hypothesis) -> Hypothesis:
         nbest = [dataclasses.replace(h, text=self.tokenizer.decode_tgt(h.tokens)) for h in hypothesis.nbest]

@@ -34,7 +34,7 @@ import math
 
 import torch
 from torch import Tensor, nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from nmt_cli.config import ModelConfig
 from nmt_cli.errors import ConfigError
@@ -74,10 +74,10 @@ class StackedRNN(nn.Module):
         """
         hidden = None if state is None else self.to_torch(state)
         if lengths is None:
-            outputs, final = self.rnn(inputs, hidden)
+            outputs, final = self._run(inputs, hidden)
             return outputs, self.from_torch(final)
         packed = pack_padded_sequence(inputs, lengths.cpu(), batch_first=True, enforce_sorted=False)
-        packed_outputs, final = self.rnn(packed, hidden)
+        packed_outputs, final = self._run(packed, hidden)
         outputs, _ = pad_packed_sequence(packed_outputs, batch_first=True, total_length=inputs.size(1))
         return outputs, self.from_torch(final)  # (B, T, dirs*H)
 
@@ -98,7 +98,18 @@ class StackedRNN(nn.Module):
 
     def step(self, inputs: Tensor, hidden: TorchState) -> tuple[Tensor, TorchState]:
         """One time step in torch's layout: (B, 1, I) -> (B, 1, H) top-layer output, next state."""
-        return self.rnn(inputs, hidden)
+        return self._run(inputs, hidden)
+
+    def _run(self, inputs: Tensor | PackedSequence, hidden: TorchState | None) -> tuple[Tensor, TorchState]:
+        """``self.rnn``, in float32 under fp16 autocast on CPU, where oneDNN has no fp16 LSTM."""
+        on_cpu = self.rnn.weight_ih_l0.device.type == "cpu"
+        if not (self.is_lstm and on_cpu and torch.is_autocast_enabled("cpu")
+                and torch.get_autocast_dtype("cpu") == torch.float16):
+            return self.rnn(inputs, hidden)
+        if hidden is not None:
+            hidden = tuple(part.float() for part in hidden)
+        with torch.autocast("cpu", enabled=False):
+            return self.rnn(inputs.float(), hidden)
 
     def top_hidden(self, hidden: TorchState) -> Tensor:
         """The top layer's hidden state ``s_t`` (B, H) of a torch-layout state."""
