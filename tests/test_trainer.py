@@ -131,6 +131,19 @@ def test_one_update_is_the_normalised_gradient_of_all_its_batches(tiny_prepared,
             torch.testing.assert_close(trained[name], expected[name] - parameter.grad, atol=atol, rtol=1e-5)
 
 
+@pytest.mark.slow
+def test_compiled_model_trains_like_the_eager_one(tiny_prepared, tmp_path):
+    """``train.compile``: the same losses, dropout included (about 50 s, nearly all compiling)."""
+    settings = {**TINY_TRANSFORMER, "train__max_steps": 4, "train__log_every": 1, "train__valid_every": 0}
+    losses = {}
+    for compiled in (False, True):
+        train(_config(**settings, train__compile=compiled), tiny_prepared, tmp_path / str(compiled),
+              stream=io.StringIO())
+        losses[compiled] = [r["loss"] for r in read_metrics(tmp_path / str(compiled)) if r["kind"] == "train"]
+    assert len(losses[True]) == 4
+    assert losses[True] == pytest.approx(losses[False], abs=1e-5)
+
+
 def test_checkpoint_keeper_keeps_last_and_best(tmp_path):
     keeper = CheckpointKeeper(tmp_path, metric="bleu", mode="max", keep_last=2, keep_best=1)
     for step in (10, 20, 30, 40, 50):
