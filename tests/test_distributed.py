@@ -67,9 +67,10 @@ def test_two_processes_equal_one_process_accumulating_their_batches(tiny_prepare
     train(alone, tiny_prepared, tmp_path / "alone", stream=io.StringIO())
     assert abs(_losses(tmp_path / "alone")[0] - _losses(tmp_path / "ddp")[0]) > 1e-3
 
-    # only rank 0 wrote: one header, three progress lines, one final line
+    # only rank 0 wrote: one header (and the fp16-on-CPU note), three progress lines, one final line
     log = (tmp_path / "ddp" / "train.log").read_text().splitlines()
-    assert len(log) == 5 and "device cpu x 2" in log[0]
+    assert len(log) == 5 + bool(precision) and "device cpu x 2" in log[0]
+    assert [line.split(" |")[0] for line in log if line.startswith("step ")] == ["step 1/3", "step 2/3", "step 3/3"]
     if precision:
         skipped = [r["skipped_updates"] for r in read_metrics(tmp_path / "ddp") if r["kind"] == "train"]
         assert skipped == [r["skipped_updates"] for r in read_metrics(tmp_path / "single") if r["kind"] == "train"]
