@@ -14,10 +14,10 @@ from nmt_cli.config import Config, load_config
 from nmt_cli.data.prepared import PreparedData
 from nmt_cli.errors import ConfigError
 from nmt_cli.models import build_model
+from nmt_cli.precision import Precision
 from nmt_cli.training import train
 from nmt_cli.training.batching import BatchStream, collate, make_batches
 from nmt_cli.training.checkpointing import CheckpointKeeper
-from nmt_cli.precision import Precision
 from nmt_cli.training.progress import read_metrics
 from nmt_cli.training.trainer import seed_everything
 from tests.test_loss_schedule import reference_smoothed_loss

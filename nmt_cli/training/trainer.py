@@ -36,6 +36,7 @@ from nmt_cli.data.prepared import PreparedData
 from nmt_cli.errors import ConfigError, NmtError
 from nmt_cli.fileio import atomic_write_json, atomic_write_text
 from nmt_cli.models import build_model
+from nmt_cli.precision import Precision
 from nmt_cli.training.averaging import average_checkpoints
 from nmt_cli.training.batching import BatchStream, collate, make_batches
 from nmt_cli.training.checkpointing import CheckpointKeeper, is_better
@@ -43,7 +44,6 @@ from nmt_cli.training.curves import plot_learning_curve
 from nmt_cli.training.distributed import DistributedContext, init_distributed, sum_gradients_hook
 from nmt_cli.training.loss import label_smoothed_cross_entropy
 from nmt_cli.training.meter import IntervalMeter
-from nmt_cli.precision import Precision
 from nmt_cli.training.progress import RunLog, format_duration, progress_line
 from nmt_cli.training.resume import capture_rng_state, check_same_run, restore_rng_state
 from nmt_cli.training.schedule import LearningRateSchedule, build_optimizer
@@ -316,15 +316,14 @@ class Trainer:
         consumed, so a run that overflows at the same place after a resume skips it again.
         """
         scaler = self.precision.scaler
+        if scaler is not None:
+            scaler.unscale_(self.optimizer)  # clip the true gradients
+        if self.cfg.clip_norm > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm)
+        applied = True
         if scaler is None:
-            if self.cfg.clip_norm > 0:
-                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm)
             self.optimizer.step()
-            applied = True
         else:
-            scaler.unscale_(self.optimizer)
-            if self.cfg.clip_norm > 0:
-                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm)
             scale = scaler.get_scale()
             scaler.step(self.optimizer)
             scaler.update()

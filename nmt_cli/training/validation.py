@@ -13,9 +13,9 @@ from nmt_cli.data.binarized import ParallelSplit
 from nmt_cli.data.prepared import PreparedData
 from nmt_cli.decoding import generate
 from nmt_cli.models.base import Seq2SeqModel
+from nmt_cli.precision import Precision
 from nmt_cli.training.batching import collate, make_batches
 from nmt_cli.training.loss import label_smoothed_cross_entropy
-from nmt_cli.precision import Precision
 
 __all__ = ["validation_loss", "validation_bleu"]
 
