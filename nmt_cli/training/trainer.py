@@ -14,6 +14,7 @@ how the tokens were split into batches or processes.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
 import random
 import resource
@@ -50,6 +51,8 @@ from nmt_cli.training.schedule import LearningRateSchedule, build_optimizer
 from nmt_cli.training.validation import validation_bleu, validation_loss
 
 __all__ = ["TrainSummary", "Trainer", "train"]
+
+DDP_OPTIONS = frozenset(inspect.signature(DistributedDataParallel).parameters)
 
 #: files of a run directory that ``--restart`` removes
 RUN_OUTPUTS = ("checkpoints", "metrics.jsonl", "train.log", "learning_curve.png", "tensorboard")
@@ -227,8 +230,11 @@ class Trainer:
         module: torch.nn.Module = self.model
         if self.context.active:
             device_ids = [self.device.index] if self.device.type == "cuda" else None
-            # the models' buffers (position tables) never change: no need to broadcast them each step
-            module = DistributedDataParallel(module, device_ids=device_ids, broadcast_buffers=False)
+            # the only buffers, sinusoidal position tables, are the same function everywhere and grow
+            # on the rank that meets a longer sentence: never sync them in forward (torch >= 2.13 names
+            # this forward_sync_buffers and deprecates broadcast_buffers)
+            no_sync = "forward_sync_buffers" if "forward_sync_buffers" in DDP_OPTIONS else "broadcast_buffers"
+            module = DistributedDataParallel(module, device_ids=device_ids, **{no_sync: False})
             module.register_comm_hook(None, sum_gradients_hook)
         self._ddp = module if self.context.active else None
         if self.cfg.compile:
