@@ -7,7 +7,6 @@ strings and get :class:`~nmt_cli.decoding.hypothesis.Hypothesis` objects back.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 from pathlib import Path
@@ -72,6 +71,8 @@ class Translator:
         check_decode_config(decode)
         keep_freed_memory()
         self.device = resolve_device(device)
+        # bf16 autocast on GPUs with native bf16, fp16 on older ones (which only emulate bf16), fp32 on CPU
+        self.precision = Precision("auto", self.device)
         self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
         self.decode = decode
@@ -110,7 +111,7 @@ class Translator:
         Characters the SentencePiece model does not know become its unknown token.
         """
         sources = [self.tokenizer.encode_src(text) if text.strip() else [] for text in texts]
-        with self._precision():
+        with self.precision.autocast():
             hypotheses = generate(self.model, sources, self.decode, self.device, with_attention)
         return [self._with_text(hypothesis) for hypothesis in hypotheses]
 
@@ -148,10 +149,6 @@ class Translator:
                       f"seed:{decode.seed}"]
         parts.append(f"version:{__version__}")
         return "|".join(parts)
-
-    def _precision(self) -> contextlib.AbstractContextManager:
-        """bf16 autocast on GPUs with native bf16, fp16 on older ones (which only emulate bf16), fp32 on CPU."""
-        return Precision("auto", self.device).autocast()
 
     def _with_text(self, hypothesis: Hypothesis) -> Hypothesis:
         nbest = [dataclasses.replace(h, text=self.tokenizer.decode_tgt(h.tokens)) for h in hypothesis.nbest]

@@ -52,8 +52,6 @@ from nmt_cli.training.validation import validation_bleu, validation_loss
 
 __all__ = ["TrainSummary", "Trainer", "train"]
 
-DDP_OPTIONS = frozenset(inspect.signature(DistributedDataParallel).parameters)
-
 #: files of a run directory that ``--restart`` removes
 RUN_OUTPUTS = ("checkpoints", "metrics.jsonl", "train.log", "learning_curve.png", "tensorboard")
 
@@ -233,7 +231,8 @@ class Trainer:
             # the only buffers, sinusoidal position tables, are the same function everywhere and grow
             # on the rank that meets a longer sentence: never sync them in forward (torch >= 2.13 names
             # this forward_sync_buffers and deprecates broadcast_buffers)
-            no_sync = "forward_sync_buffers" if "forward_sync_buffers" in DDP_OPTIONS else "broadcast_buffers"
+            options = inspect.signature(DistributedDataParallel).parameters
+            no_sync = "forward_sync_buffers" if "forward_sync_buffers" in options else "broadcast_buffers"
             module = DistributedDataParallel(module, device_ids=device_ids, **{no_sync: False})
             module.register_comm_hook(None, sum_gradients_hook)
         self._ddp = module if self.context.active else None
