@@ -8,6 +8,12 @@ its own logged target tokens/s: first logging interval dropped as warm-up, media
 rest, validation excluded. Each figure is the median over ``--repeats`` runs, the
 toolkits taking turns within a repeat so a change of machine load hits all of them.
 
+Each figure is also shown as matrix-product GFLOP/s and as a share of this machine's
+matrix-product peak (``model_flops.py``: FLOPs counted on our model, peak timed with
+``torch.mm`` on 2 threads), and each model gets a ceiling: the tokens/s of a trainer that
+did nothing but its matrix products at that peak, as a multiple of the fastest peer. It
+says how far a target ratio is from what the hardware allows.
+
 Models: ``tiny`` (Transformer 2+2 layers, d 128, ~1M parameters), ``base`` (Transformer-base
 shape, a few steps), ``base-bf16`` (the same with bf16 autocast, for the toolkits that train
 in bf16 on a CPU), ``rnn`` (Bahdanau RNN, LSTM 256) and ``rnn-bf16`` (the same with bf16
@@ -20,8 +26,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from common import (THREADS, Report, bench_arguments, fmt, fmt_ratio, fresh_dir, median, project_version,
                     repeats_of)
+from model_flops import flops_per_target_token, matmul_peak_gflops
 from peers import ours
 from peers.arch import BASE_TRANSFORMER, TINY_RNN, TINY_TRANSFORMER, RnnSpec, TrainSpec, TransformerSpec
 from peers.corpus import export_pieces, prepare_multi30k
@@ -53,6 +62,10 @@ SETTINGS = {
 }
 
 
+#: the dtype of the matrix products under each ``TrainSpec.precision``
+PRECISION_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
 def run_toolkit(runner, corpus, prepared: Path, setting: Setting, train_spec: TrainSpec,
                 out_dir: Path) -> TrainResult:
     """One training run of one toolkit (``runner`` is ``peers.ours`` or a peer module)."""
@@ -77,26 +90,35 @@ def main() -> None:
 
     report = Report("train_speed", "Training speed (target tokens/s, 2 CPU threads)",
                     ["model", "toolkit", "parameters", "tgt tok/s", "runs (min-max)", "tgt tok/step",
-                     "peak RSS MB", "nmt-cli / toolkit"], quick=args.quick)
+                     "peak RSS MB", "matmul GFLOP/s (of peak)", "nmt-cli / toolkit"], quick=args.quick)
     report.versions = {"nmt-cli": project_version(),
                        **{peer_label(name): str(install_record(name)["versions"]) for name in runners}}
     toolkits = {"nmt-cli": ours, **{peer_label(name): runner for name, runner in runners.items()}}
     fastest_fp32: dict = {}  # architecture -> fastest peer's tokens/s at fp32 in this run
+    step_flops: dict = {}  # architecture -> matrix-product FLOPs per target token
     for model_name in model_names:
         setting = SETTINGS[model_name]
         train_spec = setting.quick if args.quick else setting.full
         if train_spec is None:
             report.notes.append(f"{model_name}: skipped in --quick mode")
             continue
+        if setting.spec not in step_flops:
+            step_flops[setting.spec] = flops_per_target_token(prepared, setting.spec, train_spec.max_tokens)
+        flops, dtype = step_flops[setting.spec], PRECISION_DTYPES[train_spec.precision]
         results: dict[str, list[TrainResult]] = {label: [] for label in toolkits}
+        utilisations: dict[str, list[float]] = {label: [] for label in toolkits}  # per run: share of the peak
+        peaks: list[float] = []
         failures: dict[str, str] = {}
         for repeat in range(repeats):
             for label, runner in toolkits.items():
                 if label in failures:
                     continue
                 out_dir = fresh_dir(work / model_name / label.split()[0] / f"run{repeat}")
+                peaks.append(matmul_peak_gflops(dtype))  # just before the run: the machine's speed drifts
                 try:
-                    results[label].append(run_toolkit(runner, corpus, prepared, setting, train_spec, out_dir))
+                    result = run_toolkit(runner, corpus, prepared, setting, train_spec, out_dir)
+                    results[label].append(result)
+                    utilisations[label].append(result.tokens_per_second * flops / 1e9 / peaks[-1])
                 except PeerRunFailed as error:
                     failures[label] = f"failed: {str(error).splitlines()[0]}"
                 except ValueError as error:  # a setting the toolkit cannot run
@@ -109,11 +131,12 @@ def main() -> None:
             fastest_peer, versus = fastest_fp32[setting.spec], "vs fastest peer at fp32"
         elif train_spec.precision == "fp32" and fastest_peer is not None:
             fastest_fp32[setting.spec] = fastest_peer
+        fastest_label = max((label for label in speeds if label != "nmt-cli"), key=speeds.get, default=None)
         describe = f"{model_name}: {setting.spec.describe()}" + (
             f", {train_spec.precision}" if train_spec.precision != "fp32" else "")
         for label, runs in results.items():
             if label in failures:
-                report.add_row(describe, label, "-", failures[label], "-", "-", "-", "-")
+                report.add_row(describe, label, "-", failures[label], "-", "-", "-", "-", "-")
                 continue
             per_run = [r.tokens_per_second for r in runs]
             last = runs[-1]
@@ -123,16 +146,23 @@ def main() -> None:
                 ratio = f"{fmt_ratio(ours_speed, fastest_peer)} {versus}" if fastest_peer else "-"
             report.add_row(describe, label, fmt(last.parameters), fmt(speeds[label]),
                            f"{fmt(min(per_run))}-{fmt(max(per_run))}", fmt(last.tokens_per_step),
-                           fmt(max(r.measured.peak_rss_mb for r in runs)), ratio)
+                           fmt(max(r.measured.peak_rss_mb for r in runs)),
+                           f"{fmt(speeds[label] * flops / 1e9)} ({median(utilisations[label]):.0%})", ratio)
         for name, why in missing.items():
-            report.add_row(describe, peer_label(name), "-", why, "-", "-", "-", "-")
+            report.add_row(describe, peer_label(name), "-", why, "-", "-", "-", "-", "-")
         for name, runner in runners.items():
             for deviation in runner.deviations(setting.spec):
                 report.notes.append(f"{model_name}, {peer_label(name)}: {deviation}")
+        ceiling = (f"; a trainer doing only its matrix products at that peak would be "
+                   f"{1 / median(utilisations[fastest_label]):.2f}x {fastest_label}" if fastest_label else "")
+        report.notes.append(f"{model_name}: {flops / 1e6:.1f} MFLOP of matrix products per target token; "
+                            f"{train_spec.precision} matmul peak {fmt(min(peaks))}-{fmt(max(peaks))} GFLOP/s "
+                            f"over the runs{ceiling}")
         report.notes.append(f"{model_name}: {train_spec.steps} steps of <= {train_spec.max_tokens} tokens, "
                             f"logged every {train_spec.log_every}; median of {repeats} run(s)")
     report.notes.append("tgt tok/s: each toolkit's own logged figure, first interval dropped, median of the rest; "
-                        "peak RSS: the training process (wait4 maxrss)")
+                        "peak RSS: the training process (wait4 maxrss); matmul GFLOP/s: tok/s x the FLOPs counted on "
+                        "nmt-cli's model (FlopCounterMode), peak: best torch.mm rate on 2 threads")
     report.emit(args.json)
 
 

@@ -58,6 +58,10 @@ def test_train_speed_quick_reports_our_throughput_and_memory(work: Path) -> None
     assert 50 < figure(ours["peak RSS MB"]) < 4000
     assert 500_000 < figure(ours["parameters"]) < 3_000_000  # the ~1M-parameter tiny Transformer
     assert ours["nmt-cli / toolkit"] == "-"  # no peer measured in this run, so no ratio
+    achieved, share = ours["matmul GFLOP/s (of peak)"].rstrip("%)").split(" (")
+    assert figure(achieved) > 0 and 0 < figure(share) <= 100
+    (flops_note,) = [note for note in report["notes"] if "MFLOP of matrix products per target token" in note]
+    assert "fp32 matmul peak" in flops_note
 
 
 def test_translate_speed_quick_reports_sentences_per_second(work: Path) -> None:
