@@ -83,30 +83,50 @@ class Measured:
     log: Path
 
 
+#: Spawns the measured command and reports its ``ru_maxrss``. Linux gives a child the
+#: high-water RSS of the process it was spawned from (carried across vfork and exec), so
+#: a command started straight from a bench script that has grown (torch, FLOP counting,
+#: an in-process ``nmt prepare``) would report at least that script's peak. This small
+#: interpreter in between keeps that floor at its own ~10 MB.
+RSS_LAUNCHER = """
+import os, subprocess, sys
+process = subprocess.Popen(sys.argv[2:])
+_, status, usage = os.wait4(process.pid, 0)
+with open(sys.argv[1], "w") as report:
+    report.write(str(usage.ru_maxrss))
+code = os.waitstatus_to_exitcode(status)
+sys.exit(code if code >= 0 else 128 - code)
+"""
+
+
 def run_measured(command: Sequence[str], log: Path, env: dict[str, str] | None = None,
                  cwd: Path | None = None, stdin: Path | None = None,
                  stdout: Path | None = None) -> Measured:
     """Run ``command`` with output to ``log`` (stdout to ``stdout`` when given).
 
-    The peak RSS comes from ``wait4``'s resource usage of that child, so it covers the
-    process (and any children it waited for) and nothing else running on the machine.
+    The peak RSS is ``wait4``'s resource usage of that command (:data:`RSS_LAUNCHER`), so
+    it covers the process (and any children it waited for) and nothing else running on
+    the machine.
     """
     log.parent.mkdir(parents=True, exist_ok=True)
+    rss_report = log.with_name(log.name + ".maxrss")
     started = time.perf_counter()
     with log.open("w") as log_handle:
         out_handle = stdout.open("w") if stdout else log_handle
         in_handle = stdin.open() if stdin else subprocess.DEVNULL
         try:
-            process = subprocess.Popen([str(part) for part in command], env=env, cwd=cwd,
-                                       stdin=in_handle, stdout=out_handle, stderr=log_handle)
-            _, status, usage = os.wait4(process.pid, 0)
-            process.returncode = os.waitstatus_to_exitcode(status)
+            launcher = [sys.executable, "-I", "-S", "-c", RSS_LAUNCHER, rss_report]
+            returncode = subprocess.call([str(part) for part in [*launcher, *command]], env=env, cwd=cwd,
+                                         stdin=in_handle, stdout=out_handle, stderr=log_handle)
         finally:
             if stdout:
                 out_handle.close()
             if stdin:
                 in_handle.close()
-    return Measured(process.returncode, time.perf_counter() - started, usage.ru_maxrss / 1024, log)
+    seconds = time.perf_counter() - started
+    peak_kib = int(rss_report.read_text()) if rss_report.is_file() else 0  # absent: the command did not start
+    rss_report.unlink(missing_ok=True)
+    return Measured(returncode, seconds, peak_kib / 1024, log)
 
 
 def fresh_dir(path: Path) -> Path:
