@@ -62,6 +62,7 @@ def _cpu_attention_flops(query, key, value, *args, **kwargs) -> int:
 
 
 def _cpu_attention_backward_flops(grad_out, query, key, value, *args, **kwargs) -> int:
+    """Its backward: ``Q K^T`` again, then ``dP``, ``dV``, ``dQ`` and ``dK``."""
     return sdpa_backward_flop_count(grad_out, query, key, value)
 
 
