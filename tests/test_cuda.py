@@ -16,7 +16,7 @@ from nmt_cli.decoding import Translator
 from nmt_cli.models.attention.multihead import SoftmaxAttention
 from nmt_cli.training import train
 from nmt_cli.training.progress import read_metrics
-from tests.test_trainer import TINY_RNN, TINY_TRANSFORMER, _config
+from tests.test_trainer import TINY_RNN, TINY_TRANSFORMER, _config, train_losses
 from tests.test_translator import TEXTS, build_checkpoint
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: these check the GPU paths")
@@ -28,10 +28,6 @@ ARCHS = {
 }
 
 
-def _train_losses(run_dir) -> list[float]:
-    return [r["loss"] for r in read_metrics(run_dir) if r["kind"] == "train"]
-
-
 @pytest.mark.parametrize("precision", ["bf16", "fp16", "fp32"])
 @pytest.mark.parametrize("arch", list(ARCHS))
 def test_training_on_cuda_learns(tiny_prepared, tmp_path, arch, precision):
@@ -40,7 +36,7 @@ def test_training_on_cuda_learns(tiny_prepared, tmp_path, arch, precision):
     log = io.StringIO()
     summary = train(config, tiny_prepared, tmp_path / "run", device="cuda", stream=log)
     assert summary.step == 40 and f"device cuda:0 x 1 | {precision}" in log.getvalue()
-    losses = _train_losses(tmp_path / "run")
+    losses = train_losses(tmp_path / "run")
     assert all(math.isfinite(loss) for loss in losses) and losses[-1] < losses[0] - 0.3
     if precision == "fp16":
         records = [r for r in read_metrics(tmp_path / "run") if r["kind"] == "train"]
@@ -54,7 +50,7 @@ def test_float32_training_on_cuda_follows_the_cpu_run(tiny_prepared, tmp_path):
     config = _config(**settings)
     train(config, tiny_prepared, tmp_path / "cpu", device="cpu", stream=io.StringIO())
     train(config, tiny_prepared, tmp_path / "cuda", device="cuda", stream=io.StringIO())
-    assert _train_losses(tmp_path / "cuda") == pytest.approx(_train_losses(tmp_path / "cpu"), abs=1e-3)
+    assert train_losses(tmp_path / "cuda") == pytest.approx(train_losses(tmp_path / "cpu"), abs=1e-3)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])

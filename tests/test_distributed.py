@@ -16,6 +16,7 @@ from nmt_cli.checkpoint import list_checkpoints
 from nmt_cli.config import Config
 from nmt_cli.training import train
 from nmt_cli.training.progress import read_metrics
+from tests.test_trainer import train_losses
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -25,10 +26,6 @@ SETTINGS = {
     "train.optimizer": "sgd", "train.lr": 0.5, "train.schedule": "constant", "train.log_every": 1,
     "train.valid_every": 0, "train.early_stop_metric": "loss", "train.max_steps": 3,
 }
-
-
-def _losses(run_dir: Path) -> list[float]:
-    return [r["loss"] for r in read_metrics(run_dir) if r["kind"] == "train"]
 
 
 def _weights(run_dir: Path) -> dict[str, torch.Tensor]:
@@ -56,7 +53,7 @@ def test_two_processes_equal_one_process_accumulating_their_batches(tiny_prepare
     # the same two batches as update n of one process accumulating two batches
     single = Config().with_overrides({**settings, "train.update_freq": 2})
     train(single, tiny_prepared, tmp_path / "single", stream=io.StringIO())
-    assert _losses(tmp_path / "ddp") == pytest.approx(_losses(tmp_path / "single"), abs=1e-5)
+    assert train_losses(tmp_path / "ddp") == pytest.approx(train_losses(tmp_path / "single"), abs=1e-5)
     ddp_weights, single_weights = _weights(tmp_path / "ddp"), _weights(tmp_path / "single")
     assert ddp_weights.keys() == single_weights.keys()
     for name, tensor in ddp_weights.items():
@@ -65,7 +62,7 @@ def test_two_processes_equal_one_process_accumulating_their_batches(tiny_prepare
     # rank 1's batch mattered: rank 0's batch alone gives another loss
     alone = Config().with_overrides({**settings, "train.update_freq": 1, "train.max_steps": 1})
     train(alone, tiny_prepared, tmp_path / "alone", stream=io.StringIO())
-    assert abs(_losses(tmp_path / "alone")[0] - _losses(tmp_path / "ddp")[0]) > 1e-3
+    assert abs(train_losses(tmp_path / "alone")[0] - train_losses(tmp_path / "ddp")[0]) > 1e-3
 
     # only rank 0 wrote: one header (and the fp16-on-CPU note), three progress lines, one final line
     log = (tmp_path / "ddp" / "train.log").read_text().splitlines()

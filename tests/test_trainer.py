@@ -35,6 +35,11 @@ def _config(**overrides) -> Config:
     return Config().with_overrides({**QUICK, **{k.replace("__", "."): v for k, v in overrides.items()}})
 
 
+def train_losses(run_dir) -> list[float]:
+    """The loss of every logged training interval of a run (``metrics.jsonl``)."""
+    return [r["loss"] for r in read_metrics(run_dir) if r["kind"] == "train"]
+
+
 def test_transformer_run_learns_and_writes_its_files(tiny_prepared, tmp_path):
     config = _config(**TINY_TRANSFORMER, train__max_steps=40, train__log_every=10, train__valid_every=20,
                      train__keep_last=1, train__keep_best=1)
@@ -139,7 +144,7 @@ def test_compiled_model_trains_like_the_eager_one(tiny_prepared, tmp_path):
     for compiled in (False, True):
         train(_config(**settings, train__compile=compiled), tiny_prepared, tmp_path / str(compiled),
               stream=io.StringIO())
-        losses[compiled] = [r["loss"] for r in read_metrics(tmp_path / str(compiled)) if r["kind"] == "train"]
+        losses[compiled] = train_losses(tmp_path / str(compiled))
     assert len(losses[True]) == 4
     assert losses[True] == pytest.approx(losses[False], abs=1e-5)
 
