@@ -18,7 +18,7 @@ from typing import Any, TextIO
 
 from nmt_cli.fileio import atomic_write_text
 
-__all__ = ["RunLog", "read_metrics", "format_duration", "progress_line"]
+__all__ = ["RunLog", "read_metrics", "format_duration", "format_metric", "progress_line"]
 
 METRICS = "metrics.jsonl"
 TRAIN_LOG = "train.log"
@@ -30,6 +30,15 @@ def format_duration(seconds: float | None) -> str:
         return "-"
     seconds = int(round(seconds))
     return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+#: decimals each validation metric is shown with, wherever a line shows it
+METRIC_DECIMALS = {"loss": 4, "ppl": 2, "bleu": 2}
+
+
+def format_metric(name: str, value: float) -> str:
+    """``("bleu", 0.0038)`` -> ``bleu 0.00``: one rounding per metric, in every line that shows it."""
+    return f"{name} {value:.{METRIC_DECIMALS[name]}f}"
 
 
 def progress_line(record: dict[str, Any], max_steps: int, eta: float | None) -> str:

@@ -45,7 +45,7 @@ from nmt_cli.training.curves import plot_learning_curve
 from nmt_cli.training.distributed import DistributedContext, init_distributed, sum_gradients_hook
 from nmt_cli.training.loss import label_smoothed_cross_entropy
 from nmt_cli.training.meter import IntervalMeter
-from nmt_cli.training.progress import RunLog, format_duration, progress_line
+from nmt_cli.training.progress import RunLog, format_duration, format_metric, progress_line
 from nmt_cli.training.resume import capture_rng_state, check_same_run, restore_rng_state
 from nmt_cli.training.schedule import LearningRateSchedule, build_optimizer
 from nmt_cli.training.validation import validation_bleu, validation_loss
@@ -407,15 +407,17 @@ class Trainer:
                 self.bad_validations += 1
             self.schedule.after_validation(value)
             self.log.record({"kind": "valid", **result})
-            bleu_text = f" | bleu {result['bleu']:.2f}" if result["bleu"] is not None else ""
-            self.log.line(
-                f"valid step {self.step} | loss {loss:.4f} | ppl {ppl:.2f}{bleu_text} | "
-                f"best {self.metric} {self.best['value']:.4f} at step {self.best['step']}"
-                + ("" if improved else f" ({self.bad_validations} without improvement)")
-            )
+            shown = " | ".join(format_metric(name, result[name]) for name in ("loss", "ppl", "bleu")
+                               if result[name] is not None)
+            self.log.line(f"valid step {self.step} | {shown} | {self._best_text()}"
+                          + ("" if improved else f" ({self.bad_validations} without improvement)"))
             if self.context.is_main:
                 self.keeper.write_best(self.validations)
         return self.cfg.patience > 0 and self.bad_validations >= self.cfg.patience
+
+    def _best_text(self) -> str:
+        """``best bleu 27.31 at step 4000``."""
+        return f"best {format_metric(self.best['metric'], self.best['value'])} at step {self.best['step']}"
 
     def _save(self) -> None:
         """Checkpoint the step on rank 0 (random states gathered from every rank), then prune."""
@@ -461,7 +463,7 @@ class Trainer:
             if self.step > 0:
                 plot_learning_curve(self.run_dir)
         speed = self._session_tokens / self._session_seconds if self._session_seconds else 0.0
-        best = f" | best {self.best['metric']} {self.best['value']:.4f} at step {self.best['step']}" if self.best else ""
+        best = f" | {self._best_text()}" if self.best else ""
         self.log.line(f"stopped ({stop}) at step {self.step}, epoch {self.stream.epoch} | "
                       f"{speed:,.0f} target tok/s | elapsed {format_duration(self._elapsed())}{best}")
         self.log.close()
