@@ -32,7 +32,7 @@ def format_duration(seconds: float | None) -> str:
     return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
 
-#: decimals each validation metric is shown with, wherever a line shows it
+#: decimals each metric is shown with, in the progress line and the validation line alike
 METRIC_DECIMALS = {"loss": 4, "ppl": 2, "bleu": 2}
 
 
@@ -42,15 +42,18 @@ def format_metric(name: str, value: float) -> str:
 
 
 def progress_line(record: dict[str, Any], max_steps: int, eta: float | None) -> str:
-    """``step 1200/10000 | epoch 3 | loss 3.412 | lr 4.1e-04 | 12,345 tok/s | 0:05:12 | eta 0:38:02``."""
+    """The periodic line, e.g.
+    ``step 120/400 | epoch 3 | loss 3.4120 | ppl 30.33 | lr 4.100e-04 | 12,345 tok/s | elapsed 0:05:12 | eta 0:38:02``.
+    """
     total = f"/{max_steps}" if max_steps else ""
     scaling = ""
     if "loss_scale" in record:  # fp16
         skipped = record["skipped_updates"]
         scaling = f" | loss scale {record['loss_scale']:g}" + (f", {skipped} overflow(s) skipped" if skipped else "")
+    losses = f"{format_metric('loss', record['loss'])} | {format_metric('ppl', record['ppl'])}"
     return (
-        f"step {record['step']}{total} | epoch {record['epoch']} | loss {record['loss']:.4f} | "
-        f"ppl {record['ppl']:.2f} | lr {record['lr']:.3e} | {record['tokens_per_s']:,.0f} tok/s{scaling} | "
+        f"step {record['step']}{total} | epoch {record['epoch']} | {losses} | lr {record['lr']:.3e} | "
+        f"{record['tokens_per_s']:,.0f} tok/s{scaling} | "
         f"elapsed {format_duration(record['elapsed'])} | eta {format_duration(eta)}"
     )
 
