@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import IO, Any, Iterator
@@ -59,6 +60,16 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None =
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp_name)
         raise
+
+
+@contextlib.contextmanager
+def open_output(path: str | os.PathLike) -> Iterator[IO[bytes]]:
+    """Binary standard output for ``-``, else a file written atomically (:func:`atomic_open`)."""
+    if str(path) == "-":
+        yield sys.stdout.buffer
+    else:
+        with atomic_open(path, "wb") as handle:
+            yield handle
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:

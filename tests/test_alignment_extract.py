@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from nmt_cli.alignment.extract import HeadSelection, forced_attention
+from nmt_cli.alignment.extract import forced_attention
+from nmt_cli.alignment.reader import HeadSelection
 from nmt_cli.config import ModelConfig
 from nmt_cli.errors import NmtError
 from nmt_cli.models import build_model

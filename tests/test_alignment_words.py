@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
-from nmt_cli.alignment.words import aggregate_to_words, word_alignment, word_spans, words_from_pieces
+from nmt_cli.alignment.words import aggregate_to_words, word_spans, words_from_pieces
 
 B = "\u2581"
 
@@ -49,23 +48,3 @@ def test_rows_are_renormalised_when_pieces_do_not_sum_to_one():
 def test_aggregation_rejects_a_shape_that_does_not_match_the_pieces():
     with pytest.raises(ValueError, match="2 target and 3 source pieces"):
         aggregate_to_words(np.ones((3, 3)), ["a", "b", "c"], ["x", "y"])
-
-
-def test_word_alignment_accepts_tensors_and_ignores_trailing_eos():
-    src = [f"{B}das", f"{B}hau", "s"]
-    tgt = [f"{B}the", f"{B}house"]
-    attention = torch.tensor(
-        [
-            [0.7, 0.1, 0.1, 0.1],
-            [0.1, 0.3, 0.5, 0.1],
-            [0.0, 0.0, 0.0, 1.0],  # EOS step
-        ]
-    )
-    assert word_alignment(src, tgt, attention) == [(0, 0), (1, 1)]
-    assert word_alignment(src, tgt, attention.numpy()) == [(0, 0), (1, 1)]
-
-
-def test_word_alignment_of_an_empty_side_is_empty_and_short_matrices_fail():
-    assert word_alignment([], [f"{B}x"], np.ones((1, 1))) == []
-    with pytest.raises(ValueError, match="does not cover"):
-        word_alignment([f"{B}a", f"{B}b"], [f"{B}x"], np.ones((1, 1)))

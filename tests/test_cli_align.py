@@ -10,7 +10,7 @@ import torch
 from click.testing import CliRunner
 
 from nmt_cli.alignment.api import AlignOptions, align_corpus
-from nmt_cli.alignment.extract import HeadSelection
+from nmt_cli.alignment.reader import AttentionReading, HeadSelection
 from nmt_cli.alignment.output import load_soft_npz
 from nmt_cli.alignment.pharaoh import read_alignments
 from nmt_cli.alignment.sweep import candidate_selections
@@ -55,7 +55,7 @@ def run(*args, input=None):
 
 
 def test_align_corpus_gives_word_matrices_whose_rows_sum_to_one(files):
-    sentences = align_corpus(files["forward"], SRC, TGT, AlignOptions(selection=HeadSelection(None, None)))
+    sentences = align_corpus(files["forward"], SRC, TGT, AlignOptions(reading=AttentionReading(HeadSelection(None, None))))
     for sentence, src, tgt in zip(sentences, SRC, TGT):
         assert sentence.src_words == src.split() and sentence.tgt_words == tgt.split()
         assert sentence.matrix.shape == (len(sentence.tgt_words), len(sentence.src_words))
@@ -144,7 +144,7 @@ def test_cli_score_prints_aer_and_json(files, tmp_path):
 @pytest.mark.parametrize("arch", ["transformer", "linear_transformer", "rnn_bahdanau", "rnn_luong"])
 def test_every_architecture_gives_distributions_over_source_words(arch, tmp_path):
     checkpoint = make_checkpoint(tmp_path / arch, arch)
-    sentences = align_corpus(checkpoint, SRC, TGT, AlignOptions(selection=HeadSelection(None, None)))
+    sentences = align_corpus(checkpoint, SRC, TGT, AlignOptions(reading=AttentionReading(HeadSelection(None, None))))
     for sentence in sentences:
         assert sentence.matrix.shape == (len(sentence.tgt_words), len(sentence.src_words))
         np.testing.assert_allclose(sentence.matrix.sum(axis=1), 1.0, atol=1e-6)

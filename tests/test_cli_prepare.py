@@ -39,7 +39,7 @@ def test_config_file_and_skip_invalid(tmp_path):
     failed = invoke("--config", str(recipe), "--out", str(tmp_path / "out"), "--quiet")
     assert failed.exit_code == 1
     assert failed.stderr.strip().count("\n") == 0
-    assert f"{corpus / 'train.de'}:51: invalid UTF-8" in failed.stderr
+    assert f"{corpus / 'train.de'}:51: not valid UTF-8" in failed.stderr
     skipped = invoke("--config", str(recipe), "--out", str(tmp_path / "out"), "--on-invalid", "skip", "--quiet")
     assert skipped.exit_code == 0, skipped.output
     assert "50 pairs (read 51; dropped: invalid_utf8 1" in skipped.stdout

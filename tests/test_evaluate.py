@@ -17,7 +17,8 @@ from nmt_cli.data.prepare import prepare
 from nmt_cli.data.prepared import PreparedData
 from nmt_cli.decoding import Translator
 from nmt_cli.errors import NmtError
-from nmt_cli.evaluation import corpus_scores, parse_metrics, read_lines
+from nmt_cli.evaluation import corpus_scores, parse_metrics
+from nmt_cli.textio import read_lines
 from nmt_cli.models import build_model
 
 HYP = ["The cat sat on the mat.", "A dog barks loudly.", "It is raining today.", "He reads a good book."]
@@ -76,10 +77,10 @@ def test_text_output_is_sacrebleus_format_and_chrf_plus_uses_word_bigrams(files)
 def test_mismatched_line_counts_fail_naming_files_and_counts(files):
     result = evaluate("--hyp", files["short"], "--ref", files["ref1"])
     assert result.exit_code == 1
-    expected = f"error: {files['short']} has 3 lines but {files['ref1']} has 4; they must match line by line\n"
+    expected = f"error: {files['ref1']}: has 4 lines but {files['short']} has 3; they must pair line by line\n"
     assert result.stderr == expected
     baseline = evaluate("--hyp", files["hyp"], "--ref", files["ref1"], "--baseline", files["short"])
-    assert baseline.exit_code == 1 and "has 4 lines but" in baseline.stderr
+    assert baseline.exit_code == 1 and "short.txt: has 3 lines but" in baseline.stderr
 
 
 def test_paired_bootstrap_reports_a_p_value(files):
@@ -140,7 +141,7 @@ def test_checkpoint_on_a_prepared_split_translates_and_scores_in_one_command(pre
     data = PreparedData(prepared)
     sources = read_lines(data.text_path("test", "src"))
     references = read_lines(data.text_path("test", "tgt"))
-    expected = [h.text for h in Translator.from_checkpoint(checkpoint, overrides={"beam_size": 1}).translate(sources)]
+    expected = [h.text for h in Translator.from_checkpoint(checkpoint, overrides={"decode.beam_size": 1}).translate(sources)]
     assert read_lines(output) == expected
     bleu = next(entry for entry in report["scores"] if entry["name"] == "BLEU")
     assert bleu["score"] == pytest.approx(sacrebleu.corpus_bleu(expected, [references]).score)

@@ -161,9 +161,9 @@ def test_attention_of_the_chosen_hypothesis_is_collected_per_token():
     for beam in (1, 2):
         result = generate(model, [[1, 5, 5, 5], [1, 5]], decode_config(beam_size=beam), need_attention=True)
         long, short = result
-        assert long.attention.shape == (2, 4) and long.attention_heads.shape == (1, 1, 2, 4)
-        np.testing.assert_array_equal(long.attention, np.eye(4)[:2])
-        np.testing.assert_array_equal(short.attention, np.eye(2))
+        assert long.attention.shape == (1, 1, 2, 4)  # (L, H, T, S)
+        np.testing.assert_array_equal(long.attention[0, 0], np.eye(4)[:2])
+        np.testing.assert_array_equal(short.attention[0, 0], np.eye(2))
 
 
 def test_sampling_is_seeded_and_top_k_one_is_greedy():
@@ -259,8 +259,8 @@ def test_batched_decoding_equals_one_sentence_at_a_time(arch, beam):
         assert together.score == pytest.approx(alone.score, abs=1e-4)
         assert [h.tokens for h in together.nbest] == [h.tokens for h in alone.nbest]
         np.testing.assert_allclose(together.attention, alone.attention, atol=1e-5)
-        assert together.attention.shape == (len(together.tokens), len(source))
-        row_sums = together.attention.sum(axis=1)
+        assert together.attention.shape[2:] == (len(together.tokens), len(source))  # (L, H, T, S)
+        row_sums = together.attention.sum(axis=-1)
         if arch in LOCAL_P:  # local-p multiplies the softmax by a Gaussian: rows sum to at most one
             assert np.all((row_sums > 0) & (row_sums <= 1 + 1e-5))
         else:

@@ -117,7 +117,7 @@ def test_failure_keeps_previous_directory(tmp_path, monkeypatch):
     prepare(files_config(), "out", progress=False)
     before = (tmp_path / "out" / "manifest.json").read_text()
     (tmp_path / "corpus" / "train.en").write_bytes(b"x\n" * 199 + b"\xff\n")
-    with pytest.raises(InputError, match=r"train\.en:200: invalid UTF-8"):
+    with pytest.raises(InputError, match=r"train\.en:200: not valid UTF-8"):
         prepare(files_config(), "out", progress=False)
     assert (tmp_path / "out" / "manifest.json").read_text() == before
     assert not list(tmp_path.glob(".out.*"))

@@ -69,7 +69,7 @@ def test_translations_are_line_exact_and_blank_texts_stay_empty(checkpoint):
 
 
 def test_translator_output_is_the_generators_output_detokenised(checkpoint):
-    translator = Translator.from_checkpoint(checkpoint, overrides={"nbest": 2})
+    translator = Translator.from_checkpoint(checkpoint, overrides={"decode.nbest": 2})
     sources = [translator.tokenizer.encode_src(text) if text.strip() else [] for text in TEXTS]
     expected = generate(translator.model, sources, translator.decode)
     for hypothesis, reference in zip(translator.translate(TEXTS), expected):
@@ -81,16 +81,16 @@ def test_translator_output_is_the_generators_output_detokenised(checkpoint):
 
 def test_decode_settings_come_from_the_checkpoint_and_can_be_overridden(checkpoint):
     assert Translator.from_checkpoint(checkpoint).decode.beam_size == 2
-    greedy = Translator.from_checkpoint(checkpoint, overrides={"beam_size": 1, "alpha": 0.0})
+    greedy = Translator.from_checkpoint(checkpoint, overrides={"decode.beam_size": 1, "decode.alpha": 0.0})
     assert (greedy.decode.beam_size, greedy.decode.alpha) == (1, 0.0)
     explicit = Translator.from_checkpoint(checkpoint, decode=DecodeConfig(beam_size=3))
     assert explicit.decode.beam_size == 3
     with pytest.raises(ConfigError, match="decode.beam"):
-        Translator.from_checkpoint(checkpoint, overrides={"beam": 3})
+        Translator.from_checkpoint(checkpoint, overrides={"decode.beam": 3})
 
 
 def test_signature_names_checkpoint_step_and_search_settings(checkpoint):
-    signature = Translator.from_checkpoint(checkpoint, overrides={"beam_size": 4}).signature()
+    signature = Translator.from_checkpoint(checkpoint, overrides={"decode.beam_size": 4}).signature()
     fields = dict(part.split(":", 1) for part in signature.split("|"))
     assert fields["checkpoint"] == str(checkpoint) and fields["step"] == "20"
     assert (fields["beam"], fields["alpha"], fields["maxlen"]) == ("4", "0.6", "1*src+5")
@@ -129,9 +129,8 @@ def test_attention_covers_the_source_pieces_and_output_tokens(checkpoint):
     text = TEXTS[3]
     (hypothesis,) = translator.translate([text], with_attention=True)
     source_length = len(translator.tokenizer.encode_src(text))
-    assert hypothesis.attention.shape == (len(hypothesis.tokens), source_length)
-    assert hypothesis.attention_heads.shape == (2, 2, len(hypothesis.tokens), source_length)
-    np.testing.assert_allclose(hypothesis.attention.sum(axis=1), 1.0, atol=1e-5)
+    assert hypothesis.attention.shape == (2, 2, len(hypothesis.tokens), source_length)  # (L, H, T, S)
+    np.testing.assert_allclose(hypothesis.attention.sum(axis=-1), 1.0, atol=1e-5)
 
 
 def test_missing_checkpoint_and_vocabulary_mismatch_fail_with_one_line(tmp_path, checkpoint):
@@ -158,7 +157,7 @@ def test_cuda_request_without_cuda_is_a_clear_error(checkpoint):
 
 @pytest.mark.parametrize("arch", ["linear_transformer", "rnn_bahdanau", "rnn_luong"])
 def test_every_architecture_translates_from_a_saved_checkpoint(tmp_path, arch):
-    translator = Translator.from_checkpoint(build_checkpoint(tmp_path, arch=arch), overrides={"nbest": 2})
+    translator = Translator.from_checkpoint(build_checkpoint(tmp_path, arch=arch), overrides={"decode.nbest": 2})
     hypotheses = translator.translate(TEXTS)
     assert [bool(h.tokens) for h in hypotheses] == [bool(t.strip()) for t in TEXTS]
     assert all(len(h.nbest) == 2 for h, t in zip(hypotheses, TEXTS) if t.strip())

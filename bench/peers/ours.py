@@ -100,8 +100,9 @@ def _translate_worker(args: argparse.Namespace) -> None:
     from nmt_cli.decoding import Translator
 
     torch.set_num_threads(args.threads)
-    overrides = {"beam_size": args.beam, "max_len_a": 0.0, "max_len_b": args.max_length, "max_tokens": 10**9,
-                 "max_sentences": args.batch, "workers": args.workers}
+    settings = {"beam_size": args.beam, "max_len_a": 0.0, "max_len_b": args.max_length, "max_tokens": 10**9,
+                "max_sentences": args.batch, "workers": args.workers}
+    overrides = {f"decode.{key}": value for key, value in settings.items()}
     translator = Translator.from_checkpoint(args.checkpoint, device="cpu", overrides=overrides)
     translator.model.use_cache = not args.no_cache
     texts = args.source.read_text(encoding="utf-8").splitlines()

@@ -1,7 +1,7 @@
 """Word alignments from attention: forced decoding, pieces -> words, hard links, AER.
 
-Modules: ``extract`` (attention of a given target), ``words`` (SentencePiece pieces ->
-words), ``hard`` (argmax / threshold links), ``symmetrize`` (two directions -> one),
+Modules: ``reader`` (the one reading of attention: heads, words, links), ``extract``
+(attention of a given target), ``words`` (SentencePiece pieces -> words), ``hard`` (argmax / threshold links), ``symmetrize`` (two directions -> one),
 ``pharaoh`` (the ``i-j`` file format), ``aer`` (AER, precision, recall), ``model`` (a
 checkpoint loaded for forced decoding), ``api`` (:func:`align_corpus`), ``sweep`` (which
 layer/heads/shift align best on gold), ``output`` (``.align``, ``.npz``, JSON, heatmaps) and
@@ -10,17 +10,19 @@ imported here.
 """
 
 from nmt_cli.alignment.aer import AlignmentScore, score_alignments, score_files
-from nmt_cli.alignment.api import Aligner, AlignOptions, SentenceAlignment, align_corpus
-from nmt_cli.alignment.extract import HeadSelection, forced_attention
+from nmt_cli.alignment.api import Aligner, AlignOptions, align_corpus
+from nmt_cli.alignment.extract import forced_attention
 from nmt_cli.alignment.hard import hard_links
 from nmt_cli.alignment.model import AlignmentModel
 from nmt_cli.alignment.pharaoh import GoldAlignment, format_links, parse_links, read_alignments, write_alignments
+from nmt_cli.alignment.reader import AttentionReading, HeadSelection, SentenceAlignment, read_alignment
 from nmt_cli.alignment.sweep import SweepResult, sweep
 from nmt_cli.alignment.symmetrize import symmetrize
-from nmt_cli.alignment.words import aggregate_to_words, word_alignment
+from nmt_cli.alignment.words import aggregate_to_words
 
 __all__ = [
     "AlignOptions",
+    "AttentionReading",
     "Aligner",
     "AlignmentModel",
     "AlignmentScore",
@@ -34,11 +36,11 @@ __all__ = [
     "format_links",
     "hard_links",
     "parse_links",
+    "read_alignment",
     "read_alignments",
     "score_alignments",
     "score_files",
     "sweep",
     "symmetrize",
-    "word_alignment",
     "write_alignments",
 ]

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Iterable, Sequence
 
 from nmt_cli.alignment.pharaoh import GoldAlignment, Link, read_alignments
 from nmt_cli.errors import InputError
+from nmt_cli.textio import check_same_length, iter_lines
 
 __all__ = ["AlignmentScore", "score_alignments", "score_files", "sentence_lengths"]
 
@@ -107,16 +107,7 @@ def score_alignments(
 
 def sentence_lengths(path: str | os.PathLike) -> list[int]:
     """Whitespace token count of every line of a tokenised text file."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(path, "file not found")
-    with open(path, encoding="utf-8") as handle:
-        return [len(line.split()) for line in handle]
-
-
-def _require_same_count(reference: Path, count: int, other: Path, other_count: int) -> None:
-    if count != other_count:
-        raise InputError(other, f"has {other_count} lines but {reference} has {count}; they must pair line by line")
+    return [len(line.split()) for line in iter_lines(path)]
 
 
 def score_files(
@@ -130,16 +121,15 @@ def score_files(
     With the tokenised source and target files, gold links outside their sentence are
     reported and left out; without them they count as ordinary (unreachable) gold links.
     """
-    gold_path, hyp_path = Path(gold_path), Path(hyp_path)
     gold = read_alignments(gold_path)
     hypotheses = [pair.possible for pair in read_alignments(hyp_path)]
-    _require_same_count(gold_path, len(gold), hyp_path, len(hypotheses))
+    check_same_length(gold_path, len(gold), hyp_path, len(hypotheses))
     lengths = None
     if (src_path is None) != (tgt_path is None):
         raise InputError(src_path or tgt_path, "give both --src and --tgt (the tokenised sentences), or neither")
     if src_path is not None and tgt_path is not None:
         src_lengths, tgt_lengths = sentence_lengths(src_path), sentence_lengths(tgt_path)
-        _require_same_count(gold_path, len(gold), Path(src_path), len(src_lengths))
-        _require_same_count(gold_path, len(gold), Path(tgt_path), len(tgt_lengths))
+        check_same_length(gold_path, len(gold), src_path, len(src_lengths))
+        check_same_length(gold_path, len(gold), tgt_path, len(tgt_lengths))
         lengths = list(zip(src_lengths, tgt_lengths))
     return score_alignments(gold, hypotheses, lengths)

@@ -1,9 +1,8 @@
 """Align a parallel corpus with a trained model: soft word matrices and hard links.
 
 ``Aligner(checkpoint, options)`` loads a model once (:mod:`nmt_cli.alignment.model`),
-aligns batches of sentence pairs by forced decoding (:mod:`nmt_cli.alignment.extract`),
-turns piece attention into word matrices (:mod:`nmt_cli.alignment.words`) and picks hard links
-(:mod:`nmt_cli.alignment.hard`). Given a model of the opposite direction it also aligns
+aligns batches of sentence pairs by forced decoding (:mod:`nmt_cli.alignment.extract`) and
+reads word matrices and hard links from the attention (:mod:`nmt_cli.alignment.reader`). Given a model of the opposite direction it also aligns
 target -> source and symmetrises the two link sets (:mod:`nmt_cli.alignment.symmetrize`).
 
 Word ``k`` of a sentence is its ``k``-th SentencePiece word (pieces from one ``"\u2581"``
@@ -17,52 +16,33 @@ import os
 from dataclasses import dataclass, field
 from typing import Sequence
 
-import numpy as np
-
-from nmt_cli.alignment.extract import HeadSelection
-from nmt_cli.alignment.hard import METHODS, hard_links
 from nmt_cli.alignment.model import AlignmentModel
-from nmt_cli.alignment.pharaoh import Link
+from nmt_cli.alignment.reader import AttentionReading, SentenceAlignment
 from nmt_cli.alignment.symmetrize import SYMMETRIZATIONS, symmetrize
 from nmt_cli.errors import NmtError
 
-__all__ = ["AlignOptions", "SentenceAlignment", "Aligner", "align_corpus"]
+__all__ = ["AlignOptions", "Aligner", "align_corpus"]
 
 
 @dataclass(frozen=True)
 class AlignOptions:
-    """How attention becomes alignments.
+    """How attention becomes alignments: the reading (heads, hard-link rule), shift-att,
+    the batch size of forced decoding and how two directions are symmetrised.
 
-    ``shift`` is off by default for every family: on the trained synthetic demo
-    Transformer, the last layer read without shift gave AER 0.060 and every shifted
-    reading was worse (`nmt align sweep`). shift-att (Chen et al. 2020) helps on middle
-    layers of deeper models; ``nmt align sweep`` finds the best reading for a model.
+    ``shift`` (shift-att, Chen et al. 2020) is off by default for every family;
+    ``nmt align sweep`` tells whether a model aligns better with it.
     """
 
-    selection: HeadSelection = field(default_factory=HeadSelection)
+    reading: AttentionReading = field(default_factory=AttentionReading)
     shift: bool = False
-    method: str = "argmax"
-    threshold: float = 0.2
     batch_size: int = 32
     symmetrization: str = "grow-diag-final"
 
     def __post_init__(self) -> None:
-        if self.method not in METHODS:
-            raise NmtError(f"unknown alignment method {self.method!r}; choose one of: {', '.join(METHODS)}")
         if self.symmetrization not in SYMMETRIZATIONS:
             raise NmtError(
                 f"unknown symmetrization {self.symmetrization!r}; choose one of: {', '.join(SYMMETRIZATIONS)}"
             )
-
-
-@dataclass
-class SentenceAlignment:
-    """One aligned pair: the words of both sides, the soft matrix and the hard links."""
-
-    src_words: list[str]
-    tgt_words: list[str]
-    matrix: np.ndarray  # (T_words, S_words), each row sums to one over source words
-    links: list[Link]  # (source word, target word), 0-based
 
 
 class Aligner:
@@ -80,19 +60,20 @@ class Aligner:
         self.reverse = AlignmentModel(reverse_checkpoint, device, options.batch_size) if reverse_checkpoint else None
         for model in (self.forward, self.reverse):
             if model is not None:
-                model.check(options.selection)
+                model.check(options.reading.selection)
 
     @property
     def settings(self) -> dict:
         """Everything that decides the output, recorded next to it."""
+        reading = self.options.reading
         record = {
             "checkpoint": str(self.forward.path),
             "step": self.forward.step,
             "arch": self.forward.arch,
-            "selection": self.options.selection.describe(),
+            "selection": reading.selection.describe(),
             "shift": self.options.shift,
-            "method": self.options.method,
-            "threshold": self.options.threshold if self.options.method == "threshold" else None,
+            "method": reading.method,
+            "threshold": reading.threshold if reading.method == "threshold" else None,
         }
         if self.reverse is not None:
             record.update(reverse_checkpoint=str(self.reverse.path), symmetrization=self.options.symmetrization)
@@ -101,13 +82,9 @@ class Aligner:
     def _one_direction(self, model: AlignmentModel, src_lines: Sequence[str],
                        tgt_lines: Sequence[str]) -> list[SentenceAlignment]:
         pairs = model.encode(src_lines, tgt_lines)
-        attentions = model.attention(pairs, self.options.shift, self.options.selection)  # (T, S) each
-        sentences = []
-        for pair, attention in zip(pairs, attentions):
-            matrix = pair.word_matrix(attention)  # (T_words, S_words)
-            links = hard_links(matrix, self.options.method, self.options.threshold)
-            sentences.append(SentenceAlignment(pair.src_words, pair.tgt_words, matrix, links))
-        return sentences
+        reading = self.options.reading
+        attentions = model.attention(pairs, self.options.shift, reading.selection)  # (T, S) each
+        return [pair.read(attention, reading) for pair, attention in zip(pairs, attentions)]
 
     def align(self, src_lines: Sequence[str], tgt_lines: Sequence[str]) -> list[SentenceAlignment]:
         """Align ``src_lines[k]`` with ``tgt_lines[k]`` for every ``k``."""

@@ -21,70 +21,20 @@ the source pieces (training feeds the source without BOS/EOS), so padding is dro
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 import torch
 
+from nmt_cli.alignment.reader import HeadSelection
 from nmt_cli.decoding.batching import pad_sources
 from nmt_cli.errors import NmtError
 from nmt_cli.models.base import Seq2SeqModel
 from nmt_cli.specials import BOS_ID
 
-__all__ = ["HeadSelection", "forced_attention"]
+__all__ = ["forced_attention"]
 
 Pair = tuple[Sequence[int], Sequence[int]]
-
-
-@dataclass(frozen=True)
-class HeadSelection:
-    """Which decoder layers and heads to average: ``layer`` None = all, ``heads`` None = all."""
-
-    layer: int | None = -1
-    heads: tuple[int, ...] | None = None
-
-    @classmethod
-    def parse(cls, layer: str, heads: str) -> "HeadSelection":
-        """From option text: ``layer`` ``"-1"``/``"2"``/``"all"``, ``heads`` ``"all"``/``"0,3"``."""
-        try:
-            chosen_layer = None if layer.strip().lower() == "all" else int(layer)
-            chosen_heads = (
-                None if heads.strip().lower() == "all" else tuple(int(h) for h in heads.split(",") if h.strip())
-            )
-        except ValueError:
-            raise NmtError(f"bad --layer {layer!r} or --heads {heads!r}: use an integer or 'all', "
-                           "and a comma-separated list of head indices or 'all'") from None
-        if chosen_heads == ():
-            raise NmtError("--heads lists no head; use e.g. --heads 0,3 or --heads all")
-        return cls(chosen_layer, chosen_heads)
-
-    @property
-    def layer_text(self) -> str:
-        """The ``--layer`` value that selects this: ``"-1"``, ``"all"``."""
-        return "all" if self.layer is None else str(self.layer)
-
-    @property
-    def heads_text(self) -> str:
-        """The ``--heads`` value that selects this: ``"all"``, ``"0,3"``."""
-        return "all" if self.heads is None else ",".join(map(str, self.heads))
-
-    def describe(self) -> str:
-        return f"layer={self.layer_text} heads={self.heads_text}"
-
-    def check(self, layers: int, heads: int) -> None:
-        """Fail with one line when the selection does not exist in a model of this size."""
-        if self.layer is not None and not -layers <= self.layer < layers:
-            raise NmtError(f"--layer {self.layer} is out of range: the model has {layers} decoder layer(s)")
-        bad = [h for h in self.heads or () if not 0 <= h < heads]
-        if bad:
-            raise NmtError(f"--heads {bad[0]} is out of range: the model has {heads} head(s) per layer")
-
-    def apply(self, attention: np.ndarray) -> np.ndarray:
-        """(L, H, T, S) -> (T, S): the mean over the selected layers and heads."""
-        layers = attention if self.layer is None else attention[[self.layer]]  # (L', H, T, S)
-        heads = layers if self.heads is None else layers[:, list(self.heads)]  # (L', H', T, S)
-        return heads.mean(axis=(0, 1))
 
 
 def _batches(pairs: Sequence[Pair], batch_size: int) -> list[list[int]]:

@@ -1,4 +1,4 @@
-"""A checkpoint loaded for alignment: text pairs -> pieces -> attention -> word matrices."""
+"""A checkpoint loaded for alignment: text pairs -> pieces -> forced-decoding attention."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from typing import Sequence
 
 import numpy as np
 
-from nmt_cli.alignment.extract import HeadSelection, forced_attention
-from nmt_cli.alignment.words import aggregate_to_words, words_from_pieces
+from nmt_cli.alignment.extract import forced_attention
+from nmt_cli.alignment.reader import AttentionReading, HeadSelection, SentenceAlignment, read_alignment
 from nmt_cli.checkpoint import load_checkpoint
-from nmt_cli.decoding.translator import resolve_device
+from nmt_cli.device import resolve_device
 from nmt_cli.errors import NmtError
 
 __all__ = ["EncodedPair", "AlignmentModel"]
@@ -26,19 +26,9 @@ class EncodedPair:
     src_ids: list[int]
     tgt_ids: list[int]
 
-    @property
-    def src_words(self) -> list[str]:
-        return words_from_pieces(self.src_pieces)
-
-    @property
-    def tgt_words(self) -> list[str]:
-        return words_from_pieces(self.tgt_pieces)
-
-    def word_matrix(self, attention: np.ndarray) -> np.ndarray:
-        """Piece attention (T, S) -> word matrix (T_words, S_words); empty when a side is empty."""
-        if not self.src_pieces or not self.tgt_pieces:
-            return np.zeros((len(self.tgt_words), len(self.src_words)))
-        return aggregate_to_words(attention, self.src_pieces, self.tgt_pieces)
+    def read(self, attention: np.ndarray, reading: AttentionReading) -> SentenceAlignment:
+        """Words, word matrix and links from this pair's selected piece attention (T, S)."""
+        return read_alignment(self.src_pieces, self.tgt_pieces, attention, reading)
 
 
 class AlignmentModel:

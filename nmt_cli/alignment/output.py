@@ -18,7 +18,7 @@ from typing import Sequence
 
 import numpy as np
 
-from nmt_cli.alignment.api import SentenceAlignment
+from nmt_cli.alignment.reader import SentenceAlignment
 from nmt_cli.alignment.heatmap import save_heatmap
 from nmt_cli.alignment.pharaoh import GoldAlignment, format_links, write_alignments
 from nmt_cli.errors import NmtError

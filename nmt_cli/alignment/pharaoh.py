@@ -11,11 +11,11 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Iterable
 
 from nmt_cli.errors import InputError
 from nmt_cli.fileio import atomic_open
+from nmt_cli.textio import iter_lines
 
 __all__ = ["Link", "GoldAlignment", "parse_links", "format_links", "read_alignments", "write_alignments"]
 
@@ -61,11 +61,7 @@ def format_links(sure: Iterable[Link], possible: Iterable[Link] = ()) -> str:
 
 def read_alignments(path: str | os.PathLike) -> list[GoldAlignment]:
     """All lines of a Pharaoh file (an empty line is a pair without links)."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(path, "alignment file not found")
-    with open(path, encoding="utf-8") as handle:
-        return [parse_links(text, path, number) for number, text in enumerate(handle, start=1)]
+    return [parse_links(text, path, number) for number, text in enumerate(iter_lines(path), start=1)]
 
 
 def write_alignments(path: str | os.PathLike, alignments: Iterable[Iterable[Link]]) -> None:

@@ -14,11 +14,10 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from nmt_cli.alignment.aer import AlignmentScore, score_alignments
-from nmt_cli.alignment.extract import HeadSelection
-from nmt_cli.alignment.hard import hard_links
 from nmt_cli.alignment.model import AlignmentModel
 from nmt_cli.alignment.pharaoh import GoldAlignment
-from nmt_cli.errors import NmtError
+from nmt_cli.alignment.reader import AttentionReading, HeadSelection
+from nmt_cli.textio import check_same_length
 
 __all__ = ["SweepResult", "candidate_selections", "sweep"]
 
@@ -52,17 +51,15 @@ def sweep(
     threshold: float = 0.2,
 ) -> list[SweepResult]:
     """Score every candidate selection with and without shift; best (lowest AER) first."""
-    if len(gold) != len(src_lines):
-        raise NmtError(f"{len(gold)} gold alignments for {len(src_lines)} sentence pairs")
+    check_same_length("the sentence pairs", len(src_lines), "the gold alignments", len(gold))
     pairs = model.encode(src_lines, tgt_lines)
-    lengths = [(len(pair.src_words), len(pair.tgt_words)) for pair in pairs]
     results = []
     for shift in (False, True):
         attentions = model.attention(pairs, shift)  # (L, H, T, S) each
         for selection in candidate_selections(*model.layers_and_heads):
-            links = [
-                hard_links(pair.word_matrix(selection.apply(attention)), method, threshold)
-                for pair, attention in zip(pairs, attentions)
-            ]
-            results.append(SweepResult(selection, shift, score_alignments(gold, links, lengths)))
+            reading = AttentionReading(selection, method, threshold)
+            aligned = [pair.read(selection.apply(attention), reading) for pair, attention in zip(pairs, attentions)]
+            lengths = [(len(sentence.src_words), len(sentence.tgt_words)) for sentence in aligned]
+            score = score_alignments(gold, [sentence.links for sentence in aligned], lengths)
+            results.append(SweepResult(selection, shift, score))
     return sorted(results, key=lambda result: result.score.aer)

@@ -24,10 +24,9 @@ from typing import Sequence
 
 import numpy as np
 
-from nmt_cli.alignment.hard import argmax_links
 from nmt_cli.tokenization.spm import WORD_BOUNDARY
 
-__all__ = ["word_spans", "words_from_pieces", "aggregate_to_words", "word_alignment"]
+__all__ = ["word_spans", "words_from_pieces", "aggregate_to_words"]
 
 
 def word_spans(pieces: Sequence[str]) -> list[range]:
@@ -66,23 +65,3 @@ def _normalise_rows(matrix: np.ndarray) -> np.ndarray:
     totals = matrix.sum(axis=1, keepdims=True)  # (T, 1)
     uniform = np.full_like(matrix, 1.0 / max(matrix.shape[1], 1))
     return np.where(totals > 0, matrix / np.where(totals > 0, totals, 1.0), uniform)
-
-
-def word_alignment(src_pieces: Sequence[str], tgt_pieces: Sequence[str], attention) -> list[tuple[int, int]]:
-    """Hard word links ``(source word, target word)``, 0-based, from a piece attention matrix.
-
-    ``attention`` is a numpy array or torch tensor (T, S) with ``T >= len(tgt_pieces)``
-    and ``S >= len(src_pieces)``; trailing rows and columns beyond the pieces (the EOS
-    step and the source EOS) are ignored. Every target word is linked to the source word
-    with the largest aggregated weight (see :func:`aggregate_to_words`).
-    """
-    if not src_pieces or not tgt_pieces:
-        return []
-    matrix = np.asarray(attention.detach().cpu() if hasattr(attention, "detach") else attention, dtype=np.float64)
-    if matrix.ndim != 2 or matrix.shape[0] < len(tgt_pieces) or matrix.shape[1] < len(src_pieces):
-        raise ValueError(
-            f"attention of shape {matrix.shape} does not cover {len(tgt_pieces)} target "
-            f"and {len(src_pieces)} source pieces"
-        )
-    words = aggregate_to_words(matrix[: len(tgt_pieces), : len(src_pieces)], src_pieces, tgt_pieces)
-    return argmax_links(words)

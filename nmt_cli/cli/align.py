@@ -3,22 +3,20 @@
 from __future__ import annotations
 
 import json
-import sys
 
 import click
 
 from nmt_cli.alignment.aer import score_alignments, score_files
 from nmt_cli.alignment.api import Aligner, AlignOptions
-from nmt_cli.alignment.extract import HeadSelection
-from nmt_cli.alignment.hard import METHODS
-from nmt_cli.alignment.inputs import read_parallel, split_pairs
+from nmt_cli.alignment.inputs import split_pairs
 from nmt_cli.alignment.model import AlignmentModel
 from nmt_cli.alignment.output import write_outputs
 from nmt_cli.alignment.pharaoh import GoldAlignment, read_alignments
 from nmt_cli.alignment.sweep import sweep
 from nmt_cli.alignment.symmetrize import SYMMETRIZATIONS
 from nmt_cli.cli import cli
-from nmt_cli.errors import InputError
+from nmt_cli.cli.options import DEVICE_HELP, link_options, reading_options
+from nmt_cli.textio import STDIN, check_same_length, iter_lines, read_parallel
 
 FILE = click.Path(dir_okay=False)
 
@@ -35,11 +33,10 @@ def _heatmap_lines(first: int, chosen: str, pairs: int) -> list[int]:
     return sorted(lines | set(range(1, min(first, pairs) + 1)))
 
 
-def _read_gold(path: str, pairs: int) -> list[GoldAlignment]:
-    """Gold links, one line per sentence pair."""
+def _read_gold(path: str, src_path: str | None, pairs: int) -> list[GoldAlignment]:
+    """Gold links, one line per sentence pair of ``src_path`` (None: standard input)."""
     gold = read_alignments(path)
-    if len(gold) != pairs:
-        raise InputError(path, f"has {len(gold)} lines but there are {pairs} sentence pairs")
+    check_same_length(src_path or "<stdin>", pairs, path, len(gold))
     return gold
 
 
@@ -48,13 +45,9 @@ def _read_gold(path: str, pairs: int) -> list[GoldAlignment]:
 @click.option("--src", "src_path", type=FILE, help="Source sentences, one per line (else stdin 'src ||| tgt').")
 @click.option("--tgt", "tgt_path", type=FILE, help="Target sentences, paired line by line with --src.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Output directory.")
-@click.option("--layer", default="-1", help="Decoder layer to read (index, negative from the end, or 'all').")
-@click.option("--heads", default="all", help="Heads to average: comma-separated indices or 'all'.")
+@reading_options
 @click.option("--shift/--no-shift", default=False, show_default=True,
               help="shift-att: read the step where the word is the decoder input (try `nmt align sweep`).")
-@click.option("--method", type=click.Choice(METHODS), default="argmax",
-              help="Hard links: argmax per target word, or every weight >= --threshold.")
-@click.option("--threshold", type=float, default=0.2, help="Weight threshold for --method threshold.")
 @click.option("--heatmaps", type=click.IntRange(min=0), default=0, help="Heatmap PNGs of the first N pairs.")
 @click.option("--heatmap-lines", default="", help="Heatmaps of these 1-based lines too, e.g. 3,17.")
 @click.option("--gold", "gold_path", type=FILE, help="Gold Pharaoh file: drawn on heatmaps; AER printed.")
@@ -62,10 +55,10 @@ def _read_gold(path: str, pairs: int) -> list[GoldAlignment]:
 @click.option("--symmetrize", "symmetrization", type=click.Choice(SYMMETRIZATIONS), default="grow-diag-final",
               help="How to combine the two directions.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=32, help="Sentence pairs per forward pass.")
-@click.option("--device", default="cpu", help="cpu, cuda or cuda:N.")
+@click.option("--device", default="auto", help=DEVICE_HELP)
 @click.pass_context
-def align(ctx: click.Context, checkpoint, src_path, tgt_path, out_dir, layer, heads, shift, method, threshold,
-          heatmaps, heatmap_lines, gold_path, reverse_checkpoint, symmetrization, batch_size, device) -> None:
+def align(ctx: click.Context, checkpoint, src_path, tgt_path, out_dir, reading, shift, heatmaps, heatmap_lines,
+          gold_path, reverse_checkpoint, symmetrization, batch_size, device) -> None:
     """Align sentence pairs with a model's cross-attention (forced decoding of the given target).
 
     Writes OUT/alignments.align (Pharaoh i-j, 0-based source-target words), soft word
@@ -82,20 +75,17 @@ def align(ctx: click.Context, checkpoint, src_path, tgt_path, out_dir, layer, he
     if src_path is not None:
         src_lines, tgt_lines = read_parallel(src_path, tgt_path)
     else:
-        src_lines, tgt_lines = split_pairs(sys.stdin)
+        src_lines, tgt_lines = split_pairs(iter_lines(STDIN))
     lines = _heatmap_lines(heatmaps, heatmap_lines, len(src_lines))
-    gold = _read_gold(gold_path, len(src_lines)) if gold_path else None
-    options = AlignOptions(
-        selection=HeadSelection.parse(layer, heads), shift=shift, method=method, threshold=threshold,
-        batch_size=batch_size, symmetrization=symmetrization,
-    )
+    gold = _read_gold(gold_path, src_path, len(src_lines)) if gold_path else None
+    options = AlignOptions(reading=reading, shift=shift, batch_size=batch_size, symmetrization=symmetrization)
     aligner = Aligner(checkpoint, options, device, reverse_checkpoint)
     sentences = aligner.align(src_lines, tgt_lines)
     settings = aligner.settings
     written = write_outputs(out_dir, sentences, settings, lines, gold)
     click.echo(
         f"aligned {len(sentences)} pairs ({settings['selection']}, shift={'on' if settings['shift'] else 'off'}, "
-        f"{method}{', ' + symmetrization if reverse_checkpoint else ''}) -> {out_dir}: "
+        f"{reading.method}{', ' + symmetrization if reverse_checkpoint else ''}) -> {out_dir}: "
         f"{', '.join(path.name for path in written[:4])}, {len(written) - 4} heatmap(s)",
         err=True,
     )
@@ -124,17 +114,16 @@ def score(gold_path, hyp_path, src_path, tgt_path, as_json) -> None:
 @click.option("--src", "src_path", type=FILE, required=True, help="Development source sentences.")
 @click.option("--tgt", "tgt_path", type=FILE, required=True, help="Development target sentences.")
 @click.option("--gold", "gold_path", type=FILE, required=True, help="Their gold Pharaoh links (i-j, ipj).")
-@click.option("--method", type=click.Choice(METHODS), default="argmax", show_default=True, help="Hard links.")
-@click.option("--threshold", type=float, default=0.2, show_default=True, help="For --method threshold.")
+@link_options
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="Rows to print.")
 @click.option("--json", "as_json", is_flag=True, help="Print every result as JSON lines.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True)
-@click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N.")
+@click.option("--device", default="auto", show_default=True, help=DEVICE_HELP)
 def sweep_command(checkpoint, src_path, tgt_path, gold_path, method, threshold, top, as_json, batch_size,
                   device) -> None:
     """Score every decoder layer, head and shift setting against gold links; best first."""
     src_lines, tgt_lines = read_parallel(src_path, tgt_path)
-    gold = _read_gold(gold_path, len(src_lines))
+    gold = _read_gold(gold_path, src_path, len(src_lines))
     results = sweep(AlignmentModel(checkpoint, device, batch_size), src_lines, tgt_lines, gold, method, threshold)
     if as_json:
         for result in results:

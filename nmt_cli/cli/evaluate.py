@@ -10,14 +10,13 @@ from __future__ import annotations
 import json
 
 import click
-
-from nmt_cli.cli import cli
-from nmt_cli.cli.translate import decode_options, one_line
 from sacrebleu.metrics import BLEU
 
+from nmt_cli.cli import cli
+from nmt_cli.cli.options import decode_options
 from nmt_cli.evaluation import BootstrapResult, MetricOptions, corpus_scores, paired_bootstrap, parse_metrics
-from nmt_cli.evaluation.text_files import check_same_length, read_lines, read_parallel
 from nmt_cli.fileio import atomic_write_text
+from nmt_cli.textio import check_same_length, one_line, read_lines, read_parallel
 
 FILE = click.Path(dir_okay=False)
 
@@ -52,7 +51,7 @@ def bootstrap_lines(results: list[BootstrapResult], baseline_path: str, samples:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @decode_options
 def evaluate(hyp_path, ref_paths, checkpoint, prepared_dir, split, output_path, metric_spec, chrf_plus, lowercase,
-             tokenize, baseline_path, bootstrap_samples, as_json, translator_factory) -> None:
+             tokenize, baseline_path, bootstrap_samples, as_json, translator_options) -> None:
     """Score translations with sacreBLEU (BLEU, chrF, TER)."""
     metrics = parse_metrics(metric_spec)
     options = MetricOptions(chrf_plus=chrf_plus, lowercase=lowercase, tokenize=tokenize)
@@ -60,9 +59,10 @@ def evaluate(hyp_path, ref_paths, checkpoint, prepared_dir, split, output_path, 
     if checkpoint or prepared_dir:
         if not (checkpoint and prepared_dir) or hyp_path or ref_paths:
             raise click.UsageError("use either --hyp with --ref, or --checkpoint with --data")
-        from nmt_cli.evaluation.checkpoint_eval import evaluate_split  # imports torch; only this mode needs it
+        from nmt_cli.decoding import Translator  # imports torch; only this mode needs it
+        from nmt_cli.evaluation.checkpoint_eval import evaluate_split
 
-        translator = translator_factory(checkpoint)
+        translator = Translator.from_checkpoint(checkpoint, **translator_options)
         evaluation = evaluate_split(translator, prepared_dir, split, metrics, options)
         hypotheses, references, scores = evaluation.hypotheses, [evaluation.references], evaluation.scores
         hypotheses_name = f"{checkpoint} on {split}"
@@ -73,7 +73,7 @@ def evaluate(hyp_path, ref_paths, checkpoint, prepared_dir, split, output_path, 
     else:
         if not hyp_path or not ref_paths:
             raise click.UsageError("give --hyp and at least one --ref (or --checkpoint and --data)")
-        hypotheses, references = read_parallel(hyp_path, ref_paths)
+        hypotheses, *references = read_parallel(hyp_path, *ref_paths)
         scores = corpus_scores(hypotheses, references, metrics, options)
         hypotheses_name = hyp_path
         report.update(hypotheses=hyp_path, references=list(ref_paths))

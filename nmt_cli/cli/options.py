@@ -1,4 +1,10 @@
-"""Options shared by several subcommands: a config file and ``--set section.key=value``."""
+"""Option sets shared by several subcommands, each declared once.
+
+* :func:`config_options` (prepare, train): ``--config FILE`` and ``--set section.key=value``;
+* :func:`decode_options` (translate, evaluate): search settings on top of a checkpoint's own;
+* :func:`reading_options` (translate, align): which attention becomes alignments, and how;
+  :func:`link_options` (align sweep): the hard-link rule alone.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +15,14 @@ import click
 
 from nmt_cli.config import Config, load_config, parse_overrides
 
+__all__ = ["DEVICE_HELP", "config_options", "decode_options", "link_options", "reading_options"]
 
-def config_options(func: Callable[..., Any]) -> Callable[..., Any]:
+DEVICE_HELP = "auto (CUDA when present, else CPU), cpu, cuda or cuda:N."
+
+Command = Callable[..., Any]
+
+
+def config_options(func: Command) -> Command:
     """Add ``--config FILE`` and repeatable ``--set KEY=VALUE``; pass the resolved ``config``."""
 
     @click.option("--config", "-c", "config_path", type=click.Path(dir_okay=False), default=None,
@@ -21,5 +33,59 @@ def config_options(func: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*args: Any, config_path: str | None, overrides: tuple[str, ...], **kwargs: Any) -> Any:
         config: Config = load_config(config_path, parse_overrides(overrides))
         return func(*args, config=config, **kwargs)
+
+    return wrapper
+
+
+def decode_options(func: Command) -> Command:
+    """``--beam --alpha --nbest --workers --average --device --set decode.*``.
+
+    Passes ``translator_options``, the keyword arguments of
+    :meth:`nmt_cli.decoding.Translator.from_checkpoint`: ``device``, ``average`` and
+    ``overrides`` (``{"decode.beam_size": 4, ...}``, applied to the checkpoint's config).
+    """
+
+    @click.option("--beam", type=click.IntRange(min=1), help="Beam size; 1 = greedy [default: the checkpoint's].")
+    @click.option("--alpha", type=float, help="GNMT length penalty alpha [default: the checkpoint's].")
+    @click.option("--nbest", type=click.IntRange(min=1), help="Hypotheses per sentence (at most the beam size).")
+    @click.option("--workers", type=click.IntRange(min=1),
+                  help="CPU: batches decoded at once, sharing the torch threads (decode.workers) [default: 1].")
+    @click.option("--average", metavar="last:N", help="Average the weights of the run's last N checkpoints.")
+    @click.option("--device", default="auto", show_default=True, help=DEVICE_HELP)
+    @click.option("--set", "overrides", multiple=True, metavar="decode.KEY=VALUE",
+                  help="Any decoding setting, e.g. --set decode.max_len_b=50 (repeatable).")
+    @functools.wraps(func)
+    def wrapper(*args: Any, beam, alpha, nbest, workers, average, device, overrides, **kwargs: Any) -> Any:
+        changes = parse_overrides(overrides)
+        flags = (("beam_size", beam), ("alpha", alpha), ("nbest", nbest), ("workers", workers))
+        changes.update({f"decode.{key}": value for key, value in flags if value is not None})
+        options = {"device": device, "average": average, "overrides": changes}
+        return func(*args, translator_options=options, **kwargs)
+
+    return wrapper
+
+
+def link_options(func: Command) -> Command:
+    """``--method --threshold``: how a soft word matrix becomes hard links."""
+    func = click.option("--threshold", type=float, default=0.2, show_default=True,
+                        help="Weight threshold for --method threshold.")(func)
+    return click.option("--method", type=click.Choice(["argmax", "threshold"]), default="argmax",
+                        show_default=True, help="Hard links: argmax per target word, or every weight >= --threshold.")(func)
+
+
+def reading_options(func: Command) -> Command:
+    """``--layer --heads`` and :func:`link_options`; passes ``reading``, an
+    :class:`nmt_cli.alignment.reader.AttentionReading` (imported only when a command runs)."""
+
+    @click.option("--layer", default="-1", show_default=True,
+                  help="Decoder layer to read: index, negative from the end, or 'all'.")
+    @click.option("--heads", default="all", show_default=True, help="Heads to average: comma-separated indices or 'all'.")
+    @link_options
+    @functools.wraps(func)
+    def wrapper(*args: Any, layer, heads, method, threshold, **kwargs: Any) -> Any:
+        from nmt_cli.alignment.reader import AttentionReading, HeadSelection
+
+        reading = AttentionReading(HeadSelection.parse(layer, heads), method, threshold)
+        return func(*args, reading=reading, **kwargs)
 
     return wrapper

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from nmt_cli.cli import cli
-from nmt_cli.cli.options import config_options
+from nmt_cli.cli.options import DEVICE_HELP, config_options
 from nmt_cli.config import Config, config_replace
 from nmt_cli.errors import NmtError
 
@@ -18,7 +18,7 @@ from nmt_cli.errors import NmtError
               help="Run directory; one with checkpoints is resumed from its newest.")
 @click.option("--max-tokens", type=int, default=None, help="Tokens per batch (same as --set train.max_tokens=N).")
 @click.option("--restart", is_flag=True, help="Delete the run directory's checkpoints and logs and start over.")
-@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
+@click.option("--device", default="auto", show_default=True, help=DEVICE_HELP)
 @click.option("--dry-run", is_flag=True, help="Build the model, print its summary and parameter count, stop.")
 def train_command(config: Config, prepared_dir: str | None, run_dir: str | None, max_tokens: int | None,
                   restart: bool, device: str, dry_run: bool) -> None:

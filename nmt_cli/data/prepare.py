@@ -33,11 +33,12 @@ from nmt_cli import __version__
 from nmt_cli.config import Config, config_replace
 from nmt_cli.data.binarized import TokenArrayWriter, token_dtype
 from nmt_cli.data.cleaning import PairCleaner
-from nmt_cli.data.progress import Progress
 from nmt_cli.data.sources import Corpus, iter_limited, open_corpus
 from nmt_cli.errors import NmtError
 from nmt_cli.fileio import atomic_directory, atomic_open, atomic_write_bytes, atomic_write_json, atomic_write_text
+from nmt_cli.progress import Progress
 from nmt_cli.specials import SPECIAL_IDS
+from nmt_cli.textio import iter_lines
 from nmt_cli.tokenization import Tokenizer, train_sentencepiece
 
 FORMAT = "nmt-prepared"
@@ -169,13 +170,6 @@ def _counted(items: Iterator[Any], bar: Progress) -> Iterator[Any]:
         yield item
 
 
-def _read_text(path: Path) -> Iterator[str]:
-    """Lines of a cleaned text file we wrote (valid UTF-8, one sentence per ``\\n``)."""
-    with path.open("rb") as handle:
-        for raw in handle:
-            yield raw[:-1].decode("utf-8")
-
-
 # ---- SentencePiece ----------------------------------------------------------------------------
 
 
@@ -191,7 +185,7 @@ def _train_tokenizer(out: Path, config: Config, train_pairs: int, progress: bool
     paths = {"src": out / f"train.{data.src_lang}", "tgt": out / f"train.{data.tgt_lang}"}
 
     def sentences(*sides: str) -> Iterator[str]:
-        for selected, lines in zip(chosen, zip(*(_read_text(paths[side]) for side in sides))):
+        for selected, lines in zip(chosen, zip(*(iter_lines(paths[side]) for side in sides))):
             if selected:
                 yield from lines
 
@@ -238,7 +232,7 @@ def _binarize(out: Path, name: str, pairs: int, config: Config, tokenizer: Token
         try:
             with Progress(f"encode {name}.{lang}", pairs, unit="sentences", enabled=progress) as bar:
                 batch: list[str] = []
-                for line in _read_text(out / f"{name}.{lang}"):
+                for line in iter_lines(out / f"{name}.{lang}"):
                     batch.append(line)
                     if len(batch) == ENCODE_BATCH:
                         longest = max(longest, _encode_batch(writer, encode, batch, bar))

@@ -33,6 +33,7 @@ from typing import Any, Iterable, Iterator
 from nmt_cli.config import DataConfig
 from nmt_cli.data import synthetic
 from nmt_cli.errors import ConfigError, InputError, NmtError
+from nmt_cli.textio import decode_line, iter_raw_lines
 
 PREPARED_SPLITS = ("train", "valid", "test")
 HF_BATCH = 1000
@@ -167,17 +168,14 @@ def file_digest(path: Path) -> tuple[str, int]:
     return digest.hexdigest(), lines + (last != b"\n")
 
 
-def read_lines(path: Path) -> Iterator[tuple[int, str | None, str]]:
-    """(line number, text or None, problem) for every line; only ``\\n`` ends a line, so
-    other line separators inside a line (``\\r``, U+2028, ...) never shift a pair."""
-    with path.open("rb") as handle:
-        for number, raw in enumerate(handle, 1):
-            raw = raw[:-1] if raw.endswith(b"\n") else raw
-            raw = raw[:-1] if raw.endswith(b"\r") else raw
-            try:
-                yield number, raw.decode("utf-8"), ""
-            except UnicodeDecodeError as exc:
-                yield number, None, f"invalid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})"
+def lines_or_problems(path: Path) -> Iterator[tuple[int, str | None, str]]:
+    """(line number, text or None, problem) for every line: a line that is not UTF-8 is
+    reported rather than raised, so ``data.on_invalid`` decides what happens to its pair."""
+    for number, raw in iter_raw_lines(path):
+        try:
+            yield number, decode_line(raw, path, number), ""
+        except InputError as exc:
+            yield number, None, exc.problem
 
 
 class _LocalFilesCorpus(Corpus):
@@ -227,7 +225,7 @@ class TextFilesCorpus(_LocalFilesCorpus):
 
     def pairs(self, split: str) -> Iterator[RawPair]:
         src_path, tgt_path = self.files(split)
-        for src, tgt in zip_longest(read_lines(src_path), read_lines(tgt_path)):
+        for src, tgt in zip_longest(lines_or_problems(src_path), lines_or_problems(tgt_path)):
             if src is None or tgt is None:
                 short, long_, (line, _, _) = ((src_path, tgt_path, tgt) if src is None else (tgt_path, src_path, src))
                 yield RawPair.invalid(line, "unpaired_line", long_,
@@ -251,7 +249,7 @@ class TsvCorpus(_LocalFilesCorpus):
     def pairs(self, split: str) -> Iterator[RawPair]:
         (path,) = self.files(split)
         columns = (0, 1)
-        for line, text, problem in read_lines(path):
+        for line, text, problem in lines_or_problems(path):
             if text is None:
                 yield RawPair.invalid(line, "invalid_utf8", path, problem)
                 continue
@@ -273,7 +271,7 @@ class JsonlCorpus(_LocalFilesCorpus):
 
     def pairs(self, split: str) -> Iterator[RawPair]:
         (path,) = self.files(split)
-        for line, text, problem in read_lines(path):
+        for line, text, problem in lines_or_problems(path):
             if text is None:
                 yield RawPair.invalid(line, "invalid_utf8", path, problem)
                 continue

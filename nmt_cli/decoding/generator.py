@@ -191,19 +191,18 @@ def _hypothesis(nbest: list[Finished], src_length: int, attention_shape: tuple[i
         log_prob=best.log_prob,
         nbest=entries,
         attention=best.attention,
-        attention_heads=best.attention_heads,
     )
 
 
 def _attention_arrays(steps: list[Tensor] | None, src_length: int, shape: tuple[int, int]) -> dict:
-    """Per-token (L, H, S_padded) weights -> ``attention`` (T, S) and ``attention_heads`` (L, H, T, S)."""
+    """Per-token (L, H, S_padded) weights -> ``attention`` (L, H, T, S)."""
     if steps is None:
         return {}
     if steps:
         heads = torch.stack(steps, dim=2)[..., :src_length].cpu().numpy()  # (L, H, T, S)
     else:
         heads = np.zeros((*shape, 0, src_length), dtype=np.float32)
-    return {"attention": heads.mean(axis=(0, 1)), "attention_heads": heads}
+    return {"attention": heads}
 
 
 __all__ = ["generate", "decode_batch", "run_search", "make_search", "check_decode_config"]

@@ -14,10 +14,11 @@ class Hypothesis:
     ``score`` is the ranking score ``log P(y | x) / lp(y)`` (GNMT length penalty, EOS
     counted in ``|y|``); ``log_prob`` is ``log P(y | x)`` itself. ``tokens`` holds the
     target ids without EOS. ``nbest`` lists the best hypotheses, best first;
-    ``nbest[0]`` is this hypothesis. ``attention`` (T, S) is the cross-attention averaged
-    over decoder layers and heads, ``attention_heads`` (L, H, T, S) the full weights:
-    row ``t`` is the distribution over the S source tokens while predicting token ``t``
-    (the EOS step is not included). ``text`` is filled by the :class:`Translator`.
+    ``nbest[0]`` is this hypothesis. ``attention`` (L, H, T, S), when asked for, holds the
+    cross-attention of every decoder layer and head: row ``t`` is the distribution over
+    the S source tokens while predicting token ``t`` (the EOS step is not included);
+    :mod:`nmt_cli.alignment.reader` reads alignments from it. ``text`` is filled by the
+    :class:`Translator`.
     """
 
     tokens: list[int]
@@ -26,7 +27,6 @@ class Hypothesis:
     text: str = ""
     nbest: list["Hypothesis"] = field(default_factory=list)
     attention: np.ndarray | None = None
-    attention_heads: np.ndarray | None = None
 
 
 __all__ = ["Hypothesis"]

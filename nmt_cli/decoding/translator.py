@@ -20,23 +20,11 @@ from nmt_cli.checkpoint import load_averaged, load_checkpoint
 from nmt_cli.config import Config, DecodeConfig
 from nmt_cli.decoding.generator import check_decode_config, generate
 from nmt_cli.decoding.hypothesis import Hypothesis
-from nmt_cli.errors import NmtError
+from nmt_cli.device import resolve_device
+from nmt_cli.errors import ConfigError
 from nmt_cli.models.base import Seq2SeqModel
 from nmt_cli.precision import Precision
 from nmt_cli.tokenization import Tokenizer
-
-
-def resolve_device(device: str | torch.device) -> torch.device:
-    """``"cpu"``, ``"cuda"`` or ``"cuda:N"``; CUDA must be present."""
-    try:
-        resolved = torch.device(device)
-    except RuntimeError:
-        raise NmtError(f"unknown device {device!r}; use cpu or cuda") from None
-    if resolved.type == "cuda" and not torch.cuda.is_available():
-        raise NmtError(f"device {device!r} requested but CUDA is not available on this machine")
-    if resolved.type not in ("cpu", "cuda"):
-        raise NmtError(f"unsupported device {device!r}; use cpu or cuda")
-    return resolved
 
 
 def averaged_label(averaged: Sequence[str]) -> str | None:
@@ -63,7 +51,7 @@ class Translator:
         model: Seq2SeqModel,
         tokenizer: Tokenizer,
         decode: DecodeConfig,
-        device: str | torch.device = "cpu",
+        device: str | torch.device = "auto",
         checkpoint: str = "",
         step: int = 0,
         average: str | None = None,
@@ -84,7 +72,7 @@ class Translator:
     def from_checkpoint(
         cls,
         path: str | os.PathLike,
-        device: str | torch.device = "cpu",
+        device: str | torch.device = "auto",
         average: str | None = None,
         decode: DecodeConfig | None = None,
         overrides: Mapping[str, Any] | None = None,
@@ -92,14 +80,15 @@ class Translator:
         """Load a checkpoint (or a run's newest one), optionally averaging ``last:N``.
 
         ``decode`` defaults to the checkpoint's own ``decode`` settings; ``overrides``
-        (``{"beam_size": 1}``) are applied on top and validated like ``--set decode.*``.
+        (``{"decode.beam_size": 1}``, as ``--set`` writes them) are applied on top and
+        validated with the rest of the config. Only ``decode.*`` keys may change.
         """
         resolved_device = resolve_device(device)
         checkpoint = load_averaged(average, path) if average else load_checkpoint(path)
-        settings = decode or checkpoint.config.decode
-        if overrides:
-            changes = {f"decode.{key}": value for key, value in overrides.items()}
-            settings = Config(decode=settings).with_overrides(changes).decode
+        other = sorted(key for key in overrides or {} if not key.startswith("decode."))
+        if other:
+            raise ConfigError(f"{other[0]}: only decode.* settings can change when translating")
+        settings = Config(decode=decode or checkpoint.config.decode).with_overrides(overrides or {}).decode
         model = checkpoint.build_model(resolved_device)
         return cls(model, checkpoint.tokenizer, settings, resolved_device,
                    checkpoint=str(checkpoint.path), step=checkpoint.step,
@@ -155,4 +144,4 @@ class Translator:
         return dataclasses.replace(hypothesis, text=self.tokenizer.decode_tgt(hypothesis.tokens), nbest=nbest)
 
 
-__all__ = ["Translator", "resolve_device"]
+__all__ = ["Translator"]

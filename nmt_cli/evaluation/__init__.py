@@ -2,7 +2,6 @@
 
 from nmt_cli.evaluation.metrics import METRICS, MetricOptions, MetricResult, corpus_scores, parse_metrics
 from nmt_cli.evaluation.significance import BootstrapResult, paired_bootstrap
-from nmt_cli.evaluation.text_files import read_lines, read_parallel
 
 __all__ = [
     "METRICS",
@@ -12,6 +11,4 @@ __all__ = [
     "parse_metrics",
     "BootstrapResult",
     "paired_bootstrap",
-    "read_lines",
-    "read_parallel",
 ]

@@ -15,7 +15,7 @@ from typing import Sequence
 from nmt_cli.data.prepared import PreparedData
 from nmt_cli.decoding import Translator
 from nmt_cli.evaluation.metrics import METRICS, MetricOptions, MetricResult, corpus_scores
-from nmt_cli.evaluation.text_files import check_same_length, read_lines
+from nmt_cli.textio import read_parallel
 
 
 @dataclass
@@ -40,9 +40,7 @@ def evaluate_split(
     data = PreparedData(prepared_dir)
     source_path = Path(data.text_path(split, "src"))
     reference_path = Path(data.text_path(split, "tgt"))
-    sources = read_lines(source_path)
-    references = read_lines(reference_path)
-    check_same_length(source_path, len(sources), reference_path, len(references))
+    sources, references = read_parallel(source_path, reference_path)
     hypotheses = [hypothesis.text for hypothesis in translator.translate(sources)]
     scores = corpus_scores(hypotheses, [references], metrics, options)
     return SplitEvaluation(source_path, reference_path, hypotheses, references, scores)

@@ -14,22 +14,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from nmt_cli.errors import NmtError
+from nmt_cli.device import resolve_device
 
-__all__ = ["DistributedContext", "init_distributed", "resolve_device", "sum_gradients_hook"]
-
-
-def resolve_device(name: str | None, local_rank: int = 0) -> torch.device:
-    """``auto`` (or None) -> ``cuda:<local_rank>`` when CUDA is available, else CPU."""
-    if name in (None, "", "auto"):
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    device = torch.device(name)
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise NmtError(f"device {name!r} requested but CUDA is not available")
-        if device.index is None:
-            device = torch.device("cuda", local_rank)
-    return device
+__all__ = ["DistributedContext", "init_distributed", "sum_gradients_hook"]
 
 
 @dataclass

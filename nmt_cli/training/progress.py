@@ -10,26 +10,18 @@ Only the main process logs.
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 from pathlib import Path
 from typing import Any, TextIO
 
 from nmt_cli.fileio import atomic_write_text
+from nmt_cli.progress import format_duration
 
-__all__ = ["RunLog", "read_metrics", "format_duration", "format_metric", "progress_line"]
+__all__ = ["RunLog", "read_metrics", "format_metric", "progress_line"]
 
 METRICS = "metrics.jsonl"
 TRAIN_LOG = "train.log"
-
-
-def format_duration(seconds: float | None) -> str:
-    """``3725`` -> ``1:02:05``; unknown -> ``-``."""
-    if seconds is None or not math.isfinite(seconds):
-        return "-"
-    seconds = int(round(seconds))
-    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
 
 #: decimals each metric is shown with, in the progress line and the validation line alike

@@ -45,7 +45,8 @@ from nmt_cli.training.curves import plot_learning_curve
 from nmt_cli.training.distributed import DistributedContext, init_distributed, sum_gradients_hook
 from nmt_cli.training.loss import label_smoothed_cross_entropy
 from nmt_cli.training.meter import IntervalMeter
-from nmt_cli.training.progress import RunLog, format_duration, format_metric, progress_line
+from nmt_cli.progress import format_duration
+from nmt_cli.training.progress import RunLog, format_metric, progress_line
 from nmt_cli.training.resume import capture_rng_state, check_same_run, restore_rng_state
 from nmt_cli.training.schedule import LearningRateSchedule, build_optimizer
 from nmt_cli.training.validation import validation_bleu, validation_loss

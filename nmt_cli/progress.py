@@ -1,26 +1,34 @@
-"""Progress of long data passes: a tqdm bar on a terminal, periodic log lines otherwise.
+"""Progress of long work: a tqdm bar on a terminal, periodic log lines otherwise.
 
-Logs of big runs (stderr redirected to a file) still get a line every ``interval``
-seconds with the count, the rate and, when the total is known, the ETA.
+Every command that works through many items (pairs read, sentences encoded or
+translated) reports through :class:`Progress`, and every duration a person reads is
+written by :func:`format_duration`. Logs of big runs (stderr redirected to a file) get a
+line every ``interval`` seconds with the count, the rate and, when the total is known,
+the ETA.
 """
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from typing import TextIO
 
 from tqdm import tqdm
 
+__all__ = ["Progress", "format_duration"]
 
-def _duration(seconds: float) -> str:
-    minutes, seconds = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m{seconds:02d}s" if hours else f"{minutes}m{seconds:02d}s"
+
+def format_duration(seconds: float | None) -> str:
+    """``3725`` -> ``1:02:05``; unknown -> ``-``."""
+    if seconds is None or not math.isfinite(seconds):
+        return "-"
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
 
 class Progress:
-    """Counts items of one pass; ``enabled=False`` keeps it silent."""
+    """Counts the items of one pass; ``enabled=False`` keeps it silent."""
 
     def __init__(self, description: str, total: int | None = None, unit: str = "pairs",
                  enabled: bool = True, interval: float = 30.0, stream: TextIO | None = None):
@@ -42,13 +50,17 @@ class Progress:
         elif self.enabled and time.monotonic() - self._last_log >= self.interval:
             self._log()
 
+    def rate(self) -> float:
+        """Items per second since the start."""
+        return self.count / max(time.monotonic() - self.started, 1e-9)
+
     def _log(self) -> None:
-        self._last_log = now = time.monotonic()
-        elapsed = max(now - self.started, 1e-9)
-        rate = self.count / elapsed
-        line = f"{self.description}: {self.count:,} {self.unit}, {rate:,.0f} {self.unit}/s, {_duration(elapsed)}"
+        self._last_log = time.monotonic()
+        rate = self.rate()
+        line = (f"{self.description}: {self.count:,} {self.unit}, {rate:,.1f} {self.unit}/s, "
+                f"elapsed {format_duration(self._last_log - self.started)}")
         if self.total and rate > 0:
-            line += f", ETA {_duration(max(self.total - self.count, 0) / rate)}"
+            line += f", eta {format_duration(max(self.total - self.count, 0) / rate)}"
         print(line, file=self.stream, flush=True)
 
     def close(self) -> None:

@@ -1,0 +1,31 @@
+"""Which torch device a command runs on: one rule for training, translation and alignment."""
+
+from __future__ import annotations
+
+import torch
+
+from nmt_cli.errors import NmtError
+
+__all__ = ["resolve_device"]
+
+
+def resolve_device(name: str | torch.device | None = "auto", local_rank: int = 0) -> torch.device:
+    """``auto``/None -> ``cuda:<local_rank>`` when CUDA is available, else CPU; ``cuda`` -> ``cuda:<local_rank>``.
+
+    Under ``torchrun`` each process passes its ``LOCAL_RANK`` so every process gets its own GPU.
+    Unknown names and CUDA requested on a machine without it fail with one line.
+    """
+    if name in (None, "", "auto"):
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError):
+        raise NmtError(f"unknown device {name!r}; use auto, cpu, cuda or cuda:N") from None
+    if device.type not in ("cpu", "cuda"):
+        raise NmtError(f"unsupported device {name!r}; use auto, cpu, cuda or cuda:N")
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise NmtError(f"device {str(name)!r} requested but CUDA is not available on this machine")
+        if device.index is None:
+            device = torch.device("cuda", local_rank)
+    return device
