@@ -20,7 +20,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Mapping, Sequence
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -69,7 +69,7 @@ def checkpoint_dir_name(step: int) -> str:
     return f"step-{step:08d}"
 
 
-def _split_tied(state_dict: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+def _split_tied(state_dict: Mapping[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """Keep one name per shared storage (safetensors refuses shared tensors)."""
     unique: dict[str, torch.Tensor] = {}
     aliases: dict[str, str] = {}
@@ -86,7 +86,7 @@ def _split_tied(state_dict: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Te
 
 def save_checkpoint(
     directory: str | os.PathLike,
-    model: torch.nn.Module,
+    weights: Mapping[str, torch.Tensor],
     config: Config,
     tokenizer: Tokenizer,
     state: dict[str, Any],
@@ -94,10 +94,11 @@ def save_checkpoint(
 ) -> Path:
     """Write a complete checkpoint directory atomically and return its path.
 
-    ``state`` must be JSON-serialisable; it should hold at least ``step``.
+    ``weights`` is a state dict (``model.state_dict()``); tensors sharing storage are
+    stored once. ``state`` must be JSON-serialisable; it should hold at least ``step``.
     """
     directory = Path(directory)
-    weights, aliases = _split_tied(model.state_dict())
+    unique, aliases = _split_tied(weights)
     record = {
         "format": FORMAT_VERSION,
         "nmt_cli_version": __version__,
@@ -107,7 +108,7 @@ def save_checkpoint(
         **state,
     }
     with atomic_directory(directory) as tmp:
-        save_file(weights, str(tmp / WEIGHTS))
+        save_file(unique, str(tmp / WEIGHTS))
         if optimizer_state is not None:
             torch.save(optimizer_state, tmp / OPTIMIZER)
         for name, data in tokenizer.model_files().items():
@@ -166,12 +167,7 @@ def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
     if state.get("format") not in (1, FORMAT_VERSION):
         raise NmtError(f"{path / STATE}: unsupported checkpoint format {state.get('format')!r}")
     config = Config.from_dict(_upgraded_config(state))
-    try:
-        weights = load_file(str(path / WEIGHTS))
-    except Exception as exc:  # safetensors raises its own error types
-        raise NmtError(f"{path / WEIGHTS}: unreadable weights ({exc})") from None
-    for alias, target in state.get("tied_weights", {}).items():
-        weights[alias] = weights[target]
+    weights = _with_aliases(_read_weights(path), state)
     files = state.get("tokenizer_files") or []
     if files == ["spm.model"]:
         tokenizer = Tokenizer.from_files(path / "spm.model")
@@ -207,44 +203,80 @@ def load_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor], sourc
     model.load_state_dict(weights)
 
 
-def average_weights(paths: Iterable[str | os.PathLike]) -> dict[str, torch.Tensor]:
-    """Element-wise mean of the weights of several checkpoints (float tensors only)."""
+def _read_weights(path: Path) -> dict[str, torch.Tensor]:
+    """The tensors stored in ``path/model.safetensors`` (tied aliases not yet restored)."""
+    try:
+        return load_file(str(path / WEIGHTS))
+    except Exception as exc:  # safetensors raises its own error types
+        raise NmtError(f"{path / WEIGHTS}: unreadable weights ({exc})") from None
+
+
+def _with_aliases(weights: dict[str, torch.Tensor], state: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """Give every tied name (stored once) its tensor back, as ``load_state_dict`` expects."""
+    for alias, target in state.get("tied_weights", {}).items():
+        weights[alias] = weights[target]
+    return weights
+
+
+def average_checkpoints(paths: Sequence[str | os.PathLike]) -> Checkpoint:
+    """A checkpoint whose weights are the element-wise mean of those of ``paths``.
+
+    Float tensors are averaged in float64 and stored in their own dtype; config,
+    tokenizer, step and any integer tensors come from the last (newest) path, and
+    ``state["averaged"]`` lists the inputs. It holds no optimizer: it is for translation.
+    """
     paths = [resolve_checkpoint(p) for p in paths]
     if not paths:
         raise NmtError("no checkpoints to average")
-    total: dict[str, torch.Tensor] = {}
-    for path in paths:
-        weights = load_file(str(path / WEIGHTS))
-        for name, tensor in weights.items():
+    newest = load_checkpoint(paths[-1])
+    stored = _read_weights(paths[-1])
+    total = {name: tensor.double() for name, tensor in stored.items() if tensor.is_floating_point()}
+    for path in paths[:-1]:
+        for name, tensor in _read_weights(path).items():
             if name not in total:
-                total[name] = tensor.double() if tensor.is_floating_point() else tensor.clone()
-            elif tensor.is_floating_point():
-                if tensor.shape != total[name].shape:
-                    raise NmtError(f"{path}: {name} has another shape than in {paths[0]}; cannot average")
-                total[name] += tensor.double()
-    reference = load_file(str(paths[-1] / WEIGHTS))
-    return {
-        name: (tensor / len(paths)).to(reference[name].dtype) if tensor.is_floating_point() else tensor
-        for name, tensor in total.items()
-    }
+                continue
+            if tensor.shape != total[name].shape:
+                raise NmtError(f"{path}: {name} has another shape than in {paths[-1]}; cannot average")
+            total[name] += tensor.double()
+    averaged = {name: (total[name] / len(paths)).to(tensor.dtype) if name in total else tensor
+                for name, tensor in stored.items()}
+    newest.weights = _with_aliases(averaged, newest.state)
+    newest.state = {**newest.state, "averaged": [str(path) for path in paths]}
+    return newest
+
+
+def checkpoints_to_average(inputs: Sequence[str | os.PathLike], last: int | None = None) -> list[Path]:
+    """Checkpoint directories named by ``inputs``: one run directory (its ``last`` newest
+    checkpoints, all when ``last`` is None) or several checkpoint directories."""
+    if not inputs:
+        raise NmtError("nothing to average: name a run directory or checkpoint directories")
+    if len(inputs) == 1 and list_checkpoints(inputs[0]):
+        paths = list_checkpoints(inputs[0])
+    else:
+        paths = sorted({resolve_checkpoint(path) for path in inputs}, key=lambda p: (p.parent, p.name))
+    if last is not None:
+        if last < 1:
+            raise NmtError(f"--last must be at least 1, got {last}")
+        paths = paths[-last:]
+    return paths
+
+
+def write_average(paths: Sequence[str | os.PathLike], out_dir: str | os.PathLike) -> Path:
+    """Save :func:`average_checkpoints` of ``paths`` as a checkpoint at ``out_dir``."""
+    averaged = average_checkpoints(paths)
+    state = {"step": averaged.step, "averaged": averaged.state["averaged"]}
+    return save_checkpoint(out_dir, averaged.weights, averaged.config, averaged.tokenizer, state)
 
 
 def load_averaged(spec: str, path: str | os.PathLike) -> Checkpoint:
-    """Load ``path`` with weights averaged over ``spec`` = ``last:N`` checkpoints of its run."""
+    """Load ``path`` with weights averaged over ``spec`` = ``last:N`` checkpoints of its run
+    (the N newest up to ``path``)."""
     match = re.fullmatch(r"last:(\d+)", spec or "")
     if not match or int(match.group(1)) < 1:
         raise NmtError(f"bad --average {spec!r}: expected last:N with N >= 1")
-    count = int(match.group(1))
     newest = resolve_checkpoint(path)
     run = [p for p in list_checkpoints(newest.parent) if p <= newest] or [newest]
-    chosen = run[-count:]
-    checkpoint = load_checkpoint(newest)
-    averaged = average_weights(chosen)
-    for alias, target in checkpoint.state.get("tied_weights", {}).items():
-        averaged[alias] = averaged[target]
-    checkpoint.weights = averaged
-    checkpoint.state = {**checkpoint.state, "averaged": [p.name for p in chosen]}
-    return checkpoint
+    return average_checkpoints(run[-int(match.group(1)):])
 
 
 __all__ = [
@@ -255,7 +287,9 @@ __all__ = [
     "load_weights",
     "list_checkpoints",
     "resolve_checkpoint",
-    "average_weights",
+    "average_checkpoints",
+    "checkpoints_to_average",
     "load_averaged",
+    "write_average",
     "checkpoint_dir_name",
 ]

@@ -34,7 +34,7 @@ def make_checkpoint(directory, arch: str):
                                       decoder_layers=2, embed_dim=8, hidden_size=16, **LOCAL_P.get(arch, {})))
     torch.manual_seed(0)
     model = build_model(config.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.joint)
-    return save_checkpoint(directory, model, config, tokenizer, {"step": 7})
+    return save_checkpoint(directory, model.state_dict(), config, tokenizer, {"step": 7})
 
 
 @pytest.fixture(scope="module")

@@ -127,7 +127,7 @@ def prepared_and_checkpoint(tmp_path_factory):
                     decode=DecodeConfig(beam_size=2, max_len_a=1.0, max_len_b=3))
     torch.manual_seed(0)
     model = build_model(config.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.joint)
-    checkpoint = save_checkpoint(root / "run" / "checkpoints" / "step-00000005", model, config, tokenizer, {"step": 5})
+    checkpoint = save_checkpoint(root / "run" / "checkpoints" / "step-00000005", model.state_dict(), config, tokenizer, {"step": 5})
     return root / "prepared", checkpoint
 
 

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from nmt_cli.checkpoint import STATE, checkpoint_dir_name, load_checkpoint, save_checkpoint
+from nmt_cli.checkpoint import (STATE, checkpoint_dir_name, checkpoints_to_average, load_checkpoint, save_checkpoint,
+                                write_average)
 from nmt_cli.config import Config, DecodeConfig, ModelConfig
 from nmt_cli.decoding import Translator, generate
 from nmt_cli.errors import ConfigError, NmtError
 from nmt_cli.models import build_model
 from nmt_cli.tokenization import Tokenizer, train_sentencepiece
-from nmt_cli.training.averaging import average_checkpoints, checkpoints_to_average
 
 WORDS_DE = "der die das ein eine mann frau hund katze sieht läuft schnell langsam im park".split()
 WORDS_EN = "the a man woman dog cat sees runs fast slowly in park".split()
@@ -42,8 +42,8 @@ def build_checkpoint(run_dir: Path, arch: str = "transformer", steps: tuple[int,
     for step in steps:
         torch.manual_seed(step)
         model = build_model(config.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.joint)
-        path = save_checkpoint(run_dir / "checkpoints" / checkpoint_dir_name(step), model, config, tokenizer,
-                               {"step": step})
+        path = save_checkpoint(run_dir / "checkpoints" / checkpoint_dir_name(step), model.state_dict(), config,
+                               tokenizer, {"step": step})
     return path
 
 
@@ -108,7 +108,7 @@ def test_average_last_two_loads_the_mean_of_the_weights(checkpoint):
 
 def test_a_checkpoint_written_by_nmt_average_names_its_sources_in_the_signature(checkpoint, tmp_path):
     paths = checkpoints_to_average([checkpoint.parent], last=2)
-    written = Translator.from_checkpoint(average_checkpoints(paths, tmp_path / "averaged"))
+    written = Translator.from_checkpoint(write_average(paths, tmp_path / "averaged"))
     on_the_fly = Translator.from_checkpoint(checkpoint, average="last:2")
     for name, tensor in written.model.state_dict().items():
         torch.testing.assert_close(tensor, on_the_fly.model.state_dict()[name])

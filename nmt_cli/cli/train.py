@@ -63,10 +63,10 @@ def _model_summary(config: Config, prepared_dir: str | None) -> str:
 @click.option("--last", type=int, default=None, help="Average only the newest N checkpoints.")
 def average_command(inputs: tuple[str, ...], out_dir: str, last: int | None) -> None:
     """Average the weights of a run's checkpoints (or of the checkpoint directories given)."""
-    from nmt_cli.training import average_checkpoints, checkpoints_to_average
+    from nmt_cli.checkpoint import checkpoints_to_average, write_average
 
     paths = checkpoints_to_average(inputs, last)
-    written = average_checkpoints(paths, out_dir)
+    written = write_average(paths, out_dir)
     click.echo(f"averaged {len(paths)} checkpoints ({', '.join(p.name for p in paths)}) into {written}")
 
 

@@ -31,14 +31,14 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from nmt_cli.allocator import keep_freed_memory
-from nmt_cli.checkpoint import list_checkpoints, load_checkpoint, load_optimizer_state, load_weights, save_checkpoint
+from nmt_cli.checkpoint import (list_checkpoints, load_checkpoint, load_optimizer_state, load_weights, save_checkpoint,
+                                write_average)
 from nmt_cli.config import Config, TrainConfig
 from nmt_cli.data.prepared import PreparedData
 from nmt_cli.errors import ConfigError, NmtError
 from nmt_cli.fileio import atomic_write_json, atomic_write_text
 from nmt_cli.models import build_model
 from nmt_cli.precision import Precision
-from nmt_cli.training.averaging import average_checkpoints
 from nmt_cli.training.batching import BatchStream, collate, make_batches
 from nmt_cli.training.checkpointing import CheckpointKeeper, is_better
 from nmt_cli.training.curves import plot_learning_curve
@@ -443,7 +443,7 @@ class Trainer:
                 "grad_scaler": self.precision.scaler.state_dict() if self.precision.scaler is not None else None,
             }
             if self.context.is_main:
-                save_checkpoint(self.keeper.path(self.step), self.model, self.config, self.tokenizer, state,
+                save_checkpoint(self.keeper.path(self.step), self.model.state_dict(), self.config, self.tokenizer, state,
                                 optimizer_state)
                 self.keeper.prune(self.validations)
             self._last_saved = self.step
@@ -459,8 +459,8 @@ class Trainer:
         averaged = None
         if self.context.is_main:
             if stop != "interrupted" and self.cfg.average_last > 1:
-                averaged = average_checkpoints(list_checkpoints(self.run_dir)[-self.cfg.average_last:],
-                                               self.run_dir / "checkpoints" / f"average-last{self.cfg.average_last}")
+                averaged = write_average(list_checkpoints(self.run_dir)[-self.cfg.average_last:],
+                                         self.run_dir / "checkpoints" / f"average-last{self.cfg.average_last}")
             if self.step > 0:
                 plot_learning_curve(self.run_dir)
         speed = self._session_tokens / self._session_seconds if self._session_seconds else 0.0
