@@ -2,10 +2,14 @@
 
 A configuration has five sections: ``data`` (what ``nmt prepare`` reads and how it
 cleans and tokenises), ``model`` (architecture and sizes), ``train``, ``decode`` and
-``recipe`` (descriptive metadata shown by ``make recipes``). Every key is checked:
-an unknown key or a bad value raises :class:`ConfigError` with one line naming the
-key and listing the valid keys or choices. ``Config.to_yaml`` writes the resolved
-settings so any run can be repeated.
+``recipe`` (descriptive metadata shown by ``make recipes``).
+
+The whole config is validated here and only here, when it is loaded or built: types
+and choices of every key, ranges (``setting(..., at_least=1)``) and the rules that tie
+keys of a section together (``nbest <= beam_size``, ``d_model`` divisible by
+``heads``, ...). Every problem is reported at once, one line each naming the key, the
+value and what is allowed (:class:`ConfigError`); the modules that read a config trust
+it. ``Config.to_yaml`` writes the resolved settings so any run can be repeated.
 """
 
 from __future__ import annotations
@@ -33,18 +37,76 @@ __all__ = [
 ]
 
 
+#: where the linear-attention Transformer may use linear attention (``model.linear_sites``)
+LINEAR_SITES = ("encoder_self", "decoder_self", "cross")
+TRANSFORMER_ARCHS = ("transformer", "linear_transformer")
+
+
 def choice(default: Any, *choices: Any, help: str = "") -> Any:
     """A dataclass field whose value must be one of ``choices``."""
     return field(default=default, metadata={"choices": choices, "help": help})
 
 
-def setting(default: Any, help: str = "") -> Any:
-    return field(default=default, metadata={"help": help})
+def setting(default: Any, help: str = "", *, at_least: float | None = None, above: float | None = None,
+            below: float | None = None, at_most: float | None = None, items: tuple = ()) -> Any:
+    """A dataclass field with its help text and, for numbers, the range it must lie in
+    (``items``: the values a list may hold)."""
+    bounds = {"at_least": at_least, "above": above, "below": below, "at_most": at_most}
+    return field(default=default, metadata={"help": help, "items": items,
+                                            **{k: v for k, v in bounds.items() if v is not None}})
+
+
+_BOUNDS = {
+    "at_least": (lambda value, bound: value >= bound, "at least"),
+    "above": (lambda value, bound: value > bound, "above"),
+    "below": (lambda value, bound: value < bound, "below"),
+    "at_most": (lambda value, bound: value <= bound, "at most"),
+}
+
+
+def _field_problems(section: str, config: Any) -> list[str]:
+    """Values of ``config`` (a section) outside their declared range or choices."""
+    problems = []
+    for item in fields(config):
+        value, meta = getattr(config, item.name), item.metadata
+        key = f"config key '{section}.{item.name}'"
+        if meta.get("choices") and value not in meta["choices"]:
+            problems.append(f"{key}: {value!r} is not one of: {', '.join(map(str, meta['choices']))}")
+        for entry in value if meta.get("items") else ():
+            if entry not in meta["items"]:
+                problems.append(f"{key}: {entry!r} is not one of: {', '.join(meta['items'])}")
+        for name, (holds, words) in _BOUNDS.items():
+            if name in meta and not holds(value, meta[name]):
+                problems.append(f"{key}: must be {words} {meta[name]:g}, got {value!r}")
+    return problems
+
+
+class Validated:
+    """Checks a section when it is built: declared ranges first, then :meth:`rules`.
+
+    Every problem of the section is raised together in one :class:`ConfigError`, one
+    line each.
+    """
+
+    section = ""
+
+    def __post_init__(self) -> None:
+        problems = _field_problems(self.section, self)
+        if not problems:
+            problems = self.rules()
+        if problems:
+            raise ConfigError("\n".join(problems))
+
+    def rules(self) -> list[str]:
+        """Problems that involve several keys of the section (none by default)."""
+        return []
 
 
 @dataclass(frozen=True)
-class DataConfig:
+class DataConfig(Validated):
     """Where parallel text comes from, how it is cleaned and how it is tokenised."""
+
+    section = "data"
 
     source: str = choice(
         "synthetic", "synthetic", "files", "tsv", "jsonl", "hf", "hf_disk",
@@ -59,45 +121,64 @@ class DataConfig:
     train_split: str = setting("train", "name of the training split in the source")
     valid_split: str = setting("validation", "name of the validation split in the source")
     test_split: str = setting("test", "name of the test split in the source")
-    max_train_pairs: int = setting(0, "keep only the first N training pairs (0 = all)")
-    max_eval_pairs: int = setting(0, "keep only the first N validation/test pairs (0 = all)")
-    synthetic_train_size: int = setting(20000)
-    synthetic_valid_size: int = setting(500)
-    synthetic_test_size: int = setting(500)
+    max_train_pairs: int = setting(0, "keep only the first N training pairs (0 = all)", at_least=0)
+    max_eval_pairs: int = setting(0, "keep only the first N validation/test pairs (0 = all)", at_least=0)
+    synthetic_train_size: int = setting(20000, at_least=1)
+    synthetic_valid_size: int = setting(500, at_least=0)
+    synthetic_test_size: int = setting(500, at_least=0)
     synthetic_seed: int = setting(1)
     normalize: bool = setting(True, "Unicode NFC and whitespace normalisation")
-    min_length: int = setting(1, "minimum words per side (training split)")
-    max_length: int = setting(250, "maximum words per side (training split; 0 = no limit)")
-    max_length_ratio: float = setting(3.0, "maximum word-count ratio between sides (0 = no limit)")
+    min_length: int = setting(1, "minimum words per side (training split)", at_least=0)
+    max_length: int = setting(250, "maximum words per side (training split; 0 = no limit)", at_least=0)
+    max_length_ratio: float = setting(3.0, "maximum word-count ratio between sides (0 = no limit)", at_least=0)
     dedup: bool = setting(False, "drop repeated training pairs")
     on_invalid: str = choice("error", "error", "skip", help="bad pairs: stop with an error, or skip and count")
     spm_model_type: str = choice("bpe", "bpe", "unigram")
-    vocab_size: int = setting(8000)
+    vocab_size: int = setting(8000, at_least=5)
     joint_vocab: bool = setting(True, "one SentencePiece model for both languages")
-    character_coverage: float = setting(1.0)
-    spm_input_sentence_size: int = setting(2_000_000, "sentences sampled to train SentencePiece")
+    character_coverage: float = setting(1.0, above=0, at_most=1)
+    spm_input_sentence_size: int = setting(2_000_000, "sentences sampled to train SentencePiece", at_least=1)
     spm_seed: int = setting(1)
+
+    def rules(self) -> list[str]:
+        problems = []
+        if self.src_lang == self.tgt_lang:
+            problems.append(f"config keys 'data.src_lang' and 'data.tgt_lang' are both {self.src_lang!r}; "
+                            "they must differ")
+        if self.source == "synthetic":
+            if {self.src_lang, self.tgt_lang} != {"de", "en"}:
+                problems.append(f"config key 'data.source': the synthetic corpus is German-English; set "
+                                f"data.src_lang/tgt_lang to de/en or en/de (got {self.src_lang}/{self.tgt_lang})")
+        else:
+            if not self.path:
+                problems.append(f"config key 'data.path' is required for data.source: {self.source} "
+                                "(the folder, dataset id or save_to_disk folder)")
+            if not self.train_split:
+                problems.append("config key 'data.train_split' is empty; a training split is required")
+        return problems
 
 
 @dataclass(frozen=True)
-class ModelConfig:
+class ModelConfig(Validated):
     """Architecture and sizes; ``arch`` names an entry of the model registry."""
+
+    section = "model"
 
     arch: str = choice(
         "transformer", "transformer", "linear_transformer", "rnn_bahdanau", "rnn_luong"
     )
     # Transformer family
-    d_model: int = setting(512)
-    heads: int = setting(8)
-    ffn_dim: int = setting(2048)
-    encoder_layers: int = setting(6)
-    decoder_layers: int = setting(6)
-    dropout: float = setting(0.1)
-    attention_dropout: float = setting(0.0)
-    activation_dropout: float = setting(0.0)
+    d_model: int = setting(512, at_least=1)
+    heads: int = setting(8, at_least=1)
+    ffn_dim: int = setting(2048, at_least=1)
+    encoder_layers: int = setting(6, at_least=1)
+    decoder_layers: int = setting(6, at_least=1)
+    dropout: float = setting(0.1, at_least=0, below=1)
+    attention_dropout: float = setting(0.0, at_least=0, below=1)
+    activation_dropout: float = setting(0.0, at_least=0, below=1)
     norm_position: str = choice("post", "post", "pre", help="post-norm as in the paper, or pre-norm")
     positions: str = choice("sinusoidal", "sinusoidal", "learned")
-    max_positions: int = setting(1024, "table size for learned positions")
+    max_positions: int = setting(1024, "table size for learned positions", at_least=1)
     scale_embeddings: bool = setting(
         True, "multiply token embeddings by the square root of their width (d_model, or embed_dim for the RNNs)"
     )
@@ -108,39 +189,59 @@ class ModelConfig:
         ("decoder_self",),
         "linear_transformer: which attentions use linear attention "
         "(any of encoder_self, decoder_self, cross)",
+        items=LINEAR_SITES,
     )
-    linear_chunk_size: int = setting(64, "causal linear attention: positions per chunk in training")
+    linear_chunk_size: int = setting(64, "causal linear attention: positions per chunk in training", at_least=1)
     # RNN family
     rnn_cell: str = choice("lstm", "lstm", "gru")
-    embed_dim: int = setting(256)
-    hidden_size: int = setting(512)
-    rnn_layers: int = setting(1)
+    embed_dim: int = setting(256, at_least=1)
+    hidden_size: int = setting(512, at_least=1)
+    rnn_layers: int = setting(1, at_least=1)
     attention: str = choice("additive", "additive", "dot", "general", "concat", "location")
     local_attention: str = choice("global", "global", "local-m", "local-p")
-    local_window: int = setting(10, "D: local attention looks at [p_t - D, p_t + D]")
+    local_window: int = setting(10, "D: local attention looks at [p_t - D, p_t + D]", at_least=1)
     input_feeding: bool = setting(True, "rnn_luong: feed the attentional hidden state to the next step")
+
+    def rules(self) -> list[str]:
+        problems = []
+        if self.arch in TRANSFORMER_ARCHS:
+            if self.d_model % self.heads:
+                problems.append(f"config key 'model.d_model': {self.d_model} is not divisible by "
+                                f"model.heads={self.heads}")
+            if self.positions == "sinusoidal" and self.d_model % 2:
+                problems.append(f"config key 'model.d_model': sinusoidal positions need an even size, "
+                                f"got {self.d_model}")
+        if self.arch == "linear_transformer" and not self.linear_sites:
+            problems.append(f"config key 'model.linear_sites' is empty; linear_transformer needs any of: "
+                            f"{', '.join(LINEAR_SITES)}")
+        if self.arch == "rnn_bahdanau" and self.hidden_size % 2:
+            problems.append(f"config key 'model.hidden_size': rnn_bahdanau needs an even size (each encoder "
+                            f"direction gets half), got {self.hidden_size}")
+        return problems
 
 
 @dataclass(frozen=True)
-class TrainConfig:
+class TrainConfig(Validated):
     """Optimisation, batching, validation and checkpointing."""
 
-    max_tokens: int = setting(4096, "target+source tokens per batch (per process)")
-    update_freq: int = setting(1, "gradient accumulation: batches per optimizer step")
-    max_steps: int = setting(10000, "optimizer steps (0 = no limit)")
-    max_epochs: int = setting(0, "epochs (0 = no limit)")
-    max_minutes: float = setting(0.0, "wall-clock budget in minutes (0 = no limit)")
+    section = "train"
+
+    max_tokens: int = setting(4096, "target+source tokens per batch (per process)", at_least=1)
+    update_freq: int = setting(1, "gradient accumulation: batches per optimizer step", at_least=1)
+    max_steps: int = setting(10000, "optimizer steps (0 = no limit)", at_least=0)
+    max_epochs: int = setting(0, "epochs (0 = no limit)", at_least=0)
+    max_minutes: float = setting(0.0, "wall-clock budget in minutes (0 = no limit)", at_least=0)
     optimizer: str = choice("adam", "adam", "adamw", "sgd")
-    lr: float = setting(5e-4, "peak learning rate")
-    adam_betas: tuple[float, ...] = setting((0.9, 0.98))
-    adam_eps: float = setting(1e-9)
-    weight_decay: float = setting(0.0)
+    lr: float = setting(5e-4, "peak learning rate", at_least=0)
+    adam_betas: tuple[float, ...] = setting((0.9, 0.98), "Adam's beta1 and beta2, each in [0, 1)")
+    adam_eps: float = setting(1e-9, above=0)
+    weight_decay: float = setting(0.0, at_least=0)
     schedule: str = choice("inverse_sqrt", "inverse_sqrt", "constant", "plateau")
-    warmup_steps: int = setting(4000)
-    plateau_factor: float = setting(0.5)
-    plateau_patience: int = setting(2)
-    clip_norm: float = setting(1.0, "gradient clipping by global norm (0 = off)")
-    label_smoothing: float = setting(0.1)
+    warmup_steps: int = setting(4000, at_least=0)
+    plateau_factor: float = setting(0.5, above=0, below=1)
+    plateau_patience: int = setting(2, at_least=0)
+    clip_norm: float = setting(1.0, "gradient clipping by global norm (0 = off)", at_least=0)
+    label_smoothing: float = setting(0.1, at_least=0, below=1)
     loss_normalization: str = choice(
         "tokens", "tokens", "sentences",
         help="divide each update's summed loss by its target tokens, or by its sentences as in Bahdanau 2014 "
@@ -153,47 +254,67 @@ class TrainConfig:
     )
     fp16_init_scale: float = setting(
         2.0**16, "fp16: the first loss scale; halved after each overflow, doubled after 2,000 clean updates",
+        above=0,
     )
     compile: bool = setting(
         False, "torch.compile the model; off by default because on CPU it trained slower (README)",
     )
     seed: int = setting(1)
-    num_threads: int = setting(0, "torch CPU threads (0 = torch's default)")
-    log_every: int = setting(50)
-    valid_every: int = setting(1000)
-    save_every: int = setting(0, "also save a checkpoint every N steps (0 = only at validations and the end)")
+    num_threads: int = setting(0, "torch CPU threads (0 = torch's default)", at_least=0)
+    log_every: int = setting(50, at_least=1)
+    valid_every: int = setting(1000, "validate every N steps (0 = never)", at_least=0)
+    save_every: int = setting(0, "also save a checkpoint every N steps (0 = only at validations and the end)",
+                              at_least=0)
     valid_bleu: bool = setting(True, "greedy-decode the validation split and score it with sacreBLEU")
-    valid_max_sentences: int = setting(0, "decode at most N validation sentences for BLEU (0 = all)")
+    valid_max_sentences: int = setting(0, "decode at most N validation sentences for BLEU (0 = all)", at_least=0)
     early_stop_metric: str = choice("bleu", "bleu", "loss")
-    patience: int = setting(0, "validations without improvement before stopping (0 = off)")
-    keep_best: int = setting(1)
-    keep_last: int = setting(2)
-    average_last: int = setting(0, "average the last N checkpoints when training ends (0 = off)")
+    patience: int = setting(0, "validations without improvement before stopping (0 = off)", at_least=0)
+    keep_best: int = setting(1, at_least=0)
+    keep_last: int = setting(2, at_least=1)
+    average_last: int = setting(0, "average the last N checkpoints when training ends (0 = off)", at_least=0)
+
+    def rules(self) -> list[str]:
+        problems = []
+        if self.early_stop_metric == "bleu" and not self.valid_bleu:
+            problems.append("config key 'train.early_stop_metric': bleu needs train.valid_bleu=true (or use loss)")
+        if len(self.adam_betas) != 2 or not all(0 <= beta < 1 for beta in self.adam_betas):
+            problems.append(f"config key 'train.adam_betas': needs two values in [0, 1), got {list(self.adam_betas)}")
+        return problems
 
 
 @dataclass(frozen=True)
-class DecodeConfig:
+class DecodeConfig(Validated):
     """Search settings for translation and validation."""
 
-    beam_size: int = setting(5)
-    alpha: float = setting(0.6, "GNMT length penalty ((5+|y|)/6)^alpha; 0 = none")
-    max_len_a: float = setting(1.2, "maximum output length = a * source length + b")
-    max_len_b: int = setting(10)
-    min_len: int = setting(1, "EOS is forbidden before this many output tokens")
-    nbest: int = setting(1, "hypotheses returned per sentence (at most beam_size)")
+    section = "decode"
+
+    beam_size: int = setting(5, at_least=1)
+    alpha: float = setting(0.6, "GNMT length penalty ((5+|y|)/6)^alpha; 0 = none", at_least=0)
+    max_len_a: float = setting(1.2, "maximum output length = a * source length + b", at_least=0)
+    max_len_b: int = setting(10, at_least=0)
+    min_len: int = setting(1, "EOS is forbidden before this many output tokens", at_least=0)
+    nbest: int = setting(1, "hypotheses returned per sentence (at most beam_size)", at_least=1)
     sampling: str = choice(
         "none", "none", "top_k", "top_p",
         help="none: beam search (greedy when beam_size = 1); top_k / top_p: draw beam_size samples",
     )
-    top_k: int = setting(0, "top_k sampling: draw from the k most probable tokens (0 = all)")
-    top_p: float = setting(0.9, "top_p sampling: draw from the smallest set with probability >= p")
-    temperature: float = setting(1.0, "sampling: divide log-probabilities by this")
+    top_k: int = setting(0, "top_k sampling: draw from the k most probable tokens (0 = all)", at_least=0)
+    top_p: float = setting(0.9, "top_p sampling: draw from the smallest set with probability >= p",
+                           above=0, at_most=1)
+    temperature: float = setting(1.0, "sampling: divide log-probabilities by this", above=0)
     seed: int = setting(1, "random seed for sampling")
-    max_tokens: int = setting(6000, "source tokens per decoding batch")
-    max_sentences: int = setting(0, "sentences per decoding batch (0 = no limit besides max_tokens)")
+    max_tokens: int = setting(6000, "source tokens per decoding batch", at_least=1)
+    max_sentences: int = setting(0, "sentences per decoding batch (0 = no limit besides max_tokens)", at_least=0)
     workers: int = setting(
-        1, "CPU: batches decoded at once, each in its own thread with an equal share of torch's threads"
+        1, "CPU: batches decoded at once, each in its own thread with an equal share of torch's threads",
+        at_least=1,
     )
+
+    def rules(self) -> list[str]:
+        if self.nbest > self.beam_size:
+            return [f"config key 'decode.nbest': must be at most decode.beam_size ({self.beam_size}), "
+                    f"got {self.nbest}"]
+        return []
 
 
 @dataclass(frozen=True)
@@ -229,20 +350,24 @@ class Config:
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any] | None) -> "Config":
+        """Build and validate every section; all problems are raised together."""
         raw = dict(raw or {})
         sections = {f.name: f for f in fields(cls)}
-        unknown = sorted(set(raw) - set(sections))
-        if unknown:
-            raise ConfigError(
-                f"unknown config section {unknown[0]!r}; valid sections: {', '.join(sections)}"
-            )
+        problems = [f"unknown config section {name!r}; valid sections: {', '.join(sections)}"
+                    for name in sorted(set(raw) - set(sections))]
         built = {}
         for name, section_field in sections.items():
             section_cls = section_field.default_factory  # type: ignore[misc]
             values = raw.get(name) or {}
             if not isinstance(values, Mapping):
-                raise ConfigError(f"config section {name!r} must be a mapping, got {values!r}")
-            built[name] = _build_section(name, section_cls, values)
+                problems.append(f"config section {name!r} must be a mapping, got {values!r}")
+                continue
+            try:
+                built[name] = _build_section(name, section_cls, values)
+            except ConfigError as exc:
+                problems.extend(str(exc).splitlines())
+        if problems:
+            raise ConfigError("\n".join(problems))
         return cls(**built)
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> "Config":
@@ -263,25 +388,33 @@ class Config:
             updated[section][key] = value
         return Config.from_dict(updated)
 
-    def section(self, name: str) -> Any:
-        return getattr(self, name)
-
 
 def _build_section(section: str, section_cls: type, values: Mapping[str, Any]) -> Any:
+    """The section built from ``values``; unknown keys, wrong types and the section's own
+    checks are raised together (a value of the wrong type is left out of those checks)."""
     hints = typing.get_type_hints(section_cls)
     valid = {f.name: f for f in fields(section_cls)}
-    kwargs = {}
+    kwargs, problems = {}, []
     for key, value in values.items():
         if key not in valid:
-            raise ConfigError(
-                f"unknown config key '{section}.{key}'; valid keys in '{section}': {', '.join(valid)}"
-            )
-        kwargs[key] = _coerce(f"{section}.{key}", hints[key], value, valid[key].metadata.get("choices"))
-    return section_cls(**kwargs)
+            problems.append(f"unknown config key '{section}.{key}'; valid keys in '{section}': {', '.join(valid)}")
+            continue
+        try:
+            kwargs[key] = _coerce(f"{section}.{key}", hints[key], value)
+        except ConfigError as exc:
+            problems.append(str(exc))
+    try:
+        built = section_cls(**kwargs)
+    except ConfigError as exc:
+        problems.extend(str(exc).splitlines())
+    if problems:
+        raise ConfigError("\n".join(problems))
+    return built
 
 
-def _coerce(key: str, hint: Any, value: Any, choices: tuple | None) -> Any:
-    """Check ``value`` against the field's type (and choices) and convert where lossless."""
+def _coerce(key: str, hint: Any, value: Any) -> Any:
+    """Check ``value`` against the field's type and convert where lossless (choices and
+    ranges are checked by the section itself)."""
     origin = typing.get_origin(hint)
     if origin is tuple:
         (item_type, _ellipsis) = typing.get_args(hint)
@@ -289,7 +422,7 @@ def _coerce(key: str, hint: Any, value: Any, choices: tuple | None) -> Any:
             value = [v.strip() for v in value.split(",") if v.strip()]
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"config key '{key}': expected a list, got {value!r}")
-        return tuple(_coerce(key, item_type, v, None) for v in value)
+        return tuple(_coerce(key, item_type, v) for v in value)
     if hint is bool:
         if isinstance(value, bool):
             result: Any = value
@@ -319,10 +452,6 @@ def _coerce(key: str, hint: Any, value: Any, choices: tuple | None) -> Any:
         result = str(value)
     else:  # pragma: no cover - all fields use the types above
         raise TypeError(f"unsupported config type {hint!r} for {key}")
-    if choices and result not in choices:
-        raise ConfigError(
-            f"config key '{key}': {result!r} is not one of: {', '.join(map(str, choices))}"
-        )
     return result
 
 
@@ -359,7 +488,7 @@ def load_config(path: str | Path | None = None, overrides: Mapping[str, Any] | N
         try:
             config = Config.from_dict(raw)
         except ConfigError as exc:
-            raise ConfigError(f"{path}: {exc}") from None
+            raise ConfigError("\n".join(f"{path}: {problem}" for problem in str(exc).splitlines())) from None
     else:
         config = Config()
     if overrides:

@@ -40,8 +40,6 @@ def test_bucketing_keeps_padding_small(lengths):
 def test_a_pair_over_the_budget_gets_its_own_batch():
     batches = make_batches(np.array([3, 50, 4]), np.array([3, 60, 2]), max_tokens=20)
     assert [b.tolist() for b in batches if 1 in b.tolist()] == [[1]]
-    with pytest.raises(NmtError, match="max_tokens"):
-        make_batches(np.array([3]), np.array([3]), max_tokens=0)
 
 
 def test_shards_are_disjoint_equal_and_seeded(lengths):

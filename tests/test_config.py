@@ -26,7 +26,8 @@ def test_yaml_file_and_overrides(tmp_path):
 
 
 def test_round_trip_through_yaml(tmp_path):
-    config = load_config(None, {"data.source": "tsv", "data.dedup": True, "data.on_invalid": "skip"})
+    config = load_config(None, {"data.source": "tsv", "data.path": "corpus", "data.dedup": True,
+                                "data.on_invalid": "skip"})
     path = tmp_path / "config.yaml"
     path.write_text(config.to_yaml())
     assert load_config(path) == config
@@ -84,3 +85,64 @@ def test_bad_set_syntax_and_invalid_yaml(tmp_path):
 def test_data_fields_have_help_for_new_settings():
     documented = {f.name for f in DataConfig.__dataclass_fields__.values() if f.metadata.get("help")}
     assert {"source", "path", "on_invalid", "dedup", "max_length_ratio", "spm_input_sentence_size"} <= documented
+
+
+def test_every_problem_is_reported_at_once_one_line_each(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("train:\n  max_tokens: 0\n  update_freq: lots\n  early_stop_metric: bleu\n  valid_bleu: false\n"
+                    "decode:\n  beam_size: 2\n  nbest: 3\n  top_p: 1.5\nmodel:\n  d_model: 10\n  heads: 4\n"
+                    "  colour: red\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    lines = str(info.value).splitlines()
+    assert all(line.startswith(f"{path}: ") for line in lines)
+    expected = [
+        "config key 'train.update_freq': expected an integer, got 'lots'",
+        "config key 'train.max_tokens': must be at least 1, got 0",
+        "config key 'decode.top_p': must be at most 1, got 1.5",
+        "unknown config key 'model.colour'",
+    ]
+    for text in expected:
+        assert sum(text in line for line in lines) == 1, (text, lines)
+    # rules that tie keys together run once the section's own values are in range
+    fixed = path.read_text().replace("max_tokens: 0", "max_tokens: 10").replace("lots", "2")
+    path.write_text(fixed.replace("top_p: 1.5", "top_p: 0.5").replace("  colour: red\n", ""))
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    lines = str(info.value).splitlines()
+    assert len(lines) == 3
+    for text in ("bleu needs train.valid_bleu=true", "'model.d_model': 10 is not divisible by model.heads=4",
+                 "'decode.nbest': must be at most decode.beam_size (2), got 3"):
+        assert sum(text in line for line in lines) == 1, (text, lines)
+
+
+@pytest.mark.parametrize("override, expected", [
+    ("decode.max_tokens=0", "'decode.max_tokens': must be at least 1, got 0"),
+    ("decode.workers=0", "'decode.workers': must be at least 1"),
+    ("model.dropout=1.0", "'model.dropout': must be below 1"),
+    ("model.local_window=0", "'model.local_window': must be at least 1"),
+    ("model.linear_sites=decoder", "'decoder' is not one of: encoder_self, decoder_self, cross"),
+    ("train.adam_betas=[0.9]", "'train.adam_betas': needs two values in [0, 1)"),
+    ("data.tgt_lang=de", "'data.src_lang' and 'data.tgt_lang' are both 'de'"),
+])
+def test_values_found_only_at_first_use_before_are_refused_when_loaded(override, expected):
+    with pytest.raises(ConfigError) as info:
+        load_config(None, parse_overrides([override]))
+    assert expected in str(info.value)
+
+
+def test_family_rules_apply_only_to_their_family():
+    assert load_config(None, {"model.arch": "rnn_luong", "model.d_model": 10, "model.heads": 4}).model.d_model == 10
+    with pytest.raises(ConfigError, match="rnn_bahdanau needs an even size"):
+        load_config(None, {"model.arch": "rnn_bahdanau", "model.hidden_size": 9})
+    with pytest.raises(ConfigError, match="linear_transformer needs any of"):
+        load_config(None, {"model.arch": "linear_transformer", "model.linear_sites": []})
+    with pytest.raises(ConfigError, match="sinusoidal positions need an even size"):
+        load_config(None, {"model.d_model": 9, "model.heads": 1})
+
+
+def test_sections_built_in_python_are_checked_too():
+    from nmt_cli.config import DecodeConfig
+
+    with pytest.raises(ConfigError, match="decode.nbest"):
+        DecodeConfig(beam_size=2, nbest=3)

@@ -8,7 +8,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from nmt_cli.errors import ConfigError
 from nmt_cli.models.attention.multihead import MultiHeadAttention, SoftmaxAttention, fused_attention
 
 B, H, T, S, DK = 3, 2, 4, 6, 5
@@ -135,11 +134,6 @@ def test_multihead_causal_and_cross_match_loop_over_heads(layer):
     torch.testing.assert_close(output, heads_loop(layer, x, memory, lambda b, i, j: bool(mask[b, j])))
     assert weights.shape == (2, 2, 4, 6)
     torch.testing.assert_close(layer.cross(x, summary)[0], output)
-
-
-def test_heads_must_divide_model_size():
-    with pytest.raises(ConfigError, match="not divisible"):
-        MultiHeadAttention(d_model=10, heads=3, kernel=SoftmaxAttention())
 
 
 def test_attention_dropout_only_in_training(qkv):

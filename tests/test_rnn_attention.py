@@ -171,8 +171,3 @@ def test_a_block_of_queries_equals_one_query_at_a_time(mode):
         torch.testing.assert_close(step_weights[:, 0], weights[:, t])
 
 
-def test_bad_local_settings_name_the_config_key():
-    with pytest.raises(ConfigError, match="model.local_attention"):
-        wrap_local(build("dot"), "local-x", 2, SIZES)
-    with pytest.raises(ConfigError, match="model.local_window"):
-        wrap_local(build("dot"), "local-m", 0, SIZES)

@@ -78,7 +78,7 @@ def test_missing_empty_and_unconfigured_inputs(tmp_path):
         open_corpus(DataConfig(source="files", path=str(tmp_path))).fingerprint("val")
     with pytest.raises(InputError, match="data folder not found"):
         open_corpus(DataConfig(source="files", path=str(tmp_path / "nowhere")))
-    with pytest.raises(ConfigError, match="data.path is required"):
+    with pytest.raises(ConfigError, match="'data.path' is required"):
         open_corpus(DataConfig(source="tsv"))
     with pytest.raises(ConfigError, match="must differ"):
         open_corpus(DataConfig(source="files", path=str(tmp_path), tgt_lang="de"))

@@ -8,12 +8,12 @@ import math
 import pytest
 import torch
 
-from nmt_cli.config import ModelConfig
+from nmt_cli.config import LINEAR_SITES, ModelConfig
 from nmt_cli.errors import ConfigError, NmtError
 from nmt_cli.models import MODELS
 from nmt_cli.models.base import lengths_to_mask
 from nmt_cli.models.embeddings import sinusoidal_table
-from nmt_cli.models.transformer import LINEAR_SITES, LinearTransformer, Transformer
+from nmt_cli.models.transformer import LinearTransformer, Transformer
 from nmt_cli.specials import BOS_ID, PAD_ID
 
 VOCAB = 23
@@ -223,7 +223,7 @@ def test_learned_positions_refuse_sequences_longer_than_the_table():
 @pytest.mark.parametrize("sites", [("decoder",), ()])
 def test_bad_linear_sites_list_the_valid_ones(sites):
     with pytest.raises(ConfigError, match="encoder_self, decoder_self, cross"):
-        LinearTransformer.from_config(tiny_config(linear_sites=sites), VOCAB, VOCAB, True)
+        tiny_config(arch="linear_transformer", linear_sites=sites)
 
 
 def test_registry_builds_both_architectures():

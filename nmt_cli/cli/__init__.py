@@ -44,7 +44,8 @@ class NmtGroup(click.Group):
         try:
             return super().invoke(ctx)
         except NmtError as exc:
-            click.echo(f"error: {exc}", err=True)
+            for line in str(exc).splitlines():  # a config can have several problems: a line each
+                click.echo(f"error: {line}", err=True)
             ctx.exit(1)
 
 

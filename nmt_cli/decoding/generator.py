@@ -24,29 +24,8 @@ from nmt_cli.decoding.batching import pad_sources, token_budget_batches
 from nmt_cli.decoding.hypothesis import Hypothesis
 from nmt_cli.decoding.search import greedy_tokens, max_output_lengths, sample_tokens
 from nmt_cli.decoding.strategies import BeamSearch, Finished, GreedySearch, Search
-from nmt_cli.errors import ConfigError
 from nmt_cli.models.base import Seq2SeqModel
 from nmt_cli.specials import BOS_ID
-
-
-def check_decode_config(decode: DecodeConfig) -> None:
-    """Reject settings the search cannot honour, naming the key."""
-    problems = [
-        (decode.beam_size < 1, f"decode.beam_size must be at least 1, got {decode.beam_size}"),
-        (not 1 <= decode.nbest <= decode.beam_size,
-         f"decode.nbest must be between 1 and decode.beam_size ({decode.beam_size}), got {decode.nbest}"),
-        (decode.min_len < 0, f"decode.min_len must be >= 0, got {decode.min_len}"),
-        (decode.max_len_a < 0, f"decode.max_len_a must be >= 0, got {decode.max_len_a}"),
-        (decode.max_tokens < 1, f"decode.max_tokens must be at least 1, got {decode.max_tokens}"),
-        (decode.max_sentences < 0, f"decode.max_sentences must be >= 0, got {decode.max_sentences}"),
-        (decode.workers < 1, f"decode.workers must be at least 1, got {decode.workers}"),
-        (decode.temperature <= 0, f"decode.temperature must be positive, got {decode.temperature}"),
-        (decode.top_k < 0, f"decode.top_k must be >= 0, got {decode.top_k}"),
-        (not 0 < decode.top_p <= 1, f"decode.top_p must be in (0, 1], got {decode.top_p}"),
-    ]
-    for failed, message in problems:
-        if failed:
-            raise ConfigError(message)
 
 
 def make_search(max_lens: Tensor, decode: DecodeConfig, keep_attention: bool,
@@ -86,7 +65,6 @@ def generate(
     ``inter_threads`` of CTranslate2). Sampling seeds a generator per batch from
     ``decode.seed`` and the batch number, so outputs never depend on the worker count.
     """
-    check_decode_config(decode)
     device = torch.device(device)
     results: list[Hypothesis] = [Hypothesis(tokens=[], score=0.0, log_prob=0.0) for _ in sources]
     nonempty = [i for i, source in enumerate(sources) if len(source) > 0]
@@ -205,4 +183,4 @@ def _attention_arrays(steps: list[Tensor] | None, src_length: int, shape: tuple[
     return {"attention": heads}
 
 
-__all__ = ["generate", "decode_batch", "run_search", "make_search", "check_decode_config"]
+__all__ = ["generate", "decode_batch", "run_search", "make_search"]

@@ -18,7 +18,7 @@ from nmt_cli import __version__
 from nmt_cli.allocator import keep_freed_memory
 from nmt_cli.checkpoint import load_averaged, load_checkpoint
 from nmt_cli.config import Config, DecodeConfig
-from nmt_cli.decoding.generator import check_decode_config, generate
+from nmt_cli.decoding.generator import generate
 from nmt_cli.decoding.hypothesis import Hypothesis
 from nmt_cli.device import resolve_device
 from nmt_cli.errors import ConfigError
@@ -56,7 +56,6 @@ class Translator:
         step: int = 0,
         average: str | None = None,
     ):
-        check_decode_config(decode)
         keep_freed_memory()
         self.device = resolve_device(device)
         # bf16 autocast on GPUs with native bf16, fp16 on older ones (which only emulate bf16), fp32 on CPU

@@ -52,8 +52,6 @@ class SinusoidalPositions(nn.Module):
 
     def __init__(self, d_model: int, initial_length: int):
         super().__init__()
-        if d_model % 2:
-            raise NmtError(f"sinusoidal positions need an even model.d_model, got {d_model}")
         self.d_model = d_model
         self.register_buffer("table", sinusoidal_table(initial_length, d_model), persistent=False)
 

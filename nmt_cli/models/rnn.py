@@ -37,7 +37,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from nmt_cli.config import ModelConfig
-from nmt_cli.errors import ConfigError
+from nmt_cli.errors import NmtError
 from nmt_cli.models import MODELS
 from nmt_cli.models.attention.local import wrap_local
 from nmt_cli.models.attention.scores import AttentionSizes, build_score_attention
@@ -57,8 +57,6 @@ class StackedRNN(nn.Module):
     def __init__(self, cell: str, input_size: int, hidden_size: int, layers: int, dropout: float,
                  bidirectional: bool = False):
         super().__init__()
-        if cell not in RNN_CELLS:
-            raise ConfigError(f"config key 'model.rnn_cell': {cell!r} is not one of: {', '.join(RNN_CELLS)}")
         self.is_lstm = cell == "lstm"
         self.rnn = RNN_CELLS[cell](
             input_size, hidden_size, num_layers=layers, dropout=dropout if layers > 1 else 0.0,
@@ -130,7 +128,8 @@ class AttentionalRNN(Seq2SeqModel):
         self.tgt_embed = token_table(tgt_vocab_size, cfg.embed_dim)
         share_source = joint_vocab and cfg.tie_embeddings
         if share_source and src_vocab_size != tgt_vocab_size:
-            raise ValueError(f"joint vocabulary with different sizes: {src_vocab_size} and {tgt_vocab_size}")
+            raise NmtError(f"a joint vocabulary needs equal sizes, got {src_vocab_size} (source) "
+                           f"and {tgt_vocab_size} (target)")
         self.src_embed = self.tgt_embed if share_source else token_table(src_vocab_size, cfg.embed_dim)
         self.dropout = Dropout(cfg.dropout)
         # the tables are N(0, 1/E) (token_table); scaled by sqrt(E) the RNNs get unit-variance inputs
@@ -223,11 +222,6 @@ class BahdanauRNN(AttentionalRNN):
     """Bidirectional encoder; ``c_t`` from ``s_{t-1}``; ``s_t = f(s_{t-1}, y_{t-1}, c_t)``; maxout readout."""
 
     def __init__(self, cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, joint_vocab: bool):
-        if cfg.hidden_size % 2:
-            raise ConfigError(
-                f"config key 'model.hidden_size': rnn_bahdanau needs an even size (each encoder "
-                f"direction gets half), got {cfg.hidden_size}"
-            )
         super().__init__(cfg, src_vocab_size, tgt_vocab_size, joint_vocab, feature_dim=cfg.embed_dim)
         hidden, half = cfg.hidden_size, cfg.hidden_size // 2
         self.encoder = StackedRNN(

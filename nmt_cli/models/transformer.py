@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from nmt_cli.config import ModelConfig
-from nmt_cli.errors import ConfigError
+from nmt_cli.errors import NmtError
 from nmt_cli.models import MODELS
 from nmt_cli.models.attention.linear import LinearAttention
 from nmt_cli.models.attention.multihead import MultiHeadAttention, SoftmaxAttention
@@ -42,9 +42,7 @@ from nmt_cli.models.base import Memory, Seq2SeqModel, State
 from nmt_cli.models.dropout import Dropout
 from nmt_cli.models.embeddings import LearnedPositions, SinusoidalPositions, TransformerEmbedding, token_table
 
-__all__ = ["Transformer", "LinearTransformer", "LINEAR_SITES"]
-
-LINEAR_SITES = ("encoder_self", "decoder_self", "cross")
+__all__ = ["Transformer", "LinearTransformer"]
 
 
 class FeedForward(nn.Module):
@@ -193,7 +191,7 @@ class Transformer(Seq2SeqModel):
         linear_sites: frozenset[str] = frozenset(),
     ):
         super().__init__()
-        _check_config(cfg, src_vocab_size, tgt_vocab_size, joint_vocab, linear_sites)
+        _check_vocabulary(src_vocab_size, tgt_vocab_size, joint_vocab)
         self.attention_layers = cfg.decoder_layers
         self.attention_heads = cfg.heads
         #: False: decode by re-running the decoder over the whole prefix (see module docstring)
@@ -279,10 +277,7 @@ class LinearTransformer(Transformer):
 
     @classmethod
     def from_config(cls, cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, joint_vocab: bool):
-        if not cfg.linear_sites:
-            raise ConfigError(f"model.linear_sites is empty; choose any of: {', '.join(LINEAR_SITES)}")
-        sites = frozenset(cfg.linear_sites)
-        return cls(cfg, src_vocab_size, tgt_vocab_size, joint_vocab, linear_sites=sites)
+        return cls(cfg, src_vocab_size, tgt_vocab_size, joint_vocab, linear_sites=frozenset(cfg.linear_sites))
 
 
 def _embedding(cfg: ModelConfig, table: nn.Embedding) -> TransformerEmbedding:
@@ -293,18 +288,9 @@ def _embedding(cfg: ModelConfig, table: nn.Embedding) -> TransformerEmbedding:
     return TransformerEmbedding(table, positions, cfg.scale_embeddings, cfg.dropout)
 
 
-def _check_config(
-    cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, joint_vocab: bool, linear_sites: frozenset[str]
-) -> None:
-    unknown = sorted(linear_sites - set(LINEAR_SITES))
-    if unknown:
-        raise ConfigError(
-            f"model.linear_sites: unknown site {unknown[0]!r}; valid: {', '.join(LINEAR_SITES)}"
-        )
-    if linear_sites and cfg.linear_chunk_size < 1:
-        raise ConfigError(f"model.linear_chunk_size must be at least 1, got {cfg.linear_chunk_size}")
+def _check_vocabulary(src_vocab_size: int, tgt_vocab_size: int, joint_vocab: bool) -> None:
     if joint_vocab and src_vocab_size != tgt_vocab_size:
-        raise ConfigError(
+        raise NmtError(
             f"a joint vocabulary needs equal sizes, got {src_vocab_size} (source) "
             f"and {tgt_vocab_size} (target)"
         )

@@ -56,8 +56,6 @@ def make_batches(src_lengths: np.ndarray, tgt_lengths: np.ndarray, max_tokens: i
 
     A pair longer than ``max_tokens`` on its own gets a batch of one. Deterministic.
     """
-    if max_tokens < 1:
-        raise NmtError(f"train.max_tokens must be positive, got {max_tokens}")
     sizes = padded_sizes(src_lengths, tgt_lengths)
     order = np.lexsort((tgt_lengths, src_lengths, sizes))  # primary key: padded size
     sorted_sizes = sizes[order].tolist()

@@ -30,12 +30,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from nmt_cli.errors import ConfigError
 from nmt_cli.models.attention.common import attend, masked_softmax
 from nmt_cli.models.attention.scores import AttentionSizes, ScoreAttention
 
 __all__ = [
-    "LOCAL_MODES",
     "LocalAttention",
     "LocalMonotonicAttention",
     "LocalPredictiveAttention",
@@ -57,8 +55,6 @@ class LocalAttention(nn.Module):
 
     def __init__(self, score_attention: ScoreAttention, window: int):
         super().__init__()
-        if window < 1:
-            raise ConfigError(f"config key 'model.local_window': local attention needs D >= 1, got {window}")
         self.score_attention = score_attention
         self.window = window
         self.sigma = window / 2
@@ -126,17 +122,11 @@ class LocalPredictiveAttention(LocalAttention):
         return source_lengths[:, None].to(query.dtype) * torch.sigmoid(energy)  # (B, T)
 
 
-LOCAL_MODES = ("global", "local-m", "local-p")
-
-
 def wrap_local(score_attention: ScoreAttention, mode: str, window: int, sizes: AttentionSizes) -> nn.Module:
-    """``score_attention`` itself for ``"global"``, else wrapped in local-m or local-p attention."""
-    if mode == "global":
-        return score_attention
+    """``score_attention`` wrapped in local-m or local-p attention, or itself for ``"global"``
+    (``model.local_attention``)."""
     if mode == "local-m":
         return LocalMonotonicAttention(score_attention, window)
     if mode == "local-p":
         return LocalPredictiveAttention(score_attention, window, sizes.query_dim)
-    raise ConfigError(
-        f"config key 'model.local_attention': {mode!r} is not one of: {', '.join(LOCAL_MODES)}"
-    )
+    return score_attention

@@ -29,7 +29,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from nmt_cli.errors import ConfigError
 from nmt_cli.models.attention.common import attend, masked_softmax
 from nmt_cli.models.dropout import dropout
 
@@ -115,8 +114,6 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, d_model: int, heads: int, kernel: AttentionKernel):
         super().__init__()
-        if d_model % heads:
-            raise ConfigError(f"model.d_model={d_model} is not divisible by model.heads={heads}")
         self.d_model = d_model
         self.heads = heads
         self.in_proj = nn.Linear(d_model, 3 * d_model)  # rows: [W^Q; W^K; W^V] for all heads
