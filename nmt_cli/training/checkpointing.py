@@ -1,4 +1,5 @@
-"""Which checkpoints of a run survive: the last k, the best k, and ``best.json``."""
+"""Checkpoints of a training run: which to resume from, which survive (the last k, the best k)
+and ``best.json``."""
 
 from __future__ import annotations
 
@@ -7,17 +8,14 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from nmt_cli.checkpoint import checkpoint_dir_name, list_checkpoints
+from nmt_cli.checkpoint import Checkpoint, checkpoint_dir_name, list_checkpoints, load_checkpoint
+from nmt_cli.config import Config
+from nmt_cli.errors import NmtError
 from nmt_cli.fileio import atomic_write_json
+from nmt_cli.tokenization import Tokenizer
+from nmt_cli.training.resume import check_same_run
 
-__all__ = ["CheckpointKeeper", "is_better"]
-
-
-def is_better(value: float, best: float | None, mode: str) -> bool:
-    """Strict improvement of ``value`` over ``best`` (``mode`` ``max`` for BLEU, ``min`` for loss)."""
-    if best is None:
-        return True
-    return value > best if mode == "max" else value < best
+__all__ = ["CheckpointKeeper", "load_resumable"]
 
 
 class CheckpointKeeper:
@@ -62,3 +60,14 @@ class CheckpointKeeper:
         for path in existing:
             if path.name not in keep:
                 shutil.rmtree(path, ignore_errors=True)
+
+
+def load_resumable(path: Path, config: Config, tokenizer: Tokenizer, run_dir: Path, prepared_dir: Path) -> Checkpoint:
+    """The checkpoint a run resumes from, once it is clear that ``config`` and the prepared
+    data's tokenizer are those it was trained with."""
+    checkpoint = load_checkpoint(path)
+    check_same_run(checkpoint.config, config, str(run_dir))
+    if checkpoint.tokenizer.model_files() != tokenizer.model_files():
+        raise NmtError(f"{run_dir}: was trained with another SentencePiece model than "
+                       f"{prepared_dir}; use --restart or a new --out directory")
+    return checkpoint

@@ -1,4 +1,4 @@
-"""The training loop: token-budget batches, accumulation, clipping, validation, checkpoints.
+"""The training loop: token-budget batches, accumulation, validation, checkpoints.
 
 ``train(config, prepared_dir, run_dir)`` is the whole of ``nmt train``. It resumes
 ``run_dir`` from its newest checkpoint when there is one, and a resumed run repeats the
@@ -9,6 +9,13 @@ One optimizer step ("update") takes ``train.update_freq`` batches on each proces
 loss is the sum of the smoothed token losses divided by the number of target tokens
 in the whole update (all batches, all processes), so the gradient does not depend on
 how the tokens were split into batches or processes.
+
+The :class:`Trainer` only runs the loop; its parts live beside it: the counters it
+carries (:mod:`~nmt_cli.training.state`), what it minimises (:mod:`~nmt_cli.training.objective`),
+the optimizer step (:mod:`~nmt_cli.training.updater`), validation and early stopping
+(:mod:`~nmt_cli.training.validation`), checkpoints kept (:mod:`~nmt_cli.training.checkpointing`),
+the run directory (:mod:`~nmt_cli.training.run_dir`) and what a person sees
+(:mod:`~nmt_cli.training.progress`).
 """
 
 from __future__ import annotations
@@ -18,7 +25,6 @@ import inspect
 import math
 import random
 import resource
-import shutil
 import signal
 import threading
 import time
@@ -31,30 +37,28 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from nmt_cli.allocator import keep_freed_memory
-from nmt_cli.checkpoint import (list_checkpoints, load_checkpoint, load_optimizer_state, load_weights, save_checkpoint,
-                                write_average)
-from nmt_cli.config import Config, TrainConfig
+from nmt_cli.checkpoint import list_checkpoints, load_optimizer_state, load_weights, save_checkpoint, write_average
+from nmt_cli.config import Config
 from nmt_cli.data.prepared import PreparedData
-from nmt_cli.errors import ConfigError, NmtError
-from nmt_cli.fileio import atomic_write_json, atomic_write_text
+from nmt_cli.errors import NmtError
+from nmt_cli.fileio import atomic_write_json
 from nmt_cli.models import build_model
 from nmt_cli.precision import Precision
+from nmt_cli.progress import format_duration
 from nmt_cli.training.batching import BatchStream, collate, make_batches
-from nmt_cli.training.checkpointing import CheckpointKeeper, is_better
+from nmt_cli.training.checkpointing import CheckpointKeeper, load_resumable
 from nmt_cli.training.curves import plot_learning_curve
 from nmt_cli.training.distributed import DistributedContext, init_distributed, sum_gradients_hook
-from nmt_cli.training.loss import label_smoothed_cross_entropy
 from nmt_cli.training.meter import IntervalMeter
-from nmt_cli.progress import format_duration
+from nmt_cli.training.objective import build_objective
 from nmt_cli.training.progress import RunLog, format_metric, progress_line
-from nmt_cli.training.resume import capture_rng_state, check_same_run, restore_rng_state
-from nmt_cli.training.schedule import LearningRateSchedule, build_optimizer
-from nmt_cli.training.validation import validation_bleu, validation_loss
+from nmt_cli.training.resume import capture_rng_state, restore_rng_state
+from nmt_cli.training.run_dir import RunDirectory
+from nmt_cli.training.state import TrainingState
+from nmt_cli.training.updater import Updater
+from nmt_cli.training.validation import EarlyStopping, validate
 
 __all__ = ["TrainSummary", "Trainer", "train"]
-
-#: files of a run directory that ``--restart`` removes
-RUN_OUTPUTS = ("checkpoints", "metrics.jsonl", "train.log", "learning_curve.png", "tensorboard")
 
 
 @dataclass
@@ -99,7 +103,12 @@ def train(config: Config, prepared_dir: str | Path, run_dir: str | Path, *, rest
     """
     context = init_distributed(device)
     try:
-        summary = Trainer(config, prepared_dir, run_dir, context, restart=restart, stream=stream).run()
+        directory = RunDirectory(run_dir)
+        if restart and context.is_main:
+            directory.clear()
+        context.barrier()
+        trainer = Trainer(config, PreparedData(prepared_dir), directory, context, directory.resume_point(), stream)
+        summary = trainer.run()
         # rank 0 still writes the last checkpoint and the plot; no rank tears the group down
         # (and exits) while another is still connected to it. Not on the error path: a rank
         # that raised would leave the others waiting here for ever.
@@ -109,15 +118,6 @@ def train(config: Config, prepared_dir: str | Path, run_dir: str | Path, *, rest
         context.close()
 
 
-def validation_metric(cfg: TrainConfig) -> tuple[str, str]:
-    """The metric that picks the best checkpoint, stops early and drives ``plateau``: (name, mode)."""
-    if cfg.early_stop_metric == "bleu":
-        if not cfg.valid_bleu:
-            raise ConfigError("train.early_stop_metric=bleu needs train.valid_bleu=true (or use loss)")
-        return "bleu", "max"
-    return "loss", "min"
-
-
 def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
     np.random.seed(seed)
@@ -125,161 +125,119 @@ def seed_everything(seed: int) -> None:
 
 
 class Trainer:
-    """One training session of a run directory (fresh or resumed)."""
+    """One training session of a run directory (fresh, or resumed from ``resume_from``).
 
-    def __init__(self, config: Config, prepared_dir: str | Path, run_dir: str | Path,
-                 context: DistributedContext, restart: bool = False, stream: TextIO | None = None):
-        self.config, self.cfg, self.context = config, config.train, context
-        self.device = context.device
+    Building it creates no file; :meth:`run` opens the logs and writes as it goes.
+    """
+
+    def __init__(self, config: Config, data: PreparedData, run_dir: RunDirectory, context: DistributedContext,
+                 resume_from: Path | None = None, stream: TextIO | None = None):
+        self.config, self.cfg, self.context, self.data = config, config.train, context, data
+        self.run_dir, self.resumed_from, self.stream = run_dir, resume_from, stream
         keep_freed_memory()
-        self.run_dir = Path(run_dir)
-        self.metric, self.mode = validation_metric(self.cfg)
-        if self.cfg.update_freq < 1:
-            raise ConfigError(f"train.update_freq must be at least 1, got {self.cfg.update_freq}")
         if self.cfg.num_threads > 0:
             torch.set_num_threads(self.cfg.num_threads)
-        self.prepared_dir = Path(prepared_dir)
-        self.data = PreparedData(self.prepared_dir)
-        self.tokenizer = self.data.tokenizer
-        self.train_split = self.data.split("train")
-        resume_from = self._prepare_run_dir(restart)
-
+        self.train_split = data.split("train")
+        self.early_stopping = EarlyStopping(self.cfg)
         seed_everything(self.cfg.seed)
-        self.model = build_model(config.model, self.tokenizer.src_vocab_size, self.tokenizer.tgt_vocab_size,
-                                 self.tokenizer.joint)
-        self.precision = Precision(self.cfg.precision, self.device, self.cfg.fp16_init_scale)
-        # training state; replaced by the checkpoint's when resuming
-        self.step = 0
-        self.validations: list[dict[str, Any]] = []
-        self.best: dict[str, Any] | None = None
-        self.bad_validations = 0
-        self.elapsed_before = 0.0
-        position, interval = {"epoch": 1, "batch": 0}, None
-        state = self._load_weights(resume_from) if resume_from is not None else None
-        self.model.to(self.device)
-        self.optimizer = build_optimizer(self.model.parameters(), self.cfg)
-        self.schedule = LearningRateSchedule(self.optimizer, self.cfg, self.mode)
-        if state is not None:
-            position, interval = self._restore(resume_from, state)
-        self.train_module = self._wrap_model()
-
+        tokenizer = data.tokenizer
+        self.model = build_model(config.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.joint)
+        self.precision = Precision(self.cfg.precision, context.device, self.cfg.fp16_init_scale)
+        checkpoint = None
+        if resume_from is not None:
+            checkpoint = load_resumable(resume_from, config, tokenizer, run_dir.path, data.path)
+            load_weights(self.model, checkpoint.weights, source=str(resume_from))
+        self.model.to(context.device)
+        self.updater = Updater(self.model, self.cfg, self.precision, self.early_stopping.mode)
+        self.state = self._restore(checkpoint) if checkpoint is not None else TrainingState()
+        self.objective = build_objective(config)
+        self.module = self._wrap_model()
         self.batches = make_batches(self.train_split.src.lengths, self.train_split.tgt.lengths, self.cfg.max_tokens)
-        self.stream = BatchStream(self.batches, self.cfg.seed, context.rank, context.world_size,
-                                  epoch=position["epoch"], index=position["batch"])
-        self.keeper = CheckpointKeeper(self.run_dir, self.metric, self.mode,
+        self.stream_of_batches = BatchStream(self.batches, self.cfg.seed, context.rank, context.world_size,
+                                             epoch=self.state.position["epoch"], index=self.state.position["batch"])
+        self.keeper = CheckpointKeeper(run_dir.path, self.early_stopping.metric, self.early_stopping.mode,
                                        keep_last=max(self.cfg.keep_last, self.cfg.average_last),
                                        keep_best=self.cfg.keep_best)
-        self.log = RunLog(self.run_dir, enabled=context.is_main, stream=stream, resume_step=self.step)
-        if context.is_main:
-            atomic_write_text(self.run_dir / "config.yaml", config.to_yaml())
-        self.resumed_from = resume_from
-        self._last_saved = self.step if resume_from is not None else -1
-        self._last_validated = self.validations[-1]["step"] if self.validations else -1
+        self.interval = IntervalMeter(context, self.state.interval)
+        self._last_saved = self.state.step if checkpoint is not None else -1
         self._interrupted = False
         self._session_start = time.perf_counter()
-        self.interval = IntervalMeter(context, interval)
-        self._session_tokens = 0
-        self._session_seconds = 0.0
+        self._session_tokens, self._session_seconds = 0, 0.0
+        self.log: RunLog | None = None
 
     # ---- setup ---------------------------------------------------------------------
-    def _prepare_run_dir(self, restart: bool) -> Path | None:
-        """The checkpoint to resume from (None: fresh); ``restart`` clears earlier outputs."""
-        if restart and self.context.is_main:
-            for name in RUN_OUTPUTS:
-                path = self.run_dir / name
-                if path.is_dir():
-                    shutil.rmtree(path)
-                elif path.exists():
-                    path.unlink()
-        self.context.barrier()
-        existing = list_checkpoints(self.run_dir)
-        return existing[-1] if existing else None
-
-    def _load_weights(self, path: Path) -> dict[str, Any]:
-        checkpoint = load_checkpoint(path)
-        check_same_run(checkpoint.config, self.config, str(self.run_dir))
-        if checkpoint.tokenizer.model_files() != self.tokenizer.model_files():
-            raise NmtError(f"{self.run_dir}: was trained with another SentencePiece model than "
-                           f"{self.prepared_dir}; use --restart or a new --out directory")
-        load_weights(self.model, checkpoint.weights, source=str(path))
-        return checkpoint.state
-
-    def _restore(self, path: Path, state: dict[str, Any]) -> tuple[dict[str, int], dict[str, Any]]:
-        """Optimizer, scheduler, counters and random generators from checkpoint ``path``."""
-        saved = load_optimizer_state(path)
+    def _restore(self, checkpoint) -> TrainingState:
+        """Optimizer, scheduler, counters and random generators of a checkpoint."""
+        saved = load_optimizer_state(checkpoint.path)
         if saved is None:
-            raise NmtError(f"{path}: no optimizer state, cannot resume training from it")
-        self.optimizer.load_state_dict(saved["optimizer"])
-        if self.precision.scaler is not None and saved.get("grad_scaler"):
-            self.precision.scaler.load_state_dict(saved["grad_scaler"])
-        self.schedule.load_state_dict(state["scheduler"])
-        self.step = int(state["step"])
-        self.validations = list(state["validations"])
-        self.best = state["best"]
-        self.bad_validations = int(state["bad_validations"])
-        self.elapsed_before = float(state["elapsed_seconds"])
-        position = dict(state["data_position"])
-        if state["world_size"] != self.context.world_size:  # same epoch, proportional place in it
-            position["batch"] = position["batch"] * state["world_size"] // self.context.world_size
-        rng = state["rng"]
+            raise NmtError(f"{checkpoint.path}: no optimizer state, cannot resume training from it")
+        self.updater.restore(saved, checkpoint.state["scheduler"])
+        rng = checkpoint.state["rng"]
         restore_rng_state(rng[self.context.rank] if len(rng) == self.context.world_size else rng[0])
-        return position, state["interval"]
+        return TrainingState.from_checkpoint(checkpoint.state, self.context.world_size)
 
     def _wrap_model(self) -> torch.nn.Module:
         module: torch.nn.Module = self.model
+        self._ddp = None
         if self.context.active:
-            device_ids = [self.device.index] if self.device.type == "cuda" else None
+            device = self.context.device
+            device_ids = [device.index] if device.type == "cuda" else None
             # the only buffers, sinusoidal position tables, are the same function everywhere and grow
             # on the rank that meets a longer sentence: never sync them in forward (torch >= 2.13 names
             # this forward_sync_buffers and deprecates broadcast_buffers)
             options = inspect.signature(DistributedDataParallel).parameters
             no_sync = "forward_sync_buffers" if "forward_sync_buffers" in options else "broadcast_buffers"
-            module = DistributedDataParallel(module, device_ids=device_ids, **{no_sync: False})
+            module = self._ddp = DistributedDataParallel(module, device_ids=device_ids, **{no_sync: False})
             module.register_comm_hook(None, sum_gradients_hook)
-        self._ddp = module if self.context.active else None
         if self.cfg.compile:
             module = torch.compile(module)
         return module
 
     # ---- the loop ------------------------------------------------------------------
     def run(self) -> TrainSummary:
-        self._announce()
+        self._open_log()
         stop = None
         self.model.train()
         with self._stop_on_signals():
             while (stop := self._budget_spent()) is None:
                 interrupted, out_of_time, applied = self._update()
                 if applied:  # an update skipped for fp16 overflow is not a step
-                    self.step += 1
-                    if self.step % max(self.cfg.log_every, 1) == 0:
-                        self._log_progress()
-                    if self.cfg.valid_every > 0 and self.step % self.cfg.valid_every == 0:
-                        if self._validate():
-                            stop = "early_stop"
-                        self._save()
-                    elif self.cfg.save_every > 0 and self.step % self.cfg.save_every == 0:
-                        self._save()
+                    self.state.step += 1
+                    stop = self._after_step()
                 if stop is None and (interrupted or out_of_time):
                     stop = "interrupted" if interrupted else "max_minutes"
                 if stop is not None:
                     break
             return self._finish(stop)
 
+    def _after_step(self) -> str | None:
+        """Log, validate and save as the step number asks; ``early_stop`` when patience ran out."""
+        step, stop = self.state.step, None
+        if step % self.cfg.log_every == 0:
+            self._log_progress()
+        if self.cfg.valid_every > 0 and step % self.cfg.valid_every == 0:
+            if self._validate():
+                stop = "early_stop"
+            self._save()
+        elif self.cfg.save_every > 0 and step % self.cfg.save_every == 0:
+            self._save()
+        return stop
+
     def _budget_spent(self) -> str | None:
         """Why to stop before the next update (steps or epochs used up), else None."""
-        if self.cfg.max_steps > 0 and self.step >= self.cfg.max_steps:
+        if self.cfg.max_steps > 0 and self.state.step >= self.cfg.max_steps:
             return "max_steps"
-        if self.cfg.max_epochs > 0 and self.stream.epoch > self.cfg.max_epochs:
+        if self.cfg.max_epochs > 0 and self.stream_of_batches.epoch > self.cfg.max_epochs:
             return "max_epochs"
         return None
 
     def _elapsed(self) -> float:
-        return self.elapsed_before + time.perf_counter() - self._session_start
+        return self.state.elapsed_before + time.perf_counter() - self._session_start
 
     def _update(self) -> tuple[bool, bool, bool]:
         """One update; returns whether any process was interrupted / ran out of time, and
         whether the optimizer step was applied (False: fp16 gradients overflowed)."""
-        batches = [collate(self.train_split, next(self.stream)) for _ in range(self.cfg.update_freq)]
+        batches = [collate(self.train_split, next(self.stream_of_batches)) for _ in range(self.cfg.update_freq)]
         out_of_time = self.cfg.max_minutes > 0 and self._elapsed() >= self.cfg.max_minutes * 60
         tokens, sentences, interrupted, timed_out = self.context.sum_ints([
             sum(batch.num_tokens for batch in batches),
@@ -290,17 +248,13 @@ class Trainer:
         # gradients are summed over processes (sum_gradients_hook): the update's sum/tokens (or sum/sentences)
         scale = 1.0 / (sentences if self.cfg.loss_normalization == "sentences" else tokens)
         for index, batch in enumerate(batches):
-            batch = batch.to(self.device)
+            batch = batch.to(self.context.device)
             with self._gradient_sync(index == len(batches) - 1):
                 with self.precision.autocast():
-                    features, _ = self.train_module(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask,
-                                                    features_only=True)
-                    loss_sum, nll_sum = label_smoothed_cross_entropy(
-                        features, self.model.output_layer(), batch.tgt_out, batch.tgt_mask, self.cfg.label_smoothing
-                    )
-                self._backward(loss_sum * scale)
-            self.interval.add_batch(loss_sum, nll_sum)
-        applied = self._optimizer_step()
+                    terms = self.objective(self.module, self.model, batch)
+                self.updater.backward(terms.loss * scale)
+            self.interval.add_batch(terms.loss, terms.nll)
+        applied = self.updater.step()
         self.interval.add_update(tokens, applied)
         return interrupted > 0, timed_out > 0, applied
 
@@ -310,45 +264,21 @@ class Trainer:
             return contextlib.nullcontext()
         return self._ddp.no_sync()
 
-    def _backward(self, loss: torch.Tensor) -> None:
-        scaler = self.precision.scaler
-        (scaler.scale(loss) if scaler is not None else loss).backward()
-
-    def _optimizer_step(self) -> bool:
-        """Clip and step; False when the fp16 loss scaler found inf/NaN gradients and skipped it.
-
-        A skipped update leaves the weights, the optimizer and the learning-rate schedule as
-        they were (as fairseq does), and the scaler halves the loss scale. Its batches are
-        consumed, so a run that overflows at the same place after a resume skips it again.
-        """
-        scaler = self.precision.scaler
-        if scaler is not None:
-            scaler.unscale_(self.optimizer)  # clip the true gradients
-        if self.cfg.clip_norm > 0:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm)
-        applied = True
-        if scaler is None:
-            self.optimizer.step()
-        else:
-            scale = scaler.get_scale()
-            scaler.step(self.optimizer)
-            scaler.update()
-            applied = scaler.get_scale() >= scale  # update() lowers the scale only after an overflow
-        self.optimizer.zero_grad(set_to_none=True)
-        if applied:
-            self.schedule.after_update()
-        return applied
-
     # ---- logging, validation, checkpoints -----------------------------------------------
-    def _announce(self) -> None:
+    def _open_log(self) -> None:
+        """Open the logs (rank 0 writes them), record the settings and say what runs."""
+        self.log = RunLog(self.run_dir.path, enabled=self.context.is_main, stream=self.stream,
+                          resume_step=self.state.step)
+        if self.context.is_main:
+            self.run_dir.write_config(self.config)
         params = self.model.num_parameters()
         where = f"resuming from {self.resumed_from.name}" if self.resumed_from else "fresh start"
         self.log.line(
             f"{self.config.model.arch}: {params:,} parameters | {len(self.train_split):,} training pairs in "
-            f"{len(self.batches):,} batches of <= {self.cfg.max_tokens} tokens | device {self.device} "
+            f"{len(self.batches):,} batches of <= {self.cfg.max_tokens} tokens | device {self.context.device} "
             f"x {self.context.world_size} | {self.precision.name} | {where}"
         )
-        if self.precision.name == "fp16" and self.device.type == "cpu":
+        if self.precision.name == "fp16" and self.context.device.type == "cpu":
             self.log.line("note: fp16 on a CPU tests loss scaling; it trained 20x slower than fp32 on an AMD EPYC "
                           "(bf16 or fp32 to train)")
 
@@ -358,11 +288,11 @@ class Trainer:
         tokens = max(totals["tokens"], 1)
         record = {
             "kind": "train",
-            "step": self.step,
-            "epoch": self.stream.epoch,
+            "step": self.state.step,
+            "epoch": self.stream_of_batches.epoch,
             "loss": totals["loss_sum"] / tokens,
             "ppl": math.exp(min(totals["nll_sum"] / tokens, 100.0)),
-            "lr": self.optimizer.param_groups[0]["lr"],
+            "lr": self.updater.learning_rate,
             "tokens_per_s": totals["tokens"] / totals["seconds"],
             "tokens_per_update": totals["tokens"] / max(totals["updates"], 1),
             "elapsed": self._elapsed(),
@@ -379,7 +309,7 @@ class Trainer:
     def _eta(self, seconds_per_update: float) -> float | None:
         remaining = []
         if self.cfg.max_steps > 0:
-            remaining.append((self.cfg.max_steps - self.step) * seconds_per_update)
+            remaining.append((self.cfg.max_steps - self.state.step) * seconds_per_update)
         if self.cfg.max_minutes > 0:
             remaining.append(self.cfg.max_minutes * 60 - self._elapsed())
         return max(min(remaining), 0.0) if remaining else None
@@ -389,92 +319,73 @@ class Trainer:
         with self.interval.paused():
             values = [math.nan, math.nan, math.nan]
             if self.context.is_main:
-                self.model.eval()
-                loss, ppl = validation_loss(self.model, self.data.split("valid"), self.cfg.max_tokens,
-                                            self.device, self.precision)
-                bleu = validation_bleu(self.model, self.data, self.config, self.device) if self.cfg.valid_bleu else math.nan
+                result = validate(self.model, self.data, self.config, self.context.device, self.precision)
                 self.model.train()
-                values = [loss, ppl, bleu]
+                values = [result["loss"], result["ppl"], math.nan if result["bleu"] is None else result["bleu"]]
             loss, ppl, bleu = self.context.broadcast_floats(values)
-            result = {"step": self.step, "loss": loss, "ppl": ppl, "bleu": None if math.isnan(bleu) else bleu}
-            self.validations.append(result)
-            self._last_validated = self.step
-            value = result[self.metric]
-            improved = is_better(value, self.best["value"] if self.best else None, self.mode)
-            if improved:
-                self.best = {"step": self.step, "metric": self.metric, "value": value}
-                self.bad_validations = 0
-            else:
-                self.bad_validations += 1
-            self.schedule.after_validation(value)
+            result = {"step": self.state.step, "loss": loss, "ppl": ppl, "bleu": None if math.isnan(bleu) else bleu}
+            improved = self.early_stopping.record(self.state, result)
+            self.updater.after_validation(result[self.early_stopping.metric])
             self.log.record({"kind": "valid", **result})
             shown = " | ".join(format_metric(name, result[name]) for name in ("loss", "ppl", "bleu")
                                if result[name] is not None)
-            self.log.line(f"valid step {self.step} | {shown} | {self._best_text()}"
-                          + ("" if improved else f" ({self.bad_validations} without improvement)"))
+            self.log.line(f"valid step {self.state.step} | {shown} | {self._best_text()}"
+                          + ("" if improved else f" ({self.state.bad_validations} without improvement)"))
             if self.context.is_main:
-                self.keeper.write_best(self.validations)
-        return self.cfg.patience > 0 and self.bad_validations >= self.cfg.patience
+                self.keeper.write_best(self.state.validations)
+        return self.early_stopping.exhausted(self.state)
 
     def _best_text(self) -> str:
         """``best bleu 27.31 at step 4000``."""
-        return f"best {format_metric(self.best['metric'], self.best['value'])} at step {self.best['step']}"
+        best = self.state.best
+        return f"best {format_metric(best['metric'], best['value'])} at step {best['step']}"
 
     def _save(self) -> None:
         """Checkpoint the step on rank 0 (random states gathered from every rank), then prune."""
         with self.interval.paused():
             rng_states = self.context.gather_objects(capture_rng_state())
+            optimizer_state, schedule_state = self.updater.state()
             state = {
-                "step": self.step,
-                "epoch": self.stream.epoch,
-                "data_position": self.stream.position,
+                **self.state.to_checkpoint(self._elapsed(), self.stream_of_batches.position, self.interval.state()),
                 "world_size": self.context.world_size,
-                "scheduler": self.schedule.state_dict(),
+                "scheduler": schedule_state,
                 "rng": rng_states,
-                "validations": self.validations,
-                "best": self.best,
-                "bad_validations": self.bad_validations,
-                "elapsed_seconds": self._elapsed(),
-                "interval": self.interval.state(),
-                "prepared": str(self.prepared_dir),
-            }
-            optimizer_state = {
-                "optimizer": self.optimizer.state_dict(),
-                "grad_scaler": self.precision.scaler.state_dict() if self.precision.scaler is not None else None,
+                "prepared": str(self.data.path),
             }
             if self.context.is_main:
-                save_checkpoint(self.keeper.path(self.step), self.model.state_dict(), self.config, self.tokenizer, state,
-                                optimizer_state)
-                self.keeper.prune(self.validations)
-            self._last_saved = self.step
+                save_checkpoint(self.keeper.path(self.state.step), self.model.state_dict(), self.config,
+                                self.data.tokenizer, state, optimizer_state)
+                self.keeper.prune(self.state.validations)
+            self._last_saved = self.state.step
 
     def _finish(self, stop: str) -> TrainSummary:
         """Log the last interval, validate and save the final step, average, plot."""
+        step = self.state.step
         if self.interval.updates > self.interval.skipped:  # a step since the last line
             self._log_progress()
-        if stop != "interrupted" and self.cfg.valid_every > 0 and self._last_validated != self.step and self.step > 0:
+        if stop != "interrupted" and self.cfg.valid_every > 0 and self.state.last_validated != step and step > 0:
             self._validate()
-        if self._last_saved != self.step and self.step > 0:
+        if self._last_saved != step and step > 0:
             self._save()
         averaged = None
         if self.context.is_main:
             if stop != "interrupted" and self.cfg.average_last > 1:
-                averaged = write_average(list_checkpoints(self.run_dir)[-self.cfg.average_last:],
-                                         self.run_dir / "checkpoints" / f"average-last{self.cfg.average_last}")
-            if self.step > 0:
-                plot_learning_curve(self.run_dir)
+                averaged = write_average(list_checkpoints(self.run_dir.path)[-self.cfg.average_last:],
+                                         self.keeper.directory / f"average-last{self.cfg.average_last}")
+            if step > 0:
+                plot_learning_curve(self.run_dir.path)
         speed = self._session_tokens / self._session_seconds if self._session_seconds else 0.0
-        best = f" | {self._best_text()}" if self.best else ""
-        self.log.line(f"stopped ({stop}) at step {self.step}, epoch {self.stream.epoch} | "
+        best = f" | {self._best_text()}" if self.state.best else ""
+        self.log.line(f"stopped ({stop}) at step {step}, epoch {self.stream_of_batches.epoch} | "
                       f"{speed:,.0f} target tok/s | elapsed {format_duration(self._elapsed())}{best}")
         self.log.close()
-        checkpoints = list_checkpoints(self.run_dir)
+        checkpoints = list_checkpoints(self.run_dir.path)
         summary = TrainSummary(
-            run_dir=self.run_dir,
-            step=self.step,
-            epoch=self.stream.epoch,
+            run_dir=self.run_dir.path,
+            step=step,
+            epoch=self.stream_of_batches.epoch,
             stop_reason=stop,
-            best=self.best,
+            best=self.state.best,
             last_checkpoint=checkpoints[-1] if checkpoints else None,
             averaged_checkpoint=averaged,
             target_tokens_per_second=speed,
@@ -483,7 +394,7 @@ class Trainer:
             peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,  # Linux: KiB
         )
         if self.context.is_main:
-            atomic_write_json(self.run_dir / "summary.json", summary.to_json())
+            atomic_write_json(self.run_dir.path / "summary.json", summary.to_json())
         return summary
 
     @contextlib.contextmanager

@@ -1,4 +1,5 @@
-"""Validation during training: per-token loss, perplexity and greedy-decoding BLEU."""
+"""Validation during training: per-token loss, perplexity and greedy-decoding BLEU, and
+which validation is the best (:class:`EarlyStopping`)."""
 
 from __future__ import annotations
 
@@ -8,16 +9,17 @@ import math
 import sacrebleu
 import torch
 
-from nmt_cli.config import Config
+from nmt_cli.config import Config, TrainConfig
 from nmt_cli.data.binarized import ParallelSplit
 from nmt_cli.data.prepared import PreparedData
 from nmt_cli.decoding import generate
 from nmt_cli.models.base import Seq2SeqModel
 from nmt_cli.precision import Precision
 from nmt_cli.training.batching import collate, make_batches
-from nmt_cli.training.loss import label_smoothed_cross_entropy
+from nmt_cli.training.objective import TranslationObjective
+from nmt_cli.training.state import TrainingState
 
-__all__ = ["validation_loss", "validation_bleu"]
+__all__ = ["validation_loss", "validation_bleu", "validate", "EarlyStopping"]
 
 
 @torch.no_grad()
@@ -29,13 +31,11 @@ def validation_loss(model: Seq2SeqModel, split: ParallelSplit, max_tokens: int, 
     """
     nll_total = torch.zeros((), dtype=torch.float64, device=device)
     tokens = 0
+    unsmoothed = TranslationObjective(label_smoothing=0.0)
     for indices in make_batches(split.src.lengths, split.tgt.lengths, max_tokens):
         batch = collate(split, indices).to(device)
         with precision.autocast():
-            features, _ = model(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask, features_only=True)
-            _, nll = label_smoothed_cross_entropy(features, model.output_layer(), batch.tgt_out, batch.tgt_mask,
-                                                  smoothing=0.0)
-        nll_total += nll
+            nll_total += unsmoothed(model, model, batch).nll
         tokens += batch.num_tokens
     loss = float(nll_total) / max(tokens, 1)
     return loss, math.exp(min(loss, 100.0))
@@ -59,3 +59,43 @@ def validation_bleu(model: Seq2SeqModel, data: PreparedData, config: Config, dev
     hypotheses = generate(model, sources, greedy, device)
     texts = [data.tokenizer.decode_tgt(hypothesis.tokens) for hypothesis in hypotheses]
     return sacrebleu.corpus_bleu(texts, [references]).score
+
+
+def validate(model: Seq2SeqModel, data: PreparedData, config: Config, device: torch.device,
+             precision: Precision) -> dict[str, float | None]:
+    """``loss`` and ``ppl`` of the validation split, and its greedy ``bleu`` (None unless
+    ``train.valid_bleu``). The model is left in evaluation mode."""
+    model.eval()
+    loss, ppl = validation_loss(model, data.split("valid"), config.train.max_tokens, device, precision)
+    bleu = validation_bleu(model, data, config, device) if config.train.valid_bleu else None
+    return {"loss": loss, "ppl": ppl, "bleu": bleu}
+
+
+class EarlyStopping:
+    """Which validation is the best (``train.early_stop_metric``) and when ``train.patience``
+    validations without improvement end the run."""
+
+    def __init__(self, cfg: TrainConfig):
+        self.metric, self.mode = ("bleu", "max") if cfg.early_stop_metric == "bleu" else ("loss", "min")
+        self.patience = cfg.patience
+
+    def is_better(self, value: float, best: float | None) -> bool:
+        """Strict improvement of ``value`` over ``best``."""
+        if best is None:
+            return True
+        return value > best if self.mode == "max" else value < best
+
+    def record(self, state: TrainingState, result: dict) -> bool:
+        """Add ``result`` (``{"step", "loss", "ppl", "bleu"}``) to ``state``; True when it is the new best."""
+        state.validations.append(result)
+        value = result[self.metric]
+        improved = self.is_better(value, state.best["value"] if state.best else None)
+        if improved:
+            state.best = {"step": result["step"], "metric": self.metric, "value": value}
+            state.bad_validations = 0
+        else:
+            state.bad_validations += 1
+        return improved
+
+    def exhausted(self, state: TrainingState) -> bool:
+        return self.patience > 0 and state.bad_validations >= self.patience

@@ -1,0 +1,64 @@
+"""What a training run carries from one session to the next, saved in every checkpoint.
+
+:class:`TrainingState` holds the counters and histories the loop updates: the step,
+the validation results, the best one and the validations since it, the training time
+of earlier sessions, where the batch stream stands and the unfinished logging
+interval. Weights, optimizer, schedule and random generators are saved beside it
+(:mod:`nmt_cli.training.checkpointing`); together they make a resumed run repeat the
+uninterrupted one exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["TrainingState"]
+
+
+@dataclass
+class TrainingState:
+    """Counters of a run; :meth:`from_checkpoint` reads them back from ``state.json``."""
+
+    step: int = 0
+    validations: list[dict[str, Any]] = field(default_factory=list)
+    best: dict[str, Any] | None = None  # {"step", "metric", "value"}
+    bad_validations: int = 0  # validations since the best one
+    elapsed_before: float = 0.0  # training seconds of earlier sessions
+    position: dict[str, int] = field(default_factory=lambda: {"epoch": 1, "batch": 0})
+    interval: dict[str, Any] | None = None  # the logging interval a checkpoint interrupted
+
+    @classmethod
+    def from_checkpoint(cls, state: dict[str, Any], world_size: int) -> "TrainingState":
+        """The state a checkpoint saved; on another number of processes the run goes on in
+        the same epoch, at the same proportion of it."""
+        position = dict(state["data_position"])
+        if state["world_size"] != world_size:
+            position["batch"] = position["batch"] * state["world_size"] // world_size
+        return cls(
+            step=int(state["step"]),
+            validations=list(state["validations"]),
+            best=state["best"],
+            bad_validations=int(state["bad_validations"]),
+            elapsed_before=float(state["elapsed_seconds"]),
+            position=position,
+            interval=state["interval"],
+        )
+
+    @property
+    def last_validated(self) -> int:
+        """The step of the newest validation (-1: none yet)."""
+        return self.validations[-1]["step"] if self.validations else -1
+
+    def to_checkpoint(self, elapsed: float, position: dict[str, int], interval: dict[str, Any]) -> dict[str, Any]:
+        """The JSON fields of this state in ``state.json`` (beside scheduler, RNG and data)."""
+        return {
+            "step": self.step,
+            "epoch": position["epoch"],
+            "data_position": position,
+            "validations": self.validations,
+            "best": self.best,
+            "bad_validations": self.bad_validations,
+            "elapsed_seconds": elapsed,
+            "interval": interval,
+        }
