@@ -35,6 +35,3 @@ class Registry(Generic[T]):
 
     def names(self) -> list[str]:
         return sorted(self._entries)
-
-    def __contains__(self, name: str) -> bool:
-        return name in self._entries

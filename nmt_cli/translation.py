@@ -25,9 +25,6 @@ from nmt_cli.textio import STDIN, iter_lines, one_line
 
 __all__ = ["OutputOptions", "hypothesis_alignment", "output_record", "translate_file"]
 
-FORMATS = ("text", "jsonl")
-
-
 @dataclass(frozen=True)
 class OutputOptions:
     """What :func:`translate_file` writes: ``text`` or ``jsonl``, and alignments when

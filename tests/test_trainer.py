@@ -202,7 +202,7 @@ def test_fp16_skips_overflowed_updates_without_counting_them(tiny_prepared, tmp_
     assert records[0]["loss_scale"] == 2.0**40 / 2 ** records[0]["skipped_updates"]
     assert records[-1]["loss_scale"] == 2.0**40 / 2**skipped  # no growth within 2,000 clean updates
     header, note, first_step = log.getvalue().splitlines()[:3]
-    assert "| fp16 |" in header and note.startswith("note: fp16 on a CPU tests loss scaling")
+    assert "| fp16 |" in header and note.startswith("note: fp16 on a CPU only tests loss scaling")
     assert first_step.startswith("step 1/12") and f"{records[0]['skipped_updates']} overflow(s) skipped" in first_step
     # the schedule did not advance on skipped updates: the same learning rates as the fp32 run
     fp32_lrs = [r["lr"] for r in read_metrics(tmp_path / "fp32") if r["kind"] == "train"]

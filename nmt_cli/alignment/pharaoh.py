@@ -30,12 +30,6 @@ class GoldAlignment:
     sure: frozenset[Link]
     possible: frozenset[Link]
 
-    @classmethod
-    def from_links(cls, links: Iterable[Link]) -> "GoldAlignment":
-        """Every link sure (a hypothesis, or a gold file without possible links)."""
-        links = frozenset(links)
-        return cls(sure=links, possible=links)
-
 
 def parse_links(text: str, path: str | os.PathLike = "<string>", line: int | None = None) -> GoldAlignment:
     """Parse one Pharaoh line; a bad token raises :class:`InputError` naming file and line."""

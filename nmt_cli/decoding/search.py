@@ -72,8 +72,8 @@ def beam_step(log_probs: Tensor, scores: Tensor, num_candidates: int) -> tuple[T
     tokens (B, C) and the beam each extends (B, C), sorted by score. Sums are formed in
     the precision of ``scores``.
 
-    ``topk`` over all K * V extensions costs about a nanosecond per entry on CPU, more
-    than the softmax before it, so the selection runs in two stages: each beam's
+    ``topk`` over all K * V extensions costs more than the softmax before it on CPU, so
+    the selection runs in two stages: each beam's
     vocabulary is cut into blocks of :func:`block_size` entries, the C blocks with the best
     ``score + max log p`` are kept, and the C best extensions are taken from those
     blocks. This is exact: every one of the C best extensions lies in a block whose

@@ -26,9 +26,4 @@ def build_model(config: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, j
     return family.from_config(config, src_vocab_size, tgt_vocab_size, joint_vocab)
 
 
-def architectures() -> list[str]:
-    _load_families()
-    return MODELS.names()
-
-
-__all__ = ["MODELS", "Seq2SeqModel", "build_model", "architectures"]
+__all__ = ["MODELS", "Seq2SeqModel", "build_model"]

@@ -160,8 +160,8 @@ class AttentionalRNN(Seq2SeqModel):
         """``dropout(sqrt(E) E[x])`` (B, T) -> (B, T, E).
 
         Unscaled, the small N(0, 1/E) embeddings are drowned by the other half of the decoder
-        input (the context, or Luong's fed-back ``h~_{t-1}``). Measured on the Multi30k Luong
-        recipe: training loss 5.72 unscaled, 4.76 scaled, after 300 updates.
+        input (the context, or Luong's fed-back ``h~_{t-1}``), and training starts markedly
+        slower.
         """
         return self.dropout(table(tokens) * self.embed_scale)
 

@@ -279,7 +279,7 @@ class Trainer:
             f"x {self.context.world_size} | {self.precision.name} | {where}"
         )
         if self.precision.name == "fp16" and self.context.device.type == "cpu":
-            self.log.line("note: fp16 on a CPU tests loss scaling; it trained 20x slower than fp32 on an AMD EPYC "
+            self.log.line("note: fp16 on a CPU only tests loss scaling; it trains many times slower than fp32 "
                           "(bf16 or fp32 to train)")
 
     def _log_progress(self) -> None:

@@ -53,10 +53,10 @@ class AttentionKernel(Protocol):
 def fused_attention(q: Tensor, k: Tensor, v: Tensor, **options) -> Tensor:
     """``F.scaled_dot_product_attention``, in float32 for bf16/fp16 inputs on CPU.
 
-    torch's CPU kernel for bf16 is about 5x slower than for float32 (forward and backward,
-    (128, 8, 16, 64) heads, 2 threads: 50 ms against 9 ms), while the products around it are
-    the fast part of bf16 autocast on a CPU with AMX; the attention itself is a small share
-    of the work, so it runs in float32 and only its output is cast back.
+    torch's CPU kernel for bf16 is several times slower than for float32 (forward and
+    backward), while the products around it are the fast part of bf16 autocast on a CPU with
+    AMX; the attention itself is a small share of the work, so it runs in float32 and only
+    its output is cast back.
     """
     if q.device.type != "cpu" or q.dtype not in (torch.bfloat16, torch.float16):
         return F.scaled_dot_product_attention(q, k, v, **options)
