@@ -59,8 +59,8 @@ class Progress:
         rate = self.rate()
         line = (f"{self.description}: {self.count:,} {self.unit}, {rate:,.1f} {self.unit}/s, "
                 f"elapsed {format_duration(self._last_log - self.started)}")
-        if self.total and rate > 0:
-            line += f", eta {format_duration(max(self.total - self.count, 0) / rate)}"
+        if self.total and rate > 0 and self.count < self.total:
+            line += f", eta {format_duration((self.total - self.count) / rate)}"
         print(line, file=self.stream, flush=True)
 
     def close(self) -> None:

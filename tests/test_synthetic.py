@@ -33,7 +33,7 @@ def test_deterministic_by_seed():
 def test_varied_and_moderate_length(sample):
     assert len({(p.german, p.english) for p in sample}) > 0.99 * len(sample)
     lengths = [len(p.german.split()) for p in sample] + [len(p.english.split()) for p in sample]
-    assert min(lengths) >= synthetic.MIN_TOKENS and max(lengths) <= synthetic.MAX_TOKENS
+    assert min(lengths) >= synthetic.MIN_WORDS and max(lengths) <= synthetic.MAX_WORDS
     assert 9 <= sum(lengths) / len(lengths) <= 16
     assert len({w for p in sample for w in p.german.split()}) > 400  # inflected forms
 
@@ -45,9 +45,15 @@ def test_alignment_indices_are_valid_and_cover_content_words(sample):
         assert pairs == sorted(set(pairs))
         assert all(0 <= i < len(de) and 0 <= j < len(en) for i, j in pairs)
         aligned_en = {j for _, j in pairs}
-        # every English word is aligned (German commas before weil/dass may not be)
-        assert aligned_en == set(range(len(en)))
-        assert (len(de) - 1, len(en) - 1) in pairs and de[-1] == en[-1] in (".", "?")
+        assert aligned_en == set(range(len(en)))  # every English word is aligned
+        assert de[-1][-1] == en[-1][-1] in ".?" and pair.german[0].isupper() and pair.english[0].isupper()
+
+
+def test_text_is_natural_detokenised_text(sample):
+    for pair in sample:
+        for text in (pair.german, pair.english):
+            assert not any(f" {mark}" in text for mark in (".", "?", ",", "'s")), text
+            assert text.count(".") + text.count("?") == 1
 
 
 def test_alignments_are_often_non_monotonic(sample):
@@ -56,18 +62,19 @@ def test_alignments_are_often_non_monotonic(sample):
 
 
 def test_verb_final_subordinate_clause_is_reordered(sample):
-    """In ``..., weil <subject> ... <verb> .`` the German verb is last but its English
-    counterpart comes right after the subject."""
-    found = 0
+    """In ``..., weil <subject> ... <verb>.`` the German verb is last but its English
+    counterpart comes right after the subject, before the objects."""
+    found = reordered = 0
     for pair in sample:
         de = pair.german.split()
-        if de[0] == "Weil" or "weil" not in de or "," in de[de.index("weil"):]:
+        if de[0] == "Weil" or "weil" not in de or "," in " ".join(de[de.index("weil"):]):
             continue
-        verb = len(de) - 2  # word before the final mark
+        verb = len(de) - 1  # the last word, the final mark attached
         targets = [j for i, j in links(pair) if i == verb]
-        assert targets and all(j < len(pair.english.split()) - 1 for j in targets)
+        assert targets
         found += 1
-    assert found > 20
+        reordered += all(j < len(pair.english.split()) - 1 for j in targets)
+    assert found > 20 and reordered > found / 2
 
 
 def test_grammar_phenomena_appear_with_their_links(sample):

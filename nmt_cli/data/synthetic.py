@@ -5,8 +5,12 @@ the generator streams: any size costs the same memory. Each sentence is built as
 (clauses of noun phrases, a verb group, adverbs, prepositional phrases) that is realised
 twice, once with German and once with English grammar. Every word carries *link ids*; a
 German and an English word are aligned when they share one, which yields the gold
-alignment in Pharaoh format ``i-j`` (0-based German token, 0-based English token, over
-whitespace tokens; punctuation is a token of its own).
+alignment in Pharaoh format ``i-j`` (0-based German word, 0-based English word).
+
+The text is natural, detokenised text (``Der Hund schläft.``, ``the man's ball``), so
+sacreBLEU and the demo see the kind of text a user has. Words are the whitespace tokens
+of that text: punctuation joins the word before it and carries no links of its own, and
+the English possessive ``'s`` joins its noun, which then has the links of both.
 
 Grammar (about 330 lemmas, 800 German word forms):
 
@@ -34,7 +38,7 @@ Grammar (about 330 lemmas, 800 German word forms):
   (``Der Mann sieht oft den Hund`` -> ``The man often sees the dog``). Contractions link
   one German word to two English words (``im`` -> ``in the``).
 
-Sentences have 4 to 25 tokens on each side; longer or shorter draws are redrawn.
+Sentences have 4 to 25 words on each side; longer or shorter draws are redrawn.
 """
 
 from __future__ import annotations
@@ -44,9 +48,12 @@ from dataclasses import dataclass
 from itertools import count
 from typing import Iterator
 
-GRAMMAR_VERSION = 1  # bump when the grammar changes: prepared-data fingerprints include it
-MIN_TOKENS = 4
-MAX_TOKENS = 25
+GRAMMAR_VERSION = 2  # bump when the grammar changes: prepared-data fingerprints include it (2: natural text)
+MIN_WORDS = 4
+MAX_WORDS = 25
+#: tokens written without a space before them; punctuation's own links are not word links
+ATTACHED_PUNCTUATION = frozenset({".", "?", ","})
+ATTACHED = ATTACHED_PUNCTUATION | {"'s"}
 
 # ---- lexicon ---------------------------------------------------------------------------
 
@@ -644,17 +651,33 @@ def generate(seed: int | str) -> Iterator[SyntheticPair]:
     while True:
         german, english, mark = sampler.sentence()
         end = Word(mark, frozenset([next(sampler.ids)]))
-        german, english = german + [end], english + [end]
-        if not (MIN_TOKENS <= len(german) <= MAX_TOKENS and MIN_TOKENS <= len(english) <= MAX_TOKENS):
+        (de_text, de_words), (en_text, en_words) = _detokenize(german + [end]), _detokenize(english + [end])
+        if not (MIN_WORDS <= len(de_words) <= MAX_WORDS and MIN_WORDS <= len(en_words) <= MAX_WORDS):
             continue
-        yield SyntheticPair(" ".join(_finish(german)), " ".join(_finish(english)), _alignment(german, english))
+        yield SyntheticPair(de_text, en_text, _alignment(de_words, en_words))
 
 
-def _alignment(german: Words, english: Words) -> str:
+def _detokenize(tokens: Words) -> tuple[str, list[frozenset[int]]]:
+    """Natural text of the tokens, and the link ids of each of its whitespace words."""
+    texts = _finish(tokens)
+    words: list[str] = []
+    links: list[frozenset[int]] = []
+    for text, token in zip(texts, tokens):
+        if words and text in ATTACHED:
+            words[-1] += text
+            if text not in ATTACHED_PUNCTUATION:
+                links[-1] |= token.links
+        else:
+            words.append(text)
+            links.append(token.links)
+    return " ".join(words), links
+
+
+def _alignment(german: list[frozenset[int]], english: list[frozenset[int]]) -> str:
     """Pharaoh links between every German and English word that share a link id."""
     positions: dict[int, list[int]] = {}
-    for i, word in enumerate(german):
-        for link in word.links:
+    for i, word_links in enumerate(german):
+        for link in word_links:
             positions.setdefault(link, []).append(i)
-    pairs = {(i, j) for j, word in enumerate(english) for link in word.links for i in positions.get(link, ())}
+    pairs = {(i, j) for j, word_links in enumerate(english) for link in word_links for i in positions.get(link, ())}
     return " ".join(f"{i}-{j}" for i, j in sorted(pairs))
