@@ -34,6 +34,7 @@ __all__ = [
     "load_config",
     "parse_overrides",
     "config_replace",
+    "attention_shape",
 ]
 
 
@@ -121,6 +122,11 @@ class DataConfig(Validated):
     train_split: str = setting("train", "name of the training split in the source")
     valid_split: str = setting("validation", "name of the validation split in the source")
     test_split: str = setting("test", "name of the test split in the source")
+    alignment_path: str = setting(
+        "", "folder with <split>.align word links (Pharaoh i-j over whitespace words, one line per pair of the "
+        "source split) for the splits that have them: guide training (train.alignment_weight) and give the "
+        "validation AER; empty = none",
+    )
     max_train_pairs: int = setting(0, "keep only the first N training pairs (0 = all)", at_least=0)
     max_eval_pairs: int = setting(0, "keep only the first N validation/test pairs (0 = all)", at_least=0)
     synthetic_train_size: int = setting(20000, at_least=1)
@@ -155,6 +161,9 @@ class DataConfig(Validated):
                                 "(the folder, dataset id or save_to_disk folder)")
             if not self.train_split:
                 problems.append("config key 'data.train_split' is empty; a training split is required")
+        if self.source == "synthetic" and self.alignment_path:
+            problems.append("config key 'data.alignment_path': the synthetic corpus brings its own word links; "
+                            "leave it empty")
         return problems
 
 
@@ -201,6 +210,12 @@ class ModelConfig(Validated):
     local_attention: str = choice("global", "global", "local-m", "local-p")
     local_window: int = setting(10, "D: local attention looks at [p_t - D, p_t + D]", at_least=1)
     input_feeding: bool = setting(True, "rnn_luong: feed the attentional hidden state to the next step")
+    # guided alignment (train.alignment_weight > 0)
+    alignment_layer: int = setting(
+        -2, "decoder layer whose cross-attention head learns the word links (negative: from the end; "
+        "-2 = the penultimate layer, as in Garg et al. 2019); `nmt align` reads it by default",
+    )
+    alignment_head: int = setting(0, "the head of model.alignment_layer that learns the word links", at_least=0)
 
     def rules(self) -> list[str]:
         problems = []
@@ -267,11 +282,19 @@ class TrainConfig(Validated):
                               at_least=0)
     valid_bleu: bool = setting(True, "greedy-decode the validation split and score it with sacreBLEU")
     valid_max_sentences: int = setting(0, "decode at most N validation sentences for BLEU (0 = all)", at_least=0)
-    early_stop_metric: str = choice("bleu", "bleu", "loss")
+    early_stop_metric: str = choice(
+        "bleu", "bleu", "loss", "aer",
+        help="which validation figure picks the best checkpoint; aer needs word links for the validation split",
+    )
     patience: int = setting(0, "validations without improvement before stopping (0 = off)", at_least=0)
     keep_best: int = setting(1, at_least=0)
     keep_last: int = setting(2, at_least=1)
     average_last: int = setting(0, "average the last N checkpoints when training ends (0 = off)", at_least=0)
+    alignment_weight: float = setting(
+        0.0, "guided alignment (Garg et al. 2019): weight of the cross-entropy between the head "
+        "model.alignment_layer/alignment_head and the training split's word links (0 = off; 0.05 in the paper)",
+        at_least=0,
+    )
 
     def rules(self) -> list[str]:
         problems = []
@@ -337,6 +360,11 @@ class Config:
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     recipe: RecipeConfig = field(default_factory=RecipeConfig)
 
+    def __post_init__(self) -> None:
+        problems = _guided_alignment_problems(self.model, self.train)
+        if problems:
+            raise ConfigError("\n".join(problems))
+
     # ---- conversions -------------------------------------------------------------
     def to_dict(self) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {}
@@ -387,6 +415,26 @@ class Config:
                 )
             updated[section][key] = value
         return Config.from_dict(updated)
+
+
+def attention_shape(model: ModelConfig) -> tuple[int, int]:
+    """Decoder cross-attention layers and heads of a model: what ``nmt align`` can read."""
+    return (model.decoder_layers, model.heads) if model.arch in TRANSFORMER_ARCHS else (1, 1)
+
+
+def _guided_alignment_problems(model: ModelConfig, train: TrainConfig) -> list[str]:
+    """With guided alignment on, the supervised layer and head must exist in the model."""
+    if train.alignment_weight == 0:
+        return []
+    layers, heads = attention_shape(model)
+    problems = []
+    if not -layers <= model.alignment_layer < layers:
+        problems.append(f"config key 'model.alignment_layer': {model.alignment_layer} is not a decoder layer of "
+                        f"this {model.arch} ({layers} attention layer(s); index from 0, or from -1 at the end)")
+    if model.alignment_head >= heads:
+        problems.append(f"config key 'model.alignment_head': {model.alignment_head} is not a head of this "
+                        f"{model.arch} ({heads} head(s) per layer)")
+    return problems
 
 
 def _build_section(section: str, section_cls: type, values: Mapping[str, Any]) -> Any:

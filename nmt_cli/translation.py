@@ -16,10 +16,10 @@ import json
 import os
 from dataclasses import dataclass
 
-from nmt_cli.alignment.pharaoh import format_links
 from nmt_cli.alignment.reader import AttentionReading, SentenceAlignment, read_alignment
 from nmt_cli.decoding import Hypothesis, Translator
 from nmt_cli.fileio import atomic_write_text, open_output
+from nmt_cli.pharaoh import format_links
 from nmt_cli.progress import Progress
 from nmt_cli.textio import STDIN, iter_lines, one_line
 
@@ -37,7 +37,9 @@ class OutputOptions:
 
 def hypothesis_alignment(source: str, hypothesis: Hypothesis, translator: Translator,
                          reading: AttentionReading) -> SentenceAlignment:
-    """Words, soft word matrix and links between a source line and its translation."""
+    """Words, soft word matrix and links between a source line and its translation (the
+    model's default heads unless ``reading`` names others)."""
+    reading = reading.for_model(translator.config)
     tokenizer = translator.tokenizer
     src_pieces = tokenizer.src_pieces(tokenizer.encode_src(source)) if source.strip() else []
     tgt_pieces = tokenizer.tgt_pieces(hypothesis.tokens)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from nmt_cli.alignment.aer import score_alignments, score_files
-from nmt_cli.alignment.pharaoh import GoldAlignment, parse_links, read_alignments, write_alignments
 from nmt_cli.errors import InputError
+from nmt_cli.pharaoh import GoldAlignment, parse_links, read_alignments, write_alignments
 
 
 def gold(text: str) -> GoldAlignment:

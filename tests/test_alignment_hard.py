@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from nmt_cli.alignment.hard import argmax_links, hard_links, threshold_links
-from nmt_cli.alignment.pharaoh import format_links, parse_links, read_alignments, write_alignments
 from nmt_cli.alignment.symmetrize import symmetrize
 from nmt_cli.errors import InputError
+from nmt_cli.pharaoh import format_links, parse_links, read_alignments, write_alignments
 
 MATRIX = np.array(  # target words x source words
     [

@@ -7,7 +7,7 @@ import pytest
 from matplotlib.image import imread
 
 from nmt_cli.alignment.heatmap import save_heatmap
-from nmt_cli.alignment.pharaoh import parse_links
+from nmt_cli.pharaoh import parse_links
 
 
 def test_heatmap_png_is_written_with_sizes_following_the_words(tmp_path):

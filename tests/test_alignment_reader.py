@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from nmt_cli.alignment.reader import AttentionReading, HeadSelection, read_alignment
+from nmt_cli.config import Config
 from nmt_cli.errors import NmtError
 
 B = "\u2581"
@@ -34,7 +35,8 @@ def test_an_unknown_method_is_refused():
         AttentionReading(method="mean")
 
 
-def test_the_default_reading_is_the_last_layer_with_its_heads_averaged():
+def test_the_default_reading_of_a_model_without_guided_alignment_is_the_last_layer_with_its_heads_averaged():
     attention = np.arange(2 * 3 * 1 * 2, dtype=float).reshape(2, 3, 1, 2)  # (L, H, T, S)
-    np.testing.assert_allclose(AttentionReading().selection.apply(attention), attention[-1].mean(axis=0))
-    assert HeadSelection.parse("-1", "all") == AttentionReading().selection
+    default = AttentionReading().for_model(Config())
+    np.testing.assert_allclose(default.selection.apply(attention), attention[-1].mean(axis=0))
+    assert HeadSelection.parse("-1", "all") == default.selection == AttentionReading().for_model(None).selection

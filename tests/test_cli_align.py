@@ -10,15 +10,15 @@ import torch
 from click.testing import CliRunner
 
 from nmt_cli.alignment.api import AlignOptions, align_corpus
-from nmt_cli.alignment.reader import AttentionReading, HeadSelection
 from nmt_cli.alignment.output import load_soft_npz
-from nmt_cli.alignment.pharaoh import read_alignments
+from nmt_cli.alignment.reader import AttentionReading, HeadSelection
 from nmt_cli.alignment.sweep import candidate_selections
 from nmt_cli.checkpoint import save_checkpoint
 from nmt_cli.cli import cli
 from nmt_cli.cli import align as _align_command  # noqa: F401  (registers `nmt align`)
 from nmt_cli.config import Config, ModelConfig
 from nmt_cli.models import build_model
+from nmt_cli.pharaoh import read_alignments
 from nmt_cli.tokenization import Tokenizer, train_sentencepiece
 
 SRC = ["der kleine hund schläft", "die katze sieht den hund nicht", "ein mann liest"]

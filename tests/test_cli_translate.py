@@ -7,10 +7,10 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from nmt_cli.alignment.pharaoh import parse_links
 from nmt_cli.cli import cli
 from nmt_cli.cli import translate as _translate_command  # noqa: F401  (registers `nmt translate`)
 from nmt_cli.decoding import Translator
+from nmt_cli.pharaoh import parse_links
 from tests.test_translator import build_checkpoint
 
 LINES = ["der mann sieht die katze", "", "ein hund läuft schnell im park", "   ", "☃ 漢字", "frau"]

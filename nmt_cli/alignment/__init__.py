@@ -1,12 +1,13 @@
 """Word alignments from attention: forced decoding, pieces -> words, hard links, AER.
 
 Modules: ``reader`` (the one reading of attention: heads, words, links), ``extract``
-(attention of a given target), ``words`` (SentencePiece pieces -> words), ``hard`` (argmax / threshold links), ``symmetrize`` (two directions -> one),
-``pharaoh`` (the ``i-j`` file format), ``aer`` (AER, precision, recall), ``model`` (a
-checkpoint loaded for forced decoding), ``api`` (:func:`align_corpus`), ``sweep`` (which
-layer/heads/shift align best on gold), ``output`` (``.align``, ``.npz``, JSON, heatmaps) and
-``heatmap`` (PNG figures). ``output`` and ``heatmap`` load matplotlib, so they are not
-imported here.
+(attention of a given target), ``words`` (SentencePiece pieces -> words), ``hard``
+(argmax / threshold links), ``symmetrize`` (two directions -> one), ``aer`` (AER,
+precision, recall), ``model`` (a checkpoint loaded for forced decoding), ``api``
+(:func:`align_corpus`), ``sweep`` (which layer/heads/shift align best on gold), ``output``
+(``.align``, ``.npz``, JSON, heatmaps) and ``heatmap`` (PNG figures). ``output`` and
+``heatmap`` load matplotlib, so they are not imported here. The Pharaoh ``i-j`` file
+format is :mod:`nmt_cli.pharaoh` (the data layer reads it too).
 """
 
 from nmt_cli.alignment.aer import AlignmentScore, score_alignments, score_files
@@ -14,11 +15,11 @@ from nmt_cli.alignment.api import Aligner, AlignOptions, align_corpus
 from nmt_cli.alignment.extract import forced_attention
 from nmt_cli.alignment.hard import hard_links
 from nmt_cli.alignment.model import AlignmentModel
-from nmt_cli.alignment.pharaoh import GoldAlignment, format_links, parse_links, read_alignments, write_alignments
 from nmt_cli.alignment.reader import AttentionReading, HeadSelection, SentenceAlignment, read_alignment
 from nmt_cli.alignment.sweep import SweepResult, sweep
 from nmt_cli.alignment.symmetrize import symmetrize
 from nmt_cli.alignment.words import aggregate_to_words
+from nmt_cli.pharaoh import GoldAlignment, format_links, parse_links, read_alignments, write_alignments
 
 __all__ = [
     "AlignOptions",

@@ -18,8 +18,8 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Iterable, Sequence
 
-from nmt_cli.alignment.pharaoh import GoldAlignment, Link, read_alignments
 from nmt_cli.errors import InputError
+from nmt_cli.pharaoh import GoldAlignment, Link, read_alignments
 from nmt_cli.textio import check_same_length, iter_lines
 
 __all__ = ["AlignmentScore", "score_alignments", "score_files", "sentence_lengths"]

@@ -16,12 +16,18 @@ import os
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from nmt_cli.alignment.model import AlignmentModel
+from nmt_cli.alignment.aer import AlignmentScore, score_alignments
+from nmt_cli.alignment.extract import forced_attention
+from nmt_cli.alignment.model import AlignmentModel, encode_pairs
 from nmt_cli.alignment.reader import AttentionReading, SentenceAlignment
 from nmt_cli.alignment.symmetrize import SYMMETRIZATIONS, symmetrize
+from nmt_cli.config import Config
 from nmt_cli.errors import NmtError
+from nmt_cli.models.base import Seq2SeqModel
+from nmt_cli.pharaoh import GoldAlignment
+from nmt_cli.tokenization import Tokenizer
 
-__all__ = ["AlignOptions", "Aligner", "align_corpus"]
+__all__ = ["AlignOptions", "Aligner", "align_corpus", "model_alignment_score"]
 
 
 @dataclass(frozen=True)
@@ -58,14 +64,17 @@ class Aligner:
         self.options = options
         self.forward = AlignmentModel(checkpoint, device, options.batch_size)
         self.reverse = AlignmentModel(reverse_checkpoint, device, options.batch_size) if reverse_checkpoint else None
+        #: the reading of each model, its default heads filled in (they may differ between the two)
+        self.readings = {}
         for model in (self.forward, self.reverse):
             if model is not None:
-                model.check(options.reading.selection)
+                self.readings[model] = options.reading.for_model(model.config)
+                model.check(self.readings[model].selection)
 
     @property
     def settings(self) -> dict:
         """Everything that decides the output, recorded next to it."""
-        reading = self.options.reading
+        reading = self.readings[self.forward]
         record = {
             "checkpoint": str(self.forward.path),
             "step": self.forward.step,
@@ -76,13 +85,14 @@ class Aligner:
             "threshold": reading.threshold if reading.method == "threshold" else None,
         }
         if self.reverse is not None:
-            record.update(reverse_checkpoint=str(self.reverse.path), symmetrization=self.options.symmetrization)
+            record.update(reverse_checkpoint=str(self.reverse.path), symmetrization=self.options.symmetrization,
+                          reverse_selection=self.readings[self.reverse].selection.describe())
         return record
 
     def _one_direction(self, model: AlignmentModel, src_lines: Sequence[str],
                        tgt_lines: Sequence[str]) -> list[SentenceAlignment]:
         pairs = model.encode(src_lines, tgt_lines)
-        reading = self.options.reading
+        reading = self.readings[model]
         attentions = model.attention(pairs, self.options.shift, reading.selection)  # (T, S) each
         return [pair.read(attention, reading) for pair, attention in zip(pairs, attentions)]
 
@@ -116,3 +126,18 @@ def align_corpus(
 ) -> list[SentenceAlignment]:
     """Load the model(s) and align every pair; see :class:`Aligner`."""
     return Aligner(checkpoint, options, device, reverse_checkpoint).align(src_lines, tgt_lines)
+
+
+def model_alignment_score(model: Seq2SeqModel, tokenizer: Tokenizer, config: Config, src_lines: Sequence[str],
+                          tgt_lines: Sequence[str], gold: Sequence[GoldAlignment],
+                          batch_size: int = 32) -> AlignmentScore:
+    """AER, precision and recall of a model in memory against gold links: the default
+    reading of the model trained with ``config`` (forced decoding, no shift, argmax), as
+    ``nmt align`` gives it. Validation during training reports this."""
+    pairs = encode_pairs(tokenizer, src_lines, tgt_lines)
+    reading = AttentionReading().for_model(config)
+    attentions = forced_attention(model, [(pair.src_ids, pair.tgt_ids) for pair in pairs], False, batch_size,
+                                  reading.selection)  # (T, S) each
+    aligned = [pair.read(attention, reading) for pair, attention in zip(pairs, attentions)]
+    lengths = [(len(sentence.src_words), len(sentence.tgt_words)) for sentence in aligned]
+    return score_alignments(gold, [sentence.links for sentence in aligned], lengths)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nmt_cli.alignment.pharaoh import Link
+from nmt_cli.pharaoh import Link
 
 __all__ = ["METHODS", "argmax_links", "threshold_links", "hard_links"]
 

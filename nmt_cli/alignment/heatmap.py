@@ -15,8 +15,8 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from nmt_cli.alignment.pharaoh import GoldAlignment, Link
 from nmt_cli.fileio import atomic_open
+from nmt_cli.pharaoh import GoldAlignment, Link
 
 __all__ = ["save_heatmap"]
 

@@ -13,8 +13,9 @@ from nmt_cli.alignment.reader import AttentionReading, HeadSelection, SentenceAl
 from nmt_cli.checkpoint import load_checkpoint
 from nmt_cli.device import resolve_device
 from nmt_cli.errors import NmtError
+from nmt_cli.tokenization import Tokenizer
 
-__all__ = ["EncodedPair", "AlignmentModel"]
+__all__ = ["EncodedPair", "AlignmentModel", "encode_pairs"]
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,18 @@ class EncodedPair:
         return read_alignment(self.src_pieces, self.tgt_pieces, attention, reading)
 
 
+def encode_pairs(tokenizer: Tokenizer, src_lines: Sequence[str], tgt_lines: Sequence[str]) -> list[EncodedPair]:
+    """Sentence pairs as surface pieces and ids, as forced decoding reads them."""
+    if len(src_lines) != len(tgt_lines):
+        raise NmtError(f"{len(src_lines)} source but {len(tgt_lines)} target sentences")
+    src_pieces = [tokenizer.src.encode(line, out_type=str) for line in src_lines]
+    tgt_pieces = [tokenizer.tgt.encode(line, out_type=str) for line in tgt_lines]
+    return [
+        EncodedPair(src, tgt, tokenizer.src.piece_to_id(src), tokenizer.tgt.piece_to_id(tgt))
+        for src, tgt in zip(src_pieces, tgt_pieces)
+    ]
+
+
 class AlignmentModel:
     """A model and its tokenizer, loaded once; forced decoding in batches of ``batch_size`` pairs."""
 
@@ -39,6 +52,7 @@ class AlignmentModel:
         self.path = checkpoint.path
         self.step = checkpoint.step
         self.arch = checkpoint.config.model.arch
+        self.config = checkpoint.config
         self.tokenizer = checkpoint.tokenizer
         self.model = checkpoint.build_model(resolve_device(device))
         self.batch_size = batch_size
@@ -55,14 +69,7 @@ class AlignmentModel:
             raise NmtError(f"{self.path}: {exc}") from None
 
     def encode(self, src_lines: Sequence[str], tgt_lines: Sequence[str]) -> list[EncodedPair]:
-        if len(src_lines) != len(tgt_lines):
-            raise NmtError(f"{len(src_lines)} source but {len(tgt_lines)} target sentences")
-        src_pieces = [self.tokenizer.src.encode(line, out_type=str) for line in src_lines]
-        tgt_pieces = [self.tokenizer.tgt.encode(line, out_type=str) for line in tgt_lines]
-        return [
-            EncodedPair(src, tgt, self.tokenizer.src.piece_to_id(src), self.tokenizer.tgt.piece_to_id(tgt))
-            for src, tgt in zip(src_pieces, tgt_pieces)
-        ]
+        return encode_pairs(self.tokenizer, src_lines, tgt_lines)
 
     def attention(self, pairs: Sequence[EncodedPair], shift: bool,
                   selection: HeadSelection | None = None) -> list[np.ndarray]:

@@ -18,11 +18,11 @@ from typing import Sequence
 
 import numpy as np
 
-from nmt_cli.alignment.reader import SentenceAlignment
 from nmt_cli.alignment.heatmap import save_heatmap
-from nmt_cli.alignment.pharaoh import GoldAlignment, format_links, write_alignments
+from nmt_cli.alignment.reader import SentenceAlignment
 from nmt_cli.errors import NmtError
 from nmt_cli.fileio import atomic_open, atomic_write_json
+from nmt_cli.pharaoh import GoldAlignment, format_links, write_alignments
 
 __all__ = ["write_outputs", "save_soft_npz", "load_soft_npz", "save_soft_json", "write_heatmaps"]
 

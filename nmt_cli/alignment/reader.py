@@ -6,8 +6,10 @@ model's own translation), ``nmt align sweep`` and the translation service.
 
 1. :class:`HeadSelection` picks decoder layers and heads of the piece attention
    (L, H, T, S) and averages them into (T, S). The default, the same for every
-   command, is the last decoder layer with its heads averaged; ``nmt align sweep``
-   finds the best reading of a given model on gold-aligned sentences.
+   command, depends on the model and is decided here only (:func:`default_selection`):
+   the head a model learned word links with (guided alignment, recorded in its
+   checkpoint's config), else the last decoder layer with its heads averaged.
+   ``nmt align sweep`` finds the best reading of a given model on gold-aligned sentences.
 2. :func:`nmt_cli.alignment.words.aggregate_to_words` turns the (T, S) piece matrix into
    a (T_words, S_words) word matrix whose rows sum to one.
 3. :func:`nmt_cli.alignment.hard.hard_links` picks the links (argmax or threshold).
@@ -15,17 +17,18 @@ model's own translation), ``nmt align sweep`` and the translation service.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
 from nmt_cli.alignment.hard import METHODS, hard_links
-from nmt_cli.alignment.pharaoh import Link
 from nmt_cli.alignment.words import aggregate_to_words, words_from_pieces
+from nmt_cli.config import Config
 from nmt_cli.errors import NmtError
+from nmt_cli.pharaoh import Link
 
-__all__ = ["HeadSelection", "AttentionReading", "SentenceAlignment", "read_alignment"]
+__all__ = ["HeadSelection", "AttentionReading", "SentenceAlignment", "default_selection", "read_alignment"]
 
 
 @dataclass(frozen=True)
@@ -36,8 +39,15 @@ class HeadSelection:
     heads: tuple[int, ...] | None = None
 
     @classmethod
-    def parse(cls, layer: str, heads: str) -> "HeadSelection":
-        """From option text: ``layer`` ``"-1"``/``"2"``/``"all"``, ``heads`` ``"all"``/``"0,3"``."""
+    def parse(cls, layer: str | None, heads: str | None) -> "HeadSelection | None":
+        """From option text: ``layer`` ``"-1"``/``"2"``/``"all"``, ``heads`` ``"all"``/``"0,3"``.
+
+        Neither given (both None): None, the model's default (:func:`default_selection`);
+        one given: the other is the last layer / all heads.
+        """
+        if layer is None and heads is None:
+            return None
+        layer, heads = "-1" if layer is None else layer, "all" if heads is None else heads
         try:
             chosen_layer = None if layer.strip().lower() == "all" else int(layer)
             chosen_heads = (
@@ -78,17 +88,35 @@ class HeadSelection:
         return heads.mean(axis=(0, 1))
 
 
+def default_selection(config: Config | None) -> HeadSelection:
+    """The heads read when none are named: the head trained on word links (guided
+    alignment: ``model.alignment_layer``/``alignment_head`` when ``train.alignment_weight``
+    > 0), else the last decoder layer with its heads averaged (also without a config)."""
+    if config is not None and config.train.alignment_weight > 0:
+        return HeadSelection(config.model.alignment_layer, (config.model.alignment_head,))
+    return HeadSelection()
+
+
 @dataclass(frozen=True)
 class AttentionReading:
-    """The heads to read and the rule that turns their word matrix into hard links."""
+    """The heads to read and the rule that turns their word matrix into hard links.
 
-    selection: HeadSelection = field(default_factory=HeadSelection)
+    ``selection`` None reads the model's default heads; :meth:`for_model` resolves it.
+    """
+
+    selection: HeadSelection | None = None
     method: str = "argmax"
     threshold: float = 0.2
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise NmtError(f"unknown alignment method {self.method!r}; choose one of: {', '.join(METHODS)}")
+
+    def for_model(self, config: Config | None) -> "AttentionReading":
+        """This reading with the default heads of the model trained with ``config`` filled in."""
+        if self.selection is not None:
+            return self
+        return AttentionReading(default_selection(config), self.method, self.threshold)
 
 
 @dataclass

@@ -15,8 +15,8 @@ from typing import Sequence
 
 from nmt_cli.alignment.aer import AlignmentScore, score_alignments
 from nmt_cli.alignment.model import AlignmentModel
-from nmt_cli.alignment.pharaoh import GoldAlignment
 from nmt_cli.alignment.reader import AttentionReading, HeadSelection
+from nmt_cli.pharaoh import GoldAlignment
 from nmt_cli.textio import check_same_length
 
 __all__ = ["SweepResult", "candidate_selections", "sweep"]

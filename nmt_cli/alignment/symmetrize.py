@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from nmt_cli.alignment.pharaoh import Link
+from nmt_cli.pharaoh import Link
 
 __all__ = ["SYMMETRIZATIONS", "symmetrize"]
 

@@ -24,16 +24,9 @@ from typing import Sequence
 
 import numpy as np
 
-from nmt_cli.tokenization.spm import WORD_BOUNDARY
+from nmt_cli.tokenization.spm import WORD_BOUNDARY, word_spans
 
 __all__ = ["word_spans", "words_from_pieces", "aggregate_to_words"]
-
-
-def word_spans(pieces: Sequence[str]) -> list[range]:
-    """Piece index ranges of each word: ``["\u2581the", "\u2581ca", "t"] -> [range(0, 1), range(1, 3)]``."""
-    starts = [k for k, piece in enumerate(pieces) if k == 0 or piece.startswith(WORD_BOUNDARY)]
-    ends = starts[1:] + [len(pieces)]
-    return [range(start, end) for start, end in zip(starts, ends)]
 
 
 def words_from_pieces(pieces: Sequence[str]) -> list[str]:

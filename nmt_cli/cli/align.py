@@ -1,4 +1,5 @@
-"""``nmt align``: word alignments from attention; ``score``: AER; ``sweep``: pick layer/heads."""
+"""``nmt align``: word alignments from attention; ``score``: AER; ``sweep``: pick layer/heads;
+``bootstrap``: train a model that aligns well without an external aligner."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ from nmt_cli.alignment.api import Aligner, AlignOptions
 from nmt_cli.alignment.inputs import split_pairs
 from nmt_cli.alignment.model import AlignmentModel
 from nmt_cli.alignment.output import write_outputs
-from nmt_cli.alignment.pharaoh import GoldAlignment, read_alignments
 from nmt_cli.alignment.sweep import sweep
 from nmt_cli.alignment.symmetrize import SYMMETRIZATIONS
 from nmt_cli.cli import cli
-from nmt_cli.cli.options import DEVICE_HELP, link_options, reading_options
+from nmt_cli.cli.options import DEVICE_HELP, config_options, link_options, reading_options
+from nmt_cli.config import Config
+from nmt_cli.pharaoh import GoldAlignment, read_alignments
 from nmt_cli.textio import STDIN, check_same_length, iter_lines, read_parallel
 
 FILE = click.Path(dir_okay=False)
@@ -134,3 +136,25 @@ def sweep_command(checkpoint, src_path, tgt_path, gold_path, method, threshold, 
         score = result.score
         click.echo(f"{rank:>4}  {score.aer:.4f}  {score.precision:.4f}  {score.recall:.4f}  {result.options()}")
     click.echo(f"best: nmt align {results[0].options()}  (picked on {len(gold)} pairs: report AER on others)")
+
+
+@align.command("bootstrap")
+@config_options
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="Directory for every stage (rerun the same command to resume).")
+@click.option("--device", default="auto", show_default=True, help=DEVICE_HELP)
+@click.option("--quiet", "-q", is_flag=True, help="No progress output from data preparation.")
+def bootstrap_command(config: Config, out_dir: str, device: str, quiet: bool) -> None:
+    """Train forward and reverse models on the config, symmetrise their attention links, and
+    train a model guided by those links (no external aligner). Align with it by
+    `nmt align --checkpoint OUT/guided/run`."""
+    import sys
+
+    from nmt_cli.bootstrap import bootstrap
+
+    record = bootstrap(config, out_dir, device=device, progress=not quiet, stream=sys.stderr)
+    for name, stage in record["stages"].items():
+        click.echo(f"{name:<8} {stage['seconds']:>9,.1f} s" + (f"  reading {stage['reading']} shift="
+                                                               f"{'on' if stage['shift'] else 'off'}, agreement "
+                                                               f"{stage['agreement']:.4f}" if name == "links" else ""))
+    click.echo(f"aligner: nmt align --checkpoint {record['aligner']}")

@@ -77,9 +77,11 @@ def reading_options(func: Command) -> Command:
     """``--layer --heads`` and :func:`link_options`; passes ``reading``, an
     :class:`nmt_cli.alignment.reader.AttentionReading` (imported only when a command runs)."""
 
-    @click.option("--layer", default="-1", show_default=True,
-                  help="Decoder layer to read: index, negative from the end, or 'all'.")
-    @click.option("--heads", default="all", show_default=True, help="Heads to average: comma-separated indices or 'all'.")
+    @click.option("--layer", default=None,
+                  help="Decoder layer to read: index, negative from the end, or 'all' [default: the model's: the "
+                  "head trained on word links (guided alignment), else -1].")
+    @click.option("--heads", default=None,
+                  help="Heads to average: comma-separated indices or 'all' [default: the model's, else all].")
     @link_options
     @functools.wraps(func)
     def wrapper(*args: Any, layer, heads, method, threshold, **kwargs: Any) -> Any:

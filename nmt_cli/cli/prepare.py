@@ -36,6 +36,11 @@ def format_report(manifest: dict, out_dir: str) -> str:
         lines.append(f"  {name:<5} {stats['kept']:>10,} pairs (read {stats['read']:,}; dropped: {dropped}; "
                      f"normalized {stats['normalized']:,}; tokens {tokens['src']['tokens']:,} src "
                      f"/ {tokens['tgt']['tokens']:,} tgt)")
+        if "links" in stats:
+            links = stats["links"]
+            lines.append(f"        word links: {links['word_links']:,} in {links['pairs_with_links']:,} pairs -> "
+                         f"{links['piece_links']:,} piece links ({links['unmatched_pairs']:,} pairs whose pieces "
+                         "spell other words left without)")
     tok = manifest["tokenizer"]
     vocab = (f"joint {tok['src_vocab_size']}" if tok["joint"]
              else f"src {tok['src_vocab_size']}, tgt {tok['tgt_vocab_size']}")

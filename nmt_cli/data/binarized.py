@@ -93,7 +93,11 @@ class TokenArray:
 
 
 class ParallelSplit:
-    """Source and target token arrays of one prepared split (``train``, ``valid``, ``test``)."""
+    """Source and target token arrays of one prepared split (``train``, ``valid``, ``test``).
+
+    ``links`` holds the split's piece links when ``nmt prepare`` was given word links for it
+    (:mod:`nmt_cli.data.links`; flat ``int32`` pairs, see :meth:`links_of`), else None.
+    """
 
     def __init__(self, directory: str | os.PathLike, split: str, dtype: np.dtype | str):
         directory = Path(directory)
@@ -102,6 +106,15 @@ class ParallelSplit:
         self.tgt = TokenArray(directory / f"{split}.tgt", dtype)
         if len(self.src) != len(self.tgt):
             raise ValueError(f"{directory}: split {split} has {len(self.src)} source and {len(self.tgt)} target sentences")
+        links = directory / f"{split}.links"
+        self.links = TokenArray(links, np.int32) if links.with_name(links.name + ".idx.npy").is_file() else None
+        if self.links is not None and len(self.links) != len(self.src):
+            raise ValueError(f"{directory}: split {split} has {len(self.src)} sentences but {len(self.links)} "
+                             "lines of links")
+
+    def links_of(self, index: int) -> np.ndarray:
+        """Pair ``index``'s piece links, (n, 2) ``(source piece, target piece)`` rows."""
+        return self.links[index].reshape(-1, 2)
 
     def __len__(self) -> int:
         return len(self.src)

@@ -3,12 +3,15 @@
 Everything streams, so memory does not grow with the corpus:
 
 1. Each split is read, cleaned (:mod:`nmt_cli.data.cleaning`) and written as text
-   ``<split>.<src_lang>`` / ``<split>.<tgt_lang>`` (plus ``<split>.align`` for the
-   synthetic corpus). Splits are renamed ``train``, ``valid``, ``test``.
+   ``<split>.<src_lang>`` / ``<split>.<tgt_lang>``, plus its word links ``<split>.align``
+   when it has them (the synthetic corpus's own, or ``data.alignment_path``'s, read in
+   step with the pairs by :mod:`nmt_cli.data.links`). Splits are renamed ``train``,
+   ``valid``, ``test``.
 2. SentencePiece is trained on a uniform sample of at most ``spm_input_sentence_size``
    training sentences, chosen by index once the number of training pairs is known and
    streamed from the cleaned text (no sentence list in memory).
-3. The cleaned text is encoded in batches into token arrays (:mod:`nmt_cli.data.binarized`).
+3. The cleaned text is encoded in batches into token arrays (:mod:`nmt_cli.data.binarized`),
+   and word links into piece links (``<split>.links.*``).
 
 The directory is built under a temporary name and renamed into place whole. Its
 ``manifest.json`` records a fingerprint of the data settings and of the inputs
@@ -33,8 +36,9 @@ from nmt_cli import __version__
 from nmt_cli.config import Config, config_replace
 from nmt_cli.data.binarized import TokenArrayWriter, token_dtype
 from nmt_cli.data.cleaning import PairCleaner
-from nmt_cli.data.sources import Corpus, iter_limited, open_corpus
-from nmt_cli.errors import NmtError
+from nmt_cli.data.links import attach_links, write_piece_links
+from nmt_cli.data.sources import Corpus, file_digest, iter_limited, open_corpus
+from nmt_cli.errors import InputError, NmtError
 from nmt_cli.fileio import atomic_directory, atomic_open, atomic_write_bytes, atomic_write_json, atomic_write_text
 from nmt_cli.progress import Progress
 from nmt_cli.specials import SPECIAL_IDS
@@ -58,7 +62,10 @@ def prepare(config: Config, out_dir: str | Path, force: bool = False, progress: 
     out = Path(out_dir).expanduser().resolve()
     corpus = open_corpus(config.data)
     splits = corpus.splits()
+    link_files = _link_files(config, splits)
     inputs = {name: corpus.fingerprint(source_split) for name, source_split in splits.items()}
+    for name, path in link_files.items():
+        inputs[name] = {**inputs[name], path.name: file_digest(path)[0]}
     fingerprint = _fingerprint(config, inputs)
     existing = _read_manifest(out)
     if existing is not None and existing.get("fingerprint") == fingerprint and not force:
@@ -69,12 +76,15 @@ def prepare(config: Config, out_dir: str | Path, force: bool = False, progress: 
 
     started = time.monotonic()
     with atomic_directory(out) as tmp:
-        stats = {name: _write_clean_split(corpus, name, source_split, tmp, config, progress)
+        stats = {name: _write_clean_split(corpus, name, source_split, tmp, config, link_files.get(name), progress)
                  for name, source_split in splits.items()}
         tokenizer, tokenizer_info = _train_tokenizer(tmp, config, stats["train"]["kept"], progress)
         dtype = token_dtype(max(tokenizer.src_vocab_size, tokenizer.tgt_vocab_size))
         for name in splits:
             stats[name]["tokens"] = _binarize(tmp, name, stats[name]["kept"], config, tokenizer, dtype, progress)
+            if (tmp / f"{name}.align").is_file():
+                stats[name]["links"] = write_piece_links(tmp, name, config.data.src_lang, config.data.tgt_lang,
+                                                         tokenizer, stats[name]["kept"], progress)
         for name, model in tokenizer.model_files().items():
             atomic_write_bytes(tmp / name, model)
         elapsed = time.monotonic() - started
@@ -94,6 +104,7 @@ def prepare(config: Config, out_dir: str | Path, force: bool = False, progress: 
             "special_ids": dict(SPECIAL_IDS),
             "token_dtype": dtype.name,
             "gold_alignments": corpus.kind == "synthetic",
+            "alignment_files": {name: str(path) for name, path in link_files.items()},
             "elapsed_seconds": round(elapsed, 2),
             "pairs_per_second": round(pairs_read / max(elapsed, 1e-9), 1),
         }
@@ -110,7 +121,7 @@ def _say(enabled: bool, message: str) -> None:
 def _fingerprint(config: Config, inputs: dict[str, Any]) -> str:
     """sha256 of what decides the prepared data: data settings (but not where the folder
     is; its content is in ``inputs``), input fingerprints and the format version."""
-    settings = {k: v for k, v in config.to_dict()["data"].items() if k != "path"}
+    settings = {k: v for k, v in config.to_dict()["data"].items() if k not in ("path", "alignment_path")}
     if config.data.source == "hf":
         settings["path"] = config.data.path  # a hub id is part of the identity
     blob = json.dumps({"data": settings, "inputs": inputs, "format_version": FORMAT_VERSION,
@@ -127,32 +138,51 @@ def _read_manifest(out: Path) -> dict[str, Any] | None:
 
 
 def _resolved_config(config: Config) -> Config:
-    """The config with a local ``data.path`` made absolute, so it works from any folder."""
-    path = config.data.path
-    if path and config.data.source != "synthetic" and Path(path).expanduser().exists():
-        return config_replace(config, "data", path=str(Path(path).expanduser().resolve()))
-    return config
+    """The config with a local ``data.path`` and ``data.alignment_path`` made absolute, so it
+    works from any folder."""
+    paths = {"path": config.data.path if config.data.source != "synthetic" else "",
+             "alignment_path": config.data.alignment_path}
+    absolute = {key: str(Path(path).expanduser().resolve()) for key, path in paths.items()
+                if path and Path(path).expanduser().exists()}
+    return config_replace(config, "data", **absolute)
 
 
 # ---- pass 1: read, clean, write text ------------------------------------------------------
 
 
+def _link_files(config: Config, splits: dict[str, str]) -> dict[str, Path]:
+    """Prepared split -> ``<data.alignment_path>/<source split>.align``, for the splits that have one."""
+    if not config.data.alignment_path:
+        return {}
+    folder = Path(config.data.alignment_path).expanduser().resolve()
+    if not folder.is_dir():
+        raise InputError(folder, f"word link folder not found (data.alignment_path: {config.data.alignment_path})")
+    found = {name: folder / f"{source_split}.align" for name, source_split in splits.items()}
+    found = {name: path for name, path in found.items() if path.is_file()}
+    if not found:
+        raise InputError(folder, f"no <split>.align file for any split ({', '.join(splits.values())})")
+    return found
+
+
 def _write_clean_split(corpus: Corpus, name: str, source_split: str, out: Path, config: Config,
-                       progress: bool) -> dict[str, Any]:
+                       link_file: Path | None, progress: bool) -> dict[str, Any]:
     data = config.data
     limit = data.max_train_pairs if name == "train" else data.max_eval_pairs
     total = corpus.size_hint(source_split)
     if limit:
         total = min(total, limit) if total is not None else limit
     cleaner = PairCleaner(data, training=name == "train")
-    with_alignment = corpus.kind == "synthetic"
+    with_alignment = corpus.kind == "synthetic" or link_file is not None
+    pairs = corpus.pairs(source_split)
+    if link_file is not None:
+        pairs = attach_links(pairs, link_file, data.normalize)
     paths = [out / f"{name}.{data.src_lang}", out / f"{name}.{data.tgt_lang}"]
     if with_alignment:
         paths.append(out / f"{name}.align")
     with (Progress(f"read {name} ({source_split})", total, enabled=progress) as bar,
           atomic_open(paths[0]) as src, atomic_open(paths[1]) as tgt,
           atomic_open(paths[2]) if with_alignment else contextlib.nullcontext() as align):
-        for pair in cleaner.clean(_counted(iter_limited(corpus.pairs(source_split), limit), bar)):
+        for pair in cleaner.clean(_counted(iter_limited(pairs, limit), bar)):
             src.write(pair.source + "\n")
             tgt.write(pair.target + "\n")
             if with_alignment:

@@ -67,7 +67,8 @@ class PreparedData:
         return self.path / f"{split}.{self.src_lang if side == 'src' else self.tgt_lang}"
 
     def gold_alignment_path(self, split: str) -> Path | None:
-        """Gold Pharaoh alignments (source-target) for the synthetic corpus, else None."""
+        """The split's word links (Pharaoh, source-target words): the synthetic corpus's gold
+        ones, or those ``data.alignment_path`` gave; None when it has none."""
         self._check_split(split)
         path = self.path / f"{split}.align"
         return path if path.is_file() else None

@@ -55,6 +55,7 @@ class Translator:
         checkpoint: str = "",
         step: int = 0,
         average: str | None = None,
+        config: Config | None = None,
     ):
         keep_freed_memory()
         self.device = resolve_device(device)
@@ -66,6 +67,8 @@ class Translator:
         self.checkpoint = checkpoint
         self.step = step
         self.average = average
+        #: the checkpoint's config (None: built from parts), e.g. which head reads alignments
+        self.config = config
 
     @classmethod
     def from_checkpoint(
@@ -91,7 +94,7 @@ class Translator:
         model = checkpoint.build_model(resolved_device)
         return cls(model, checkpoint.tokenizer, settings, resolved_device,
                    checkpoint=str(checkpoint.path), step=checkpoint.step,
-                   average=averaged_label(checkpoint.state.get("averaged", [])))
+                   average=averaged_label(checkpoint.state.get("averaged", [])), config=checkpoint.config)
 
     def translate(self, texts: Sequence[str], with_attention: bool = False) -> list[Hypothesis]:
         """One hypothesis per text, in order; blank texts give empty translations.

@@ -9,7 +9,7 @@ from __future__ import annotations
 import io
 import os
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import sentencepiece as spm
 
@@ -17,6 +17,17 @@ from nmt_cli.errors import NmtError
 from nmt_cli.specials import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 WORD_BOUNDARY = "\u2581"  # SentencePiece's word-start marker
+
+
+def word_spans(pieces: Sequence[str]) -> list[range]:
+    """Piece index ranges of each word: ``["\u2581the", "\u2581ca", "t"] -> [range(0, 1), range(1, 3)]``.
+
+    A word starts at every piece that begins with :data:`WORD_BOUNDARY` (and at the first
+    piece), so word ``k`` is the ``k``-th whitespace token of the encoded text.
+    """
+    starts = [k for k, piece in enumerate(pieces) if k == 0 or piece.startswith(WORD_BOUNDARY)]
+    ends = starts[1:] + [len(pieces)]
+    return [range(start, end) for start, end in zip(starts, ends)]
 
 
 def train_sentencepiece(

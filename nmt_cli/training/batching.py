@@ -20,7 +20,7 @@ from nmt_cli.data.binarized import ParallelSplit
 from nmt_cli.errors import NmtError
 from nmt_cli.specials import BOS_ID, EOS_ID, PAD_ID
 
-__all__ = ["Batch", "BatchStream", "collate", "make_batches", "shard_batches"]
+__all__ = ["Batch", "BatchStream", "collate", "collate_links", "make_batches", "shard_batches"]
 
 
 @dataclass
@@ -29,6 +29,12 @@ class Batch:
 
     Masks are True on real tokens. ``num_tokens`` (target tokens incl. EOS) is a Python
     int so loss normalisation and throughput need no device synchronisation.
+
+    ``links`` (when the split has word links, :mod:`nmt_cli.data.links`): one row
+    ``(sentence, target position, source position)`` per piece link, where target position
+    ``t`` is the decoder step that predicts ``tgt_out[:, t]``; ``link_weights`` gives each
+    link ``1 / (links of its target piece)``, so every linked target piece carries a
+    distribution over source pieces that sums to one.
     """
 
     src: Tensor  # (B, S) long
@@ -37,13 +43,15 @@ class Batch:
     tgt_out: Tensor  # (B, T) long
     tgt_mask: Tensor  # (B, T) bool
     num_tokens: int
+    links: Tensor | None = None  # (N, 3) long
+    link_weights: Tensor | None = None  # (N,) float
 
     def to(self, device: torch.device) -> "Batch":
         if device.type == "cpu":
             return self
-        tensors = (self.src, self.src_mask, self.tgt_in, self.tgt_out, self.tgt_mask)
-        moved = [t.pin_memory().to(device, non_blocking=True) for t in tensors]
-        return Batch(*moved, num_tokens=self.num_tokens)
+        tensors = (self.src, self.src_mask, self.tgt_in, self.tgt_out, self.tgt_mask, self.links, self.link_weights)
+        moved = [t if t is None else t.pin_memory().to(device, non_blocking=True) for t in tensors]
+        return Batch(*moved[:5], num_tokens=self.num_tokens, links=moved[5], link_weights=moved[6])
 
 
 def padded_sizes(src_lengths: np.ndarray, tgt_lengths: np.ndarray) -> np.ndarray:
@@ -142,6 +150,7 @@ def collate(split: ParallelSplit, indices: np.ndarray) -> Batch:
         tgt_out[row, tgt_len] = EOS_ID
     src_mask = np.arange(width_src)[None, :] < src_lengths[:, None]  # (B, S)
     tgt_mask = np.arange(width_tgt)[None, :] <= tgt_lengths[:, None]  # (B, T): y + EOS
+    links, weights = collate_links(split, indices) if split.links is not None else (None, None)
     return Batch(
         src=torch.from_numpy(src),
         src_mask=torch.from_numpy(src_mask),
@@ -149,4 +158,20 @@ def collate(split: ParallelSplit, indices: np.ndarray) -> Batch:
         tgt_out=torch.from_numpy(tgt_out),
         tgt_mask=torch.from_numpy(tgt_mask),
         num_tokens=int(tgt_lengths.sum()) + len(indices),
+        links=links,
+        link_weights=weights,
     )
+
+
+def collate_links(split: ParallelSplit, indices: np.ndarray) -> tuple[Tensor, Tensor]:
+    """The piece links of pairs ``indices`` as :attr:`Batch.links` and :attr:`Batch.link_weights`."""
+    per_pair = [split.links_of(index) for index in indices.tolist()]  # (n, 2) (source, target) each
+    rows = np.repeat(np.arange(len(per_pair)), [len(links) for links in per_pair])
+    pairs = np.concatenate(per_pair) if per_pair else np.zeros((0, 2), dtype=np.int64)
+    links = np.stack([rows, pairs[:, 1], pairs[:, 0]], axis=1).astype(np.int64)  # (N, 3)
+    if not len(links):
+        return torch.from_numpy(links), torch.zeros(0)
+    # links sharing (sentence, target piece) split one unit of probability
+    _, group, counts = np.unique(links[:, :2], axis=0, return_inverse=True, return_counts=True)
+    weights = (1.0 / counts)[group.reshape(-1)].astype(np.float32)
+    return torch.from_numpy(links), torch.from_numpy(weights)

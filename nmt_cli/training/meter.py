@@ -24,15 +24,19 @@ class IntervalMeter:
         self.context = context
         saved = saved or {"loss_sum": 0.0, "nll_sum": 0.0, "tokens": 0, "seconds": 0.0}
         share = 1.0 if context.is_main else 0.0
-        self.sums = torch.tensor([saved["loss_sum"] * share, saved["nll_sum"] * share],
-                                 dtype=torch.float64, device=context.device)  # (2,): loss, NLL
+        sums = [saved["loss_sum"], saved["nll_sum"], saved.get("alignment_sum", 0.0)]
+        self.sums = torch.tensor([value * share for value in sums],
+                                 dtype=torch.float64, device=context.device)  # (3,): loss, NLL, alignment
         self.tokens = int(saved["tokens"])
         self.updates = int(saved.get("updates", 0))  # checkpoints before it was saved: 0
         self.skipped = int(saved.get("skipped", 0))
         self.start = time.perf_counter() - saved["seconds"]
 
-    def add_batch(self, loss_sum: torch.Tensor, nll_sum: torch.Tensor) -> None:
-        self.sums += torch.stack((loss_sum.detach(), nll_sum.detach()))
+    def add_batch(self, loss_sum: torch.Tensor, nll_sum: torch.Tensor,
+                  alignment_sum: torch.Tensor | None = None) -> None:
+        """The batch's summed loss and NLL (and alignment cross-entropy, under guided alignment)."""
+        alignment = torch.zeros_like(nll_sum) if alignment_sum is None else alignment_sum.to(nll_sum.dtype)
+        self.sums += torch.stack((loss_sum.detach(), nll_sum.detach(), alignment.detach()))
 
     def add_update(self, tokens: int, applied: bool = True) -> None:
         """``tokens``: target tokens of the update over all processes; ``applied``: False when
@@ -51,11 +55,11 @@ class IntervalMeter:
             self.start += time.perf_counter() - begin
 
     def take(self) -> dict[str, float]:
-        """Totals over all processes (loss and NLL sums, tokens, seconds, updates, skipped
-        updates), then reset."""
-        loss_sum, nll_sum = self.context.sum_tensor(self.sums).tolist()
+        """Totals over all processes (loss, NLL and alignment sums, tokens, seconds, updates,
+        skipped updates), then reset."""
+        loss_sum, nll_sum, alignment_sum = self.context.sum_tensor(self.sums).tolist()
         now = time.perf_counter()
-        totals = {"loss_sum": loss_sum, "nll_sum": nll_sum, "tokens": self.tokens,
+        totals = {"loss_sum": loss_sum, "nll_sum": nll_sum, "alignment_sum": alignment_sum, "tokens": self.tokens,
                   "seconds": max(now - self.start, 1e-9), "updates": self.updates, "skipped": self.skipped}
         self.sums.zero_()
         self.tokens = self.updates = self.skipped = 0
@@ -64,6 +68,6 @@ class IntervalMeter:
 
     def state(self) -> dict[str, float]:
         """The unfinished interval, for a checkpoint (a collective: every rank calls it)."""
-        loss_sum, nll_sum = self.context.sum_tensor(self.sums).tolist()
-        return {"loss_sum": loss_sum, "nll_sum": nll_sum, "tokens": self.tokens,
+        loss_sum, nll_sum, alignment_sum = self.context.sum_tensor(self.sums).tolist()
+        return {"loss_sum": loss_sum, "nll_sum": nll_sum, "alignment_sum": alignment_sum, "tokens": self.tokens,
                 "seconds": time.perf_counter() - self.start, "updates": self.updates, "skipped": self.skipped}

@@ -15,19 +15,26 @@ from dataclasses import dataclass
 from torch import Tensor
 
 from nmt_cli.config import Config
+from nmt_cli.errors import NmtError
 from nmt_cli.models.base import Seq2SeqModel
 from nmt_cli.training.batching import Batch
 from nmt_cli.training.loss import label_smoothed_cross_entropy
 
-__all__ = ["LossTerms", "TranslationObjective", "build_objective"]
+__all__ = ["LossTerms", "TranslationObjective", "GuidedAlignmentObjective", "alignment_cross_entropy",
+           "build_objective"]
+
+#: attention weights below this count as this in the log (a link to a weight of exactly 0)
+MIN_ATTENTION = 1e-9
 
 
 @dataclass
 class LossTerms:
-    """Sums over the batch's target tokens: the loss to minimise and the plain NLL."""
+    """Sums over the batch's target tokens: the loss to minimise and the plain NLL (and, for
+    guided alignment, the alignment cross-entropy alone, for the log)."""
 
     loss: Tensor
     nll: Tensor
+    alignment: Tensor | None = None
 
 
 class TranslationObjective:
@@ -47,6 +54,50 @@ class TranslationObjective:
         return LossTerms(loss, nll)
 
 
+def alignment_cross_entropy(attention: Tensor, links: Tensor, weights: Tensor) -> Tensor:
+    """Summed cross-entropy between link distributions and attention rows.
+
+    ``attention`` (B, T, S): one head's weights; ``links`` (N, 3) rows ``(sentence, target
+    position, source position)`` and ``weights`` (N,) as in :class:`Batch`. For every
+    linked target piece ``t`` with link distribution ``q_t`` (uniform over its linked
+    source pieces): ``sum_t sum_s -q_t(s) log a_t(s)``, i.e. ``sum_links -w log a``
+    (fairseq's and OpenNMT-py's alignment loss). Target pieces without links add nothing.
+    """
+    linked = attention[links[:, 0], links[:, 1], links[:, 2]]  # (N,)
+    return -(weights.to(linked.dtype) * linked.float().clamp_min(MIN_ATTENTION).log()).sum()
+
+
+class GuidedAlignmentObjective(TranslationObjective):
+    """Guided alignment training (Garg et al. 2019): the translation loss plus ``weight`` times
+    :func:`alignment_cross_entropy` of one cross-attention head and the batch's word links.
+
+    The head is ``model.alignment_head`` of decoder layer ``model.alignment_layer``; its
+    row for target position ``t`` is the step that predicts ``tgt_out[t]``, the row ``nmt
+    align`` reads. Both terms are sums over the batch, so the loop's normalisation by
+    target tokens applies to both, as in fairseq.
+    """
+
+    def __init__(self, label_smoothing: float, weight: float, layer: int, head: int):
+        super().__init__(label_smoothing)
+        self.weight, self.layer, self.head = weight, layer, head
+
+    def __call__(self, module, model: Seq2SeqModel, batch: Batch) -> LossTerms:
+        if batch.links is None:
+            raise NmtError("guided alignment (train.alignment_weight > 0) needs word links in the training split: "
+                           "prepare it with data.alignment_path")
+        features, attention = module(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask, need_attention=True,
+                                     features_only=True)  # (B, T, F), (B, L, H, T, S)
+        loss, nll = label_smoothed_cross_entropy(features, model.output_layer(), batch.tgt_out, batch.tgt_mask,
+                                                 self.label_smoothing)
+        head = attention[:, self.layer, self.head]  # (B, T, S)
+        alignment = alignment_cross_entropy(head, batch.links, batch.link_weights)
+        return LossTerms(loss + self.weight * alignment.to(loss.dtype), nll, alignment.detach())
+
+
 def build_objective(config: Config) -> TranslationObjective:
-    """The training objective ``config`` asks for."""
-    return TranslationObjective(config.train.label_smoothing)
+    """The training objective ``config`` asks for: guided alignment when ``train.alignment_weight`` > 0."""
+    train = config.train
+    if train.alignment_weight > 0:
+        return GuidedAlignmentObjective(train.label_smoothing, train.alignment_weight, config.model.alignment_layer,
+                                        config.model.alignment_head)
+    return TranslationObjective(train.label_smoothing)

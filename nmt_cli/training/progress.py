@@ -25,7 +25,7 @@ TRAIN_LOG = "train.log"
 
 
 #: decimals each metric is shown with, in the progress line and the validation line alike
-METRIC_DECIMALS = {"loss": 4, "ppl": 2, "bleu": 2}
+METRIC_DECIMALS = {"loss": 4, "ppl": 2, "bleu": 2, "aer": 4, "align_loss": 4}
 
 
 def format_metric(name: str, value: float) -> str:
@@ -43,6 +43,8 @@ def progress_line(record: dict[str, Any], max_steps: int, eta: float | None) -> 
         skipped = record["skipped_updates"]
         scaling = f" | loss scale {record['loss_scale']:g}" + (f", {skipped} overflow(s) skipped" if skipped else "")
     losses = f"{format_metric('loss', record['loss'])} | {format_metric('ppl', record['ppl'])}"
+    if "align_loss" in record:  # guided alignment: its cross-entropy per target token, inside the loss
+        losses += f" | {format_metric('align_loss', record['align_loss'])}"
     return (
         f"step {record['step']}{total} | epoch {record['epoch']} | {losses} | lr {record['lr']:.3e} | "
         f"{record['tokens_per_s']:,.0f} tok/s{scaling} | "

@@ -39,6 +39,7 @@ from torch.nn.parallel import DistributedDataParallel
 from nmt_cli.allocator import keep_freed_memory
 from nmt_cli.checkpoint import list_checkpoints, load_optimizer_state, load_weights, save_checkpoint, write_average
 from nmt_cli.config import Config
+from nmt_cli.data.binarized import ParallelSplit
 from nmt_cli.data.prepared import PreparedData
 from nmt_cli.errors import NmtError
 from nmt_cli.fileio import atomic_write_json
@@ -118,6 +119,19 @@ def train(config: Config, prepared_dir: str | Path, run_dir: str | Path, *, rest
         context.close()
 
 
+def check_word_links(config: Config, data: PreparedData, train_split: ParallelSplit) -> None:
+    """Guided alignment needs piece links in the training split, and choosing the best
+    checkpoint by AER needs word links for the validation split."""
+    if config.train.alignment_weight > 0 and train_split.links is None:
+        raise NmtError(f"{data.path}: train.alignment_weight > 0 needs word links for the training split; prepare "
+                       "with data.alignment_path (a folder holding train.align), or again with --force when it was "
+                       "prepared before nmt-cli stored links")
+    if config.train.early_stop_metric == "aer" and (
+            "valid" not in data.split_names or data.gold_alignment_path("valid") is None):
+        raise NmtError(f"{data.path}: train.early_stop_metric=aer needs word links for the validation split "
+                       "(data.alignment_path with its <valid split>.align)")
+
+
 def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
     np.random.seed(seed)
@@ -138,6 +152,7 @@ class Trainer:
         if self.cfg.num_threads > 0:
             torch.set_num_threads(self.cfg.num_threads)
         self.train_split = data.split("train")
+        check_word_links(config, data, self.train_split)
         self.early_stopping = EarlyStopping(self.cfg)
         seed_everything(self.cfg.seed)
         tokenizer = data.tokenizer
@@ -253,7 +268,7 @@ class Trainer:
                 with self.precision.autocast():
                     terms = self.objective(self.module, self.model, batch)
                 self.updater.backward(terms.loss * scale)
-            self.interval.add_batch(terms.loss, terms.nll)
+            self.interval.add_batch(terms.loss, terms.nll, terms.alignment)
         applied = self.updater.step()
         self.interval.add_update(tokens, applied)
         return interrupted > 0, timed_out > 0, applied
@@ -292,6 +307,7 @@ class Trainer:
             "epoch": self.stream_of_batches.epoch,
             "loss": totals["loss_sum"] / tokens,
             "ppl": math.exp(min(totals["nll_sum"] / tokens, 100.0)),
+            **({"align_loss": totals["alignment_sum"] / tokens} if self.cfg.alignment_weight > 0 else {}),
             "lr": self.updater.learning_rate,
             "tokens_per_s": totals["tokens"] / totals["seconds"],
             "tokens_per_update": totals["tokens"] / max(totals["updates"], 1),
@@ -316,19 +332,22 @@ class Trainer:
 
     def _validate(self) -> bool:
         """Validate (on rank 0, shared with all ranks); True when patience is exhausted."""
+        names = ("loss", "ppl", "bleu", "aer")
         with self.interval.paused():
-            values = [math.nan, math.nan, math.nan]
+            values = [math.nan] * len(names)
             if self.context.is_main:
                 result = validate(self.model, self.data, self.config, self.context.device, self.precision)
                 self.model.train()
-                values = [result["loss"], result["ppl"], math.nan if result["bleu"] is None else result["bleu"]]
-            loss, ppl, bleu = self.context.broadcast_floats(values)
+                values = [math.nan if result[name] is None else result[name] for name in names]
+            shared = self.context.broadcast_floats(values)
+            loss, ppl, bleu, aer = shared
             result = {"step": self.state.step, "loss": loss, "ppl": ppl, "bleu": None if math.isnan(bleu) else bleu}
+            if not math.isnan(aer):  # only when the validation split has word links
+                result["aer"] = aer
             improved = self.early_stopping.record(self.state, result)
             self.updater.after_validation(result[self.early_stopping.metric])
             self.log.record({"kind": "valid", **result})
-            shown = " | ".join(format_metric(name, result[name]) for name in ("loss", "ppl", "bleu")
-                               if result[name] is not None)
+            shown = " | ".join(format_metric(name, result[name]) for name in names if result.get(name) is not None)
             self.log.line(f"valid step {self.state.step} | {shown} | {self._best_text()}"
                           + ("" if improved else f" ({self.state.bad_validations} without improvement)"))
             if self.context.is_main:

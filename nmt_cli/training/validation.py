@@ -1,5 +1,6 @@
-"""Validation during training: per-token loss, perplexity and greedy-decoding BLEU, and
-which validation is the best (:class:`EarlyStopping`)."""
+"""Validation during training: per-token loss, perplexity, greedy-decoding BLEU and, when the
+validation split has word links, the alignment error rate of the model's default
+reading; and which validation is the best (:class:`EarlyStopping`)."""
 
 from __future__ import annotations
 
@@ -9,17 +10,23 @@ import math
 import sacrebleu
 import torch
 
+from nmt_cli.alignment.api import model_alignment_score
 from nmt_cli.config import Config, TrainConfig
 from nmt_cli.data.binarized import ParallelSplit
 from nmt_cli.data.prepared import PreparedData
 from nmt_cli.decoding import generate
 from nmt_cli.models.base import Seq2SeqModel
+from nmt_cli.pharaoh import read_alignments
 from nmt_cli.precision import Precision
+from nmt_cli.textio import read_lines
 from nmt_cli.training.batching import collate, make_batches
 from nmt_cli.training.objective import TranslationObjective
 from nmt_cli.training.state import TrainingState
 
-__all__ = ["validation_loss", "validation_bleu", "validate", "EarlyStopping"]
+__all__ = ["validation_loss", "validation_bleu", "validation_aer", "validate", "EarlyStopping"]
+
+#: how each metric ranks validations: higher or lower is better
+METRIC_MODES = {"bleu": "max", "loss": "min", "aer": "min"}
 
 
 @torch.no_grad()
@@ -61,14 +68,28 @@ def validation_bleu(model: Seq2SeqModel, data: PreparedData, config: Config, dev
     return sacrebleu.corpus_bleu(texts, [references]).score
 
 
+@torch.no_grad()
+def validation_aer(model: Seq2SeqModel, data: PreparedData, config: Config, precision: Precision) -> float | None:
+    """AER of the validation split's word links (``valid.align``, taken as gold) against the
+    model's alignments as ``nmt align`` reads them by default; None without links."""
+    gold_path = data.gold_alignment_path("valid")
+    if gold_path is None:
+        return None
+    sources, targets = (read_lines(data.text_path("valid", side)) for side in ("src", "tgt"))
+    with precision.autocast():
+        score = model_alignment_score(model, data.tokenizer, config, sources, targets, read_alignments(gold_path))
+    return score.aer
+
+
 def validate(model: Seq2SeqModel, data: PreparedData, config: Config, device: torch.device,
              precision: Precision) -> dict[str, float | None]:
-    """``loss`` and ``ppl`` of the validation split, and its greedy ``bleu`` (None unless
-    ``train.valid_bleu``). The model is left in evaluation mode."""
+    """``loss`` and ``ppl`` of the validation split, its greedy ``bleu`` (None unless
+    ``train.valid_bleu``) and ``aer`` (None unless it has word links). The model is left
+    in evaluation mode."""
     model.eval()
     loss, ppl = validation_loss(model, data.split("valid"), config.train.max_tokens, device, precision)
     bleu = validation_bleu(model, data, config, device) if config.train.valid_bleu else None
-    return {"loss": loss, "ppl": ppl, "bleu": bleu}
+    return {"loss": loss, "ppl": ppl, "bleu": bleu, "aer": validation_aer(model, data, config, precision)}
 
 
 class EarlyStopping:
@@ -76,7 +97,7 @@ class EarlyStopping:
     validations without improvement end the run."""
 
     def __init__(self, cfg: TrainConfig):
-        self.metric, self.mode = ("bleu", "max") if cfg.early_stop_metric == "bleu" else ("loss", "min")
+        self.metric, self.mode = cfg.early_stop_metric, METRIC_MODES[cfg.early_stop_metric]
         self.patience = cfg.patience
 
     def is_better(self, value: float, best: float | None) -> bool:
@@ -86,7 +107,7 @@ class EarlyStopping:
         return value > best if self.mode == "max" else value < best
 
     def record(self, state: TrainingState, result: dict) -> bool:
-        """Add ``result`` (``{"step", "loss", "ppl", "bleu"}``) to ``state``; True when it is the new best."""
+        """Add ``result`` (``{"step", "loss", "ppl", "bleu", "aer"}``) to ``state``; True when it is the new best."""
         state.validations.append(result)
         value = result[self.metric]
         improved = self.is_better(value, state.best["value"] if state.best else None)

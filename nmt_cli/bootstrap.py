@@ -1,0 +1,190 @@
+"""Word alignments without an external aligner: bootstrapped guided alignment.
+
+``nmt align bootstrap --config CFG --out DIR`` runs, from one translation config:
+
+1. ``forward`` and ``reverse``: ``nmt prepare`` + ``nmt train`` of the config in both
+   directions (the reverse one swaps ``data.src_lang`` and ``data.tgt_lang``);
+2. ``links``: both models align the cleaned training text by forced decoding, read with
+   the attention that makes the two directions agree most (:func:`agreed_reading`, no
+   gold links involved), and the two link sets are symmetrised with grow-diag-final;
+3. ``guided``: a third model with the config's settings learns translation and those
+   links together (guided alignment, Garg et al. 2019; ``train.alignment_weight``,
+   0.05 when the config leaves it at 0). ``nmt align --checkpoint DIR/guided/run``
+   then reads its supervised head by default.
+
+This is the bootstrapping of Zenkel et al. 2020 (guided alignment training on the
+symmetrised alignments of the model's own attention) with a translation model's
+attention as the first alignments. Every stage resumes: a rerun reuses prepared data,
+finished runs and written links, so an interrupted bootstrap goes on where it stopped.
+``DIR/bootstrap.json`` records each stage's settings and wall time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence, TextIO
+
+from nmt_cli.alignment.api import Aligner, AlignOptions
+from nmt_cli.alignment.model import AlignmentModel
+from nmt_cli.alignment.reader import AttentionReading, HeadSelection
+from nmt_cli.checkpoint import list_checkpoints
+from nmt_cli.config import Config
+from nmt_cli.data.prepare import prepare
+from nmt_cli.data.prepared import PreparedData
+from nmt_cli.fileio import atomic_open, atomic_write_json
+from nmt_cli.pharaoh import format_links
+from nmt_cli.textio import read_lines
+from nmt_cli.training import train
+
+__all__ = ["AGREEMENT_SAMPLE", "DEFAULT_GUIDE_WEIGHT", "ReadingChoice", "agreed_reading", "bootstrap"]
+
+#: training pairs the first-stage reading is chosen on
+AGREEMENT_SAMPLE = 2000
+#: the alignment loss weight of Garg et al. 2019, when the config leaves train.alignment_weight at 0
+DEFAULT_GUIDE_WEIGHT = 0.05
+ALIGN_CHUNK = 5000
+SYMMETRIZATION = "grow-diag-final"
+
+
+@dataclass(frozen=True)
+class ReadingChoice:
+    """A reading of both directions and how well their links agree (Dice of the link sets)."""
+
+    selection: HeadSelection
+    shift: bool
+    agreement: float
+
+    def describe(self) -> str:
+        return f"{self.selection.describe()} shift={'on' if self.shift else 'off'} (agreement {self.agreement:.4f})"
+
+
+def agreed_reading(forward: AlignmentModel, reverse: AlignmentModel, src_lines: Sequence[str],
+                   tgt_lines: Sequence[str]) -> list[ReadingChoice]:
+    """Every layer average and the all-layer average, with and without shift, read the same
+    way in both directions; ranked by ``2 |F & R| / (|F| + |R|)`` of their argmax links
+    (agreement between directions as an unsupervised criterion, after Liang et al. 2006)."""
+    forward_pairs = forward.encode(src_lines, tgt_lines)
+    reverse_pairs = reverse.encode(tgt_lines, src_lines)
+    layers = min(forward.layers_and_heads[0], reverse.layers_and_heads[0])
+    selections = [HeadSelection(layer, None) for layer in range(-layers, 0)] + [HeadSelection(None, None)]
+    choices = []
+    for shift in (False, True):
+        forward_attention = forward.attention(forward_pairs, shift)  # (L, H, T, S) each
+        reverse_attention = reverse.attention(reverse_pairs, shift)
+        for selection in selections:
+            reading = AttentionReading(selection)
+            agreed = total = 0
+            for pair, back, f_att, r_att in zip(forward_pairs, reverse_pairs, forward_attention, reverse_attention):
+                links = set(pair.read(selection.apply(f_att), reading).links)
+                back_links = {(i, j) for j, i in back.read(selection.apply(r_att), reading).links}
+                agreed += 2 * len(links & back_links)
+                total += len(links) + len(back_links)
+            choices.append(ReadingChoice(selection, shift, agreed / total if total else 0.0))
+    return sorted(choices, key=lambda choice: -choice.agreement)
+
+
+@dataclass(frozen=True)
+class Stages:
+    """Where each stage writes under the bootstrap directory."""
+
+    root: Path
+
+    def prepared(self, stage: str) -> Path:
+        return self.root / stage / "prepared"
+
+    def run(self, stage: str) -> Path:
+        return self.root / stage / "run"
+
+    @property
+    def links(self) -> Path:
+        return self.root / "links"
+
+
+def reverse_config(config: Config) -> Config:
+    """The same settings for the opposite direction."""
+    return config.with_overrides({"data.src_lang": config.data.tgt_lang, "data.tgt_lang": config.data.src_lang})
+
+
+def guided_config(config: Config, links: Path, split_names: Sequence[str]) -> Config:
+    """The config trained on the bootstrap links: the forward stage's cleaned text (splits
+    ``split_names``) with ``links/train.align``, and guided alignment on."""
+    weight = config.train.alignment_weight or DEFAULT_GUIDE_WEIGHT
+    splits = {f"data.{name}_split": name if name in split_names else "" for name in ("train", "valid", "test")}
+    return config.with_overrides({"data.source": "files", "data.path": str(links), "data.alignment_path": str(links),
+                                  **splits, "data.max_train_pairs": 0, "data.max_eval_pairs": 0,
+                                  "train.alignment_weight": weight})
+
+
+def bootstrap(config: Config, out_dir: str | os.PathLike, device: str = "cpu", progress: bool = True,
+              stream: TextIO | None = None) -> dict:
+    """Run (or resume) every stage into ``out_dir``; returns the record of ``bootstrap.json``.
+
+    A stage's ``seconds`` are its own cost, whatever the reruns: data preparation plus the
+    training run's elapsed time (both as recorded by them), or the alignment of the links.
+    """
+    stages = Stages(Path(out_dir).expanduser().resolve())
+    stages.root.mkdir(parents=True, exist_ok=True)
+    record_path = stages.root / "bootstrap.json"
+    record = json.loads(record_path.read_text(encoding="utf-8")) if record_path.is_file() else {"stages": {}}
+
+    def save(name: str, details: dict) -> None:
+        record["stages"][name] = details
+        atomic_write_json(record_path, record)
+
+    for name, stage_config in (("forward", config), ("reverse", reverse_config(config))):
+        save(name, _prepare_and_train(stage_config, stages, name, device, progress, stream))
+    if "links" not in record["stages"] or not (stages.links / "train.align").is_file():
+        save("links", _write_links(stages, device, stream))
+    split_names = PreparedData(stages.prepared("forward")).split_names
+    save("guided", _prepare_and_train(guided_config(config, stages.links, split_names), stages, "guided", device,
+                                      progress, stream))
+    record["aligner"] = str(stages.run("guided"))
+    atomic_write_json(record_path, record)
+    return record
+
+
+def _prepare_and_train(config: Config, stages: Stages, name: str, device: str, progress: bool,
+                       stream: TextIO | None) -> dict:
+    manifest = prepare(config, stages.prepared(name), progress=progress)
+    summary = train(config, stages.prepared(name), stages.run(name), device=device, stream=stream)
+    newest = list_checkpoints(stages.run(name))[-1]
+    elapsed = json.loads((newest / "state.json").read_text(encoding="utf-8"))["elapsed_seconds"]
+    return {"step": summary.step, "stop_reason": summary.stop_reason,
+            "seconds": round(manifest["elapsed_seconds"] + elapsed, 1)}
+
+
+def _write_links(stages: Stages, device: str, stream: TextIO | None) -> dict:
+    """Align the forward stage's cleaned training text both ways; links/ gets that text and
+    ``train.align`` (and the other splits' text, without links)."""
+    started = time.perf_counter()
+    target = stages.links / "train.align"
+    data = PreparedData(stages.prepared("forward"))
+    stages.links.mkdir(parents=True, exist_ok=True)
+    for split in data.split_names:
+        for side, lang in (("src", data.src_lang), ("tgt", data.tgt_lang)):
+            link = stages.links / f"{split}.{lang}"
+            if not link.exists():
+                link.symlink_to(data.text_path(split, side))
+    src_lines, tgt_lines = read_lines(data.text_path("train", "src")), read_lines(data.text_path("train", "tgt"))
+    aligner = Aligner(stages.run("forward"), device=device, reverse_checkpoint=stages.run("reverse"))
+    choices = agreed_reading(aligner.forward, aligner.reverse, src_lines[:AGREEMENT_SAMPLE],
+                             tgt_lines[:AGREEMENT_SAMPLE])
+    best = choices[0]
+    if stream is not None:
+        print(f"bootstrap: first-stage reading {best.describe()}", file=stream, flush=True)
+    options = AlignOptions(reading=AttentionReading(best.selection), shift=best.shift, symmetrization=SYMMETRIZATION)
+    aligner = Aligner(stages.run("forward"), options, device, stages.run("reverse"))
+    links = 0
+    with atomic_open(target) as handle:
+        for start in range(0, len(src_lines), ALIGN_CHUNK):
+            chunk = slice(start, start + ALIGN_CHUNK)
+            for sentence in aligner.align(src_lines[chunk], tgt_lines[chunk]):
+                handle.write(format_links(sentence.links) + "\n")
+                links += len(sentence.links)
+    return {"reading": best.selection.describe(), "shift": best.shift, "agreement": round(best.agreement, 4),
+            "candidates": [choice.describe() for choice in choices], "links": links, "pairs": len(src_lines),
+            "seconds": round(time.perf_counter() - started, 1)}

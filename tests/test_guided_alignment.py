@@ -1,0 +1,292 @@
+"""Guided alignment: word links through prepare, collate and the loss; the head `nmt align`
+reads by default; the validation AER; exact resume."""
+
+from __future__ import annotations
+
+import io
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from nmt_cli.alignment.aer import score_alignments
+from nmt_cli.alignment.api import Aligner, AlignOptions
+from nmt_cli.alignment.model import AlignmentModel
+from nmt_cli.alignment.reader import AttentionReading, HeadSelection, default_selection
+from nmt_cli.bootstrap import agreed_reading, bootstrap
+from nmt_cli.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
+from nmt_cli.config import Config
+from nmt_cli.data.links import piece_links
+from nmt_cli.data.prepare import prepare
+from nmt_cli.data.prepared import PreparedData
+from nmt_cli.decoding import Translator
+from nmt_cli.errors import ConfigError, InputError, NmtError
+from nmt_cli.models import build_model
+from nmt_cli.pharaoh import read_alignments
+from nmt_cli.training import train
+from nmt_cli.training.batching import collate, collate_links
+from nmt_cli.training.objective import GuidedAlignmentObjective, alignment_cross_entropy, build_objective
+from nmt_cli.training.progress import read_metrics
+from nmt_cli.translation import hypothesis_alignment
+
+B = "\u2581"
+
+TINY = {
+    "model.d_model": 32, "model.heads": 2, "model.ffn_dim": 64, "model.encoder_layers": 1,
+    "model.decoder_layers": 2, "model.dropout": 0.2, "train.max_tokens": 300, "train.num_threads": 1,
+    "train.warmup_steps": 10, "train.lr": 3e-3, "train.log_every": 1, "train.valid_every": 0,
+    "train.early_stop_metric": "loss", "train.valid_bleu": False,
+}
+GUIDED = {**TINY, "train.alignment_weight": 0.5, "model.alignment_layer": 0, "model.alignment_head": 1}
+
+
+# ---- words -> pieces ----------------------------------------------------------------------
+
+
+def test_a_word_link_links_every_piece_of_both_words():
+    src = [f"{B}der", f"{B}klein", "e", f"{B}hund"]  # words: der | klein e | hund
+    tgt = [f"{B}the", f"{B}sm", "all", f"{B}dog"]  # words: the | sm all | dog
+    mapped = piece_links([(0, 0), (1, 1), (2, 2)], src, tgt)
+    # (source piece, target piece), sorted by target piece
+    assert mapped.tolist() == [[0, 0], [1, 1], [2, 1], [1, 2], [2, 2], [3, 3]]
+    assert piece_links([], src, tgt).shape == (0, 2)
+
+
+def _files_corpus(folder, pairs, links):
+    folder.mkdir(parents=True, exist_ok=True)
+    for split in ("train", "valid"):
+        (folder / f"{split}.de").write_text("".join(de + "\n" for de, _ in pairs), encoding="utf-8")
+        (folder / f"{split}.en").write_text("".join(en + "\n" for _, en in pairs), encoding="utf-8")
+    (folder / "links").mkdir(exist_ok=True)
+    (folder / "links" / "train.align").write_text("".join(line + "\n" for line in links), encoding="utf-8")
+    return Config().with_overrides({
+        "data.source": "files", "data.path": str(folder), "data.valid_split": "valid", "data.test_split": "",
+        "data.vocab_size": 40, "data.alignment_path": str(folder / "links"), "data.max_length_ratio": 0,
+    })
+
+
+PAIRS = [("der kleine hund", "the small dog"), ("  ", "nothing"), ("ein mann liest", "a man reads")] * 8
+LINKS = ["0-0 1-1 2-2", "", "0-0 1-1 2p2"] * 8
+
+
+def test_prepare_keeps_the_links_of_the_pairs_cleaning_keeps(tmp_path):
+    manifest = prepare(_files_corpus(tmp_path / "raw", PAIRS, LINKS), tmp_path / "prep", progress=False)
+    data = PreparedData(tmp_path / "prep")
+    train = manifest["splits"]["train"]
+    assert train["kept"] == 16 and train["dropped"] == {"empty": 8}
+    assert train["links"] == {"pairs_with_links": 16, "word_links": 48, "piece_links": train["links"]["piece_links"],
+                              "unmatched_pairs": 0}
+    assert "links" not in manifest["splits"]["valid"] and data.split("valid").links is None
+    kept_links = data.gold_alignment_path("train").read_text().splitlines()
+    assert kept_links == ["0-0 1-1 2-2", "0-0 1-1 2p2"] * 8  # the empty pair went with its line
+    split = data.split("train")
+    for index, line in enumerate(kept_links):
+        src = data.tokenizer.src_pieces(split.src[index])
+        tgt = data.tokenizer.tgt_pieces(split.tgt[index])
+        expected = piece_links(read_alignments(data.gold_alignment_path("train"))[index].possible, src, tgt)
+        np.testing.assert_array_equal(split.links_of(index), expected)
+    assert manifest["inputs"]["train"]["train.align"]
+
+
+def test_bad_link_files_name_the_file_and_line(tmp_path):
+    with pytest.raises(InputError, match=r"train.align:3: link 0-3 is outside the pair \(3 source and 3 target"):
+        prepare(_files_corpus(tmp_path / "a", PAIRS, ["0-0", "", "0-3"] + LINKS[3:]), tmp_path / "pa", progress=False)
+    with pytest.raises(InputError, match=r"train.align:2: .*ends at line 1"):
+        prepare(_files_corpus(tmp_path / "b", PAIRS, ["0-0"]), tmp_path / "pb", progress=False)
+    with pytest.raises(InputError, match=r"train.align:25: has more lines than the split's 24 pairs"):
+        prepare(_files_corpus(tmp_path / "c", PAIRS, LINKS + ["0-0"]), tmp_path / "pc", progress=False)
+    with pytest.raises(InputError, match=r"bad alignment link 'x-1'"):
+        prepare(_files_corpus(tmp_path / "d", PAIRS, ["x-1"] + LINKS[1:]), tmp_path / "pd", progress=False)
+
+
+def test_config_checks_the_supervised_head_exists():
+    with pytest.raises(ConfigError, match=r"model.alignment_layer': -2 is not a decoder layer .*\(1 attention"):
+        Config().with_overrides({"train.alignment_weight": 0.05, "model.decoder_layers": 1})
+    with pytest.raises(ConfigError, match=r"model.alignment_head': 8 is not a head"):
+        Config().with_overrides({"train.alignment_weight": 0.05, "model.alignment_head": 8})
+    with pytest.raises(ConfigError, match=r"data.alignment_path': the synthetic corpus"):
+        Config().with_overrides({"data.alignment_path": "links"})
+    assert Config().with_overrides({"model.decoder_layers": 1}).train.alignment_weight == 0  # off: not checked
+
+
+# ---- batches and the loss -------------------------------------------------------------------
+
+
+def test_collate_gives_each_linked_target_piece_a_distribution(tiny_prepared):
+    split = PreparedData(tiny_prepared).split("train")
+    indices = np.array([3, 0, 7])
+    links, weights = collate_links(split, indices)
+    for row, index in enumerate(indices):
+        mine = links[links[:, 0] == row]
+        np.testing.assert_array_equal(mine[:, [2, 1]].numpy(), split.links_of(index))
+    totals = {}
+    for (row, target, _), weight in zip(links.tolist(), weights.tolist()):
+        totals[row, target] = totals.get((row, target), 0.0) + weight
+    assert totals and all(math.isclose(total, 1.0, rel_tol=1e-6) for total in totals.values())
+    batch = collate(split, indices)
+    assert torch.equal(batch.links, links) and torch.equal(batch.link_weights, weights)
+    assert int(batch.links[:, 1].max()) < batch.tgt_out.size(1) - 1  # never the EOS row
+
+
+def test_the_alignment_loss_is_the_cross_entropy_of_the_link_distributions():
+    attention = torch.tensor([[[0.7, 0.2, 0.1], [0.1, 0.6, 0.3]],
+                              [[0.5, 0.5, 0.0], [0.25, 0.25, 0.5]]])  # (B=2, T=2, S=3)
+    # sentence 0: target 0 -> source 0; target 1 -> sources 1 and 2; sentence 1: target 1 -> source 2
+    links = torch.tensor([[0, 0, 0], [0, 1, 1], [0, 1, 2], [1, 1, 2]])
+    weights = torch.tensor([1.0, 0.5, 0.5, 1.0])
+    expected = -(math.log(0.7) + 0.5 * math.log(0.6) + 0.5 * math.log(0.3) + math.log(0.5))
+    assert alignment_cross_entropy(attention, links, weights).item() == pytest.approx(expected, rel=1e-6)
+
+
+def test_the_guided_objective_adds_the_weighted_loss_of_the_chosen_head(tiny_prepared):
+    data = PreparedData(tiny_prepared)
+    config = Config().with_overrides(GUIDED)
+    model = build_model(config.model, data.tokenizer.src_vocab_size, data.tokenizer.tgt_vocab_size, True).eval()
+    objective = build_objective(config)
+    assert isinstance(objective, GuidedAlignmentObjective)
+    batch = collate(data.split("train"), np.arange(6))
+    terms = objective(model, model, batch)
+    plain = build_objective(Config().with_overrides(TINY))(model, model, batch)
+    _, attention = model(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask, need_attention=True)
+    alignment = alignment_cross_entropy(attention[:, 0, 1], batch.links, batch.link_weights)
+    torch.testing.assert_close(terms.nll, plain.nll)
+    torch.testing.assert_close(terms.loss, plain.loss + 0.5 * alignment)
+    torch.testing.assert_close(terms.alignment, alignment)
+
+
+def test_guided_training_needs_links(tiny_prepared, tmp_path):
+    stripped = tmp_path / "prepared"
+    stripped.mkdir()
+    for path in tiny_prepared.iterdir():
+        if not path.name.startswith("train.links"):
+            (stripped / path.name).symlink_to(path)
+    with pytest.raises(NmtError, match="needs word links for the training split"):
+        train(Config().with_overrides({**GUIDED, "train.max_steps": 1}), stripped, tmp_path / "run",
+              stream=io.StringIO())
+
+
+# ---- training: resume, validation AER ---------------------------------------------------------
+
+
+def _train_losses(run_dir, key="loss"):
+    return {r["step"]: r[key] for r in read_metrics(run_dir) if r["kind"] == "train"}
+
+
+def test_guided_training_resumes_exactly(tiny_prepared, tmp_path):
+    settings = {**GUIDED, "train.save_every": 4, "train.update_freq": 2}
+    train(Config().with_overrides({**settings, "train.max_steps": 10}), tiny_prepared, tmp_path / "whole",
+          stream=io.StringIO())
+    train(Config().with_overrides({**settings, "train.max_steps": 4}), tiny_prepared, tmp_path / "split",
+          stream=io.StringIO())
+    train(Config().with_overrides({**settings, "train.max_steps": 10}), tiny_prepared, tmp_path / "split",
+          stream=io.StringIO())
+    whole, split = _train_losses(tmp_path / "whole"), _train_losses(tmp_path / "split")
+    assert sorted(split) == list(range(1, 11))
+    assert split == pytest.approx(whole, abs=1e-6)
+    assert _train_losses(tmp_path / "split", "align_loss") == pytest.approx(
+        _train_losses(tmp_path / "whole", "align_loss"), abs=1e-6)
+
+
+def test_validation_aer_is_logged_and_is_what_nmt_align_scores(tiny_prepared, tmp_path):
+    config = Config().with_overrides({**GUIDED, "train.max_steps": 6, "train.valid_every": 3,
+                                      "train.early_stop_metric": "aer"})
+    stream = io.StringIO()
+    summary = train(config, tiny_prepared, tmp_path / "run", stream=stream)
+    lines = [line for line in stream.getvalue().splitlines() if line.startswith("valid step")]
+    assert len(lines) == 2 and all(" | aer 0." in line and "best aer" in line for line in lines)
+    records = [r for r in read_metrics(tmp_path / "run") if r["kind"] == "valid"]
+    assert [r["step"] for r in records] == [3, 6] and all(0 <= r["aer"] <= 1 for r in records)
+    assert summary.best["metric"] == "aer" and summary.best["value"] == min(r["aer"] for r in records)
+    # the AER of step 6 is that of the checkpoint as `nmt align` reads it by default
+    data = PreparedData(tiny_prepared)
+    sources = data.text_path("valid", "src").read_text(encoding="utf-8").splitlines()
+    targets = data.text_path("valid", "tgt").read_text(encoding="utf-8").splitlines()
+    gold = read_alignments(data.gold_alignment_path("valid"))
+    aligned = Aligner(list_checkpoints(tmp_path / "run")[-1]).align(sources, targets)
+    lengths = [(len(s.src_words), len(s.tgt_words)) for s in aligned]
+    assert score_alignments(gold, [s.links for s in aligned], lengths).aer == pytest.approx(records[-1]["aer"])
+
+
+def test_aer_as_the_best_metric_needs_validation_links(tmp_path):
+    raw = tmp_path / "raw"
+    config = _files_corpus(raw, PAIRS, LINKS)
+    prepare(config, tmp_path / "prep", progress=False)
+    with pytest.raises(NmtError, match="early_stop_metric=aer needs word links for the validation split"):
+        train(config.with_overrides({**TINY, "train.early_stop_metric": "aer", "train.max_steps": 1}),
+              tmp_path / "prep", tmp_path / "run", stream=io.StringIO())
+
+
+# ---- the default reading -------------------------------------------------------------------------
+
+
+def test_the_default_reading_is_the_supervised_head_of_a_guided_model(tiny_prepared, tmp_path):
+    guided, plain = Config().with_overrides(GUIDED), Config().with_overrides(TINY)
+    assert default_selection(guided) == HeadSelection(0, (1,))
+    assert default_selection(plain) == HeadSelection(-1, None) == default_selection(None)
+    assert HeadSelection.parse(None, None) is None and HeadSelection.parse("0", None) == HeadSelection(0, None)
+    data = PreparedData(tiny_prepared)
+    paths = {}
+    for name, config in (("guided", guided), ("plain", plain)):
+        torch.manual_seed(0)
+        model = build_model(config.model, data.tokenizer.src_vocab_size, data.tokenizer.tgt_vocab_size, True)
+        paths[name] = save_checkpoint(tmp_path / name, model.state_dict(), config, data.tokenizer, {"step": 1})
+    aligner = Aligner(paths["guided"], reverse_checkpoint=paths["plain"])
+    assert aligner.settings["selection"] == "layer=0 heads=1"
+    assert aligner.settings["reverse_selection"] == "layer=-1 heads=all"
+    named = Aligner(paths["guided"], AlignOptions(reading=AttentionReading(HeadSelection(-1, None))))
+    assert named.settings["selection"] == "layer=-1 heads=all"
+    # nmt translate --alignments reads the same head: its links are those of that head alone
+    translator = Translator.from_checkpoint(paths["guided"], device="cpu", overrides={"decode.beam_size": 1})
+    source = data.text_path("valid", "src").read_text(encoding="utf-8").splitlines()[0]
+    (hypothesis,) = translator.translate([source], with_attention=True)
+    by_default = hypothesis_alignment(source, hypothesis, translator, AttentionReading())
+    chosen = hypothesis_alignment(source, hypothesis, translator, AttentionReading(HeadSelection(0, (1,))))
+    last_layer = hypothesis_alignment(source, hypothesis, translator, AttentionReading(HeadSelection(-1, None)))
+    np.testing.assert_array_equal(by_default.matrix, chosen.matrix)
+    assert by_default.links == chosen.links and not np.allclose(by_default.matrix, last_layer.matrix)
+
+
+# ---- bootstrapping: no external aligner ------------------------------------------------------------
+
+
+def test_bootstrap_trains_both_directions_links_and_a_guided_model(tmp_path):
+    config = Config().with_overrides({
+        **TINY, "data.synthetic_train_size": 300, "data.synthetic_valid_size": 20, "data.synthetic_test_size": 0,
+        "data.vocab_size": 200, "train.max_steps": 4, "train.log_every": 2, "model.alignment_layer": -2})
+    record = bootstrap(config, tmp_path / "boot", device="cpu", progress=False, stream=io.StringIO())
+    root = tmp_path / "boot"
+    assert list(record["stages"]) == ["forward", "reverse", "links", "guided"]
+    reverse = load_checkpoint(root / "reverse" / "run").config
+    assert (reverse.data.src_lang, reverse.data.tgt_lang) == ("en", "de")
+    links = read_alignments(root / "links" / "train.align")
+    forward = PreparedData(root / "forward" / "prepared")
+    assert len(links) == len(forward.split("train")) and sum(len(pair.sure) for pair in links) == \
+        record["stages"]["links"]["links"]
+    guided = load_checkpoint(root / "guided" / "run")
+    assert guided.config.train.alignment_weight == 0.05 and guided.config.data.alignment_path == str(root / "links")
+    assert PreparedData(root / "guided" / "prepared").split("train").links is not None
+    assert Aligner(root / "guided" / "run").settings["selection"] == "layer=-2 heads=0"
+    # a rerun resumes: nothing is trained or aligned again, and each stage keeps its cost
+    again = bootstrap(config, tmp_path / "boot", device="cpu", progress=False, stream=io.StringIO())
+    assert again["stages"] == record["stages"]
+
+
+def test_the_first_stage_reading_is_ranked_by_agreement(files_for_agreement):
+    forward, reverse = files_for_agreement
+    choices = agreed_reading(forward, reverse, ["der hund", "die katze schläft"], ["the dog", "the cat sleeps"])
+    assert len(choices) == 2 * 3  # two layers and their average, with and without shift
+    agreements = [choice.agreement for choice in choices]
+    assert agreements == sorted(agreements, reverse=True) and all(0 <= value <= 1 for value in agreements)
+
+
+@pytest.fixture
+def files_for_agreement(tiny_prepared, tmp_path):
+    data = PreparedData(tiny_prepared)
+    paths = []
+    for name in ("forward", "reverse"):
+        config = Config().with_overrides(TINY)
+        torch.manual_seed(len(paths))
+        model = build_model(config.model, data.tokenizer.src_vocab_size, data.tokenizer.tgt_vocab_size, True)
+        paths.append(save_checkpoint(tmp_path / name, model.state_dict(), config, data.tokenizer, {"step": 1}))
+    return AlignmentModel(paths[0]), AlignmentModel(paths[1])
