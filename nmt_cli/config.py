@@ -40,7 +40,7 @@ __all__ = [
 
 #: where the linear-attention Transformer may use linear attention (``model.linear_sites``)
 LINEAR_SITES = ("encoder_self", "decoder_self", "cross")
-TRANSFORMER_ARCHS = ("transformer", "linear_transformer")
+TRANSFORMER_ARCHS = ("transformer", "linear_transformer", "mask_align")
 
 
 def choice(default: Any, *choices: Any, help: str = "") -> Any:
@@ -174,7 +174,8 @@ class ModelConfig(Validated):
     section = "model"
 
     arch: str = choice(
-        "transformer", "transformer", "linear_transformer", "rnn_bahdanau", "rnn_luong"
+        "transformer", "transformer", "linear_transformer", "rnn_bahdanau", "rnn_luong", "mask_align",
+        help="mask_align: a word aligner (Mask-Align, Chen et al. 2021) that cannot translate",
     )
     # Transformer family
     d_model: int = setting(512, at_least=1)
@@ -216,6 +217,10 @@ class ModelConfig(Validated):
         "-2 = the penultimate layer, as in Garg et al. 2019); `nmt align` reads it by default",
     )
     alignment_head: int = setting(0, "the head of model.alignment_layer that learns the word links", at_least=0)
+    alignment_shift: bool = setting(
+        True, "the head learns a word's links at the step where the word is the decoder input (shift-att, Chen et "
+        "al. 2020), so it sees the word it aligns; false: at the step that predicts it (Garg et al. 2019)",
+    )
 
     def rules(self) -> list[str]:
         problems = []
@@ -362,6 +367,9 @@ class Config:
 
     def __post_init__(self) -> None:
         problems = _guided_alignment_problems(self.model, self.train)
+        if self.model.arch == "mask_align" and self.train.valid_bleu:
+            problems.append("config key 'train.valid_bleu': a mask_align model cannot translate; set it to false "
+                            "(and train.early_stop_metric to loss or aer)")
         if problems:
             raise ConfigError("\n".join(problems))
 
@@ -419,6 +427,8 @@ class Config:
 
 def attention_shape(model: ModelConfig) -> tuple[int, int]:
     """Decoder cross-attention layers and heads of a model: what ``nmt align`` can read."""
+    if model.arch == "mask_align":
+        return 1, model.heads  # only its last layer attends to the source
     return (model.decoder_layers, model.heads) if model.arch in TRANSFORMER_ARCHS else (1, 1)
 
 

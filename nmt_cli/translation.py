@@ -16,7 +16,8 @@ import json
 import os
 from dataclasses import dataclass
 
-from nmt_cli.alignment.reader import AttentionReading, SentenceAlignment, read_alignment
+from nmt_cli.alignment.extract import forced_attention
+from nmt_cli.alignment.reader import AttentionReading, SentenceAlignment, default_shift, read_alignment
 from nmt_cli.decoding import Hypothesis, Translator
 from nmt_cli.fileio import atomic_write_text, open_output
 from nmt_cli.pharaoh import format_links
@@ -38,15 +39,26 @@ class OutputOptions:
 def hypothesis_alignment(source: str, hypothesis: Hypothesis, translator: Translator,
                          reading: AttentionReading) -> SentenceAlignment:
     """Words, soft word matrix and links between a source line and its translation (the
-    model's default heads unless ``reading`` names others)."""
+    model's default heads unless ``reading`` names others).
+
+    A model whose guided head learned links at the step where a word is the decoder input
+    (:func:`~nmt_cli.alignment.reader.default_shift`) is read there: by forced decoding
+    of the translation, since the search kept only the steps that predicted each word.
+    """
     reading = reading.for_model(translator.config)
     tokenizer = translator.tokenizer
-    src_pieces = tokenizer.src_pieces(tokenizer.encode_src(source)) if source.strip() else []
+    src_ids = tokenizer.encode_src(source) if source.strip() else []
+    src_pieces = tokenizer.src_pieces(src_ids)
     tgt_pieces = tokenizer.tgt_pieces(hypothesis.tokens)
     attention = None
     if src_pieces and tgt_pieces:
         reading.selection.check(*hypothesis.attention.shape[:2])
-        attention = reading.selection.apply(hypothesis.attention)  # (T, S)
+        if default_shift(translator.config):
+            with translator.precision.autocast():
+                (attention,) = forced_attention(translator.model, [(src_ids, list(hypothesis.tokens))], True,
+                                                selection=reading.selection)  # (T, S)
+        else:
+            attention = reading.selection.apply(hypothesis.attention)  # (T, S)
     return read_alignment(src_pieces, tgt_pieces, attention, reading)
 
 

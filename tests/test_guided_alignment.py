@@ -12,8 +12,9 @@ import torch
 
 from nmt_cli.alignment.aer import score_alignments
 from nmt_cli.alignment.api import Aligner, AlignOptions
+from nmt_cli.alignment.extract import forced_attention
 from nmt_cli.alignment.model import AlignmentModel
-from nmt_cli.alignment.reader import AttentionReading, HeadSelection, default_selection
+from nmt_cli.alignment.reader import AttentionReading, HeadSelection, default_selection, default_shift, read_alignment
 from nmt_cli.bootstrap import agreed_reading, bootstrap
 from nmt_cli.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
 from nmt_cli.config import Config
@@ -137,11 +138,15 @@ def test_the_alignment_loss_is_the_cross_entropy_of_the_link_distributions():
     weights = torch.tensor([1.0, 0.5, 0.5, 1.0])
     expected = -(math.log(0.7) + 0.5 * math.log(0.6) + 0.5 * math.log(0.3) + math.log(0.5))
     assert alignment_cross_entropy(attention, links, weights).item() == pytest.approx(expected, rel=1e-6)
+    # shifted: target piece t is read one row later, where it is the decoder input
+    first = links[:1]
+    assert alignment_cross_entropy(attention, first, weights[:1], shift=1).item() == pytest.approx(-math.log(0.1))
 
 
-def test_the_guided_objective_adds_the_weighted_loss_of_the_chosen_head(tiny_prepared):
+@pytest.mark.parametrize("shift", [False, True])
+def test_the_guided_objective_adds_the_weighted_loss_of_the_chosen_head(tiny_prepared, shift):
     data = PreparedData(tiny_prepared)
-    config = Config().with_overrides(GUIDED)
+    config = Config().with_overrides({**GUIDED, "model.alignment_shift": shift})
     model = build_model(config.model, data.tokenizer.src_vocab_size, data.tokenizer.tgt_vocab_size, True).eval()
     objective = build_objective(config)
     assert isinstance(objective, GuidedAlignmentObjective)
@@ -149,7 +154,7 @@ def test_the_guided_objective_adds_the_weighted_loss_of_the_chosen_head(tiny_pre
     terms = objective(model, model, batch)
     plain = build_objective(Config().with_overrides(TINY))(model, model, batch)
     _, attention = model(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask, need_attention=True)
-    alignment = alignment_cross_entropy(attention[:, 0, 1], batch.links, batch.link_weights)
+    alignment = alignment_cross_entropy(attention[:, 0, 1], batch.links, batch.link_weights, int(shift))
     torch.testing.assert_close(terms.nll, plain.nll)
     torch.testing.assert_close(terms.loss, plain.loss + 0.5 * alignment)
     torch.testing.assert_close(terms.alignment, alignment)
@@ -232,19 +237,30 @@ def test_the_default_reading_is_the_supervised_head_of_a_guided_model(tiny_prepa
         model = build_model(config.model, data.tokenizer.src_vocab_size, data.tokenizer.tgt_vocab_size, True)
         paths[name] = save_checkpoint(tmp_path / name, model.state_dict(), config, data.tokenizer, {"step": 1})
     aligner = Aligner(paths["guided"], reverse_checkpoint=paths["plain"])
-    assert aligner.settings["selection"] == "layer=0 heads=1"
-    assert aligner.settings["reverse_selection"] == "layer=-1 heads=all"
+    assert aligner.settings["selection"] == "layer=0 heads=1" and aligner.settings["shift"] is True
+    assert aligner.settings["reverse_selection"] == "layer=-1 heads=all" and aligner.settings["reverse_shift"] is False
+    assert default_shift(guided.with_overrides({"model.alignment_shift": False})) is False
     named = Aligner(paths["guided"], AlignOptions(reading=AttentionReading(HeadSelection(-1, None))))
     assert named.settings["selection"] == "layer=-1 heads=all"
-    # nmt translate --alignments reads the same head: its links are those of that head alone
-    translator = Translator.from_checkpoint(paths["guided"], device="cpu", overrides={"decode.beam_size": 1})
+    # nmt translate --alignments reads the same head, at the step where each word is the decoder
+    # input: forced decoding of the translation; a model without guided alignment is read from
+    # the search's own attention, as before
     source = data.text_path("valid", "src").read_text(encoding="utf-8").splitlines()[0]
-    (hypothesis,) = translator.translate([source], with_attention=True)
-    by_default = hypothesis_alignment(source, hypothesis, translator, AttentionReading())
-    chosen = hypothesis_alignment(source, hypothesis, translator, AttentionReading(HeadSelection(0, (1,))))
-    last_layer = hypothesis_alignment(source, hypothesis, translator, AttentionReading(HeadSelection(-1, None)))
-    np.testing.assert_array_equal(by_default.matrix, chosen.matrix)
-    assert by_default.links == chosen.links and not np.allclose(by_default.matrix, last_layer.matrix)
+    src_ids = data.tokenizer.encode_src(source)
+    src_pieces = data.tokenizer.src_pieces(src_ids)
+    for name, selection in (("guided", HeadSelection(0, (1,))), ("plain", HeadSelection(-1, None))):
+        translator = Translator.from_checkpoint(paths[name], device="cpu", overrides={"decode.beam_size": 1})
+        (hypothesis,) = translator.translate([source], with_attention=True)
+        if name == "guided":
+            (expected,) = forced_attention(translator.model, [(src_ids, hypothesis.tokens)], True,
+                                           selection=selection)
+        else:
+            expected = selection.apply(hypothesis.attention)
+        read = read_alignment(src_pieces, data.tokenizer.tgt_pieces(hypothesis.tokens), expected,
+                              AttentionReading(selection))
+        by_default = hypothesis_alignment(source, hypothesis, translator, AttentionReading())
+        np.testing.assert_allclose(by_default.matrix, read.matrix, atol=1e-6)
+        assert by_default.links == read.links
 
 
 # ---- bootstrapping: no external aligner ------------------------------------------------------------

@@ -19,7 +19,7 @@ from typing import Sequence
 from nmt_cli.alignment.aer import AlignmentScore, score_alignments
 from nmt_cli.alignment.extract import forced_attention
 from nmt_cli.alignment.model import AlignmentModel, encode_pairs
-from nmt_cli.alignment.reader import AttentionReading, SentenceAlignment
+from nmt_cli.alignment.reader import AttentionReading, SentenceAlignment, default_shift
 from nmt_cli.alignment.symmetrize import SYMMETRIZATIONS, symmetrize
 from nmt_cli.config import Config
 from nmt_cli.errors import NmtError
@@ -35,12 +35,13 @@ class AlignOptions:
     """How attention becomes alignments: the reading (heads, hard-link rule), shift-att,
     the batch size of forced decoding and how two directions are symmetrised.
 
-    ``shift`` (shift-att, Chen et al. 2020) is off by default for every family;
-    ``nmt align sweep`` tells whether a model aligns better with it.
+    ``shift`` (shift-att, Chen et al. 2020): None reads each model as it was trained to
+    align (:func:`~nmt_cli.alignment.reader.default_shift`: on for a head guided at the
+    input step, else off); ``nmt align sweep`` tells whether a model aligns better with it.
     """
 
     reading: AttentionReading = field(default_factory=AttentionReading)
-    shift: bool = False
+    shift: bool | None = None
     batch_size: int = 32
     symmetrization: str = "grow-diag-final"
 
@@ -64,11 +65,12 @@ class Aligner:
         self.options = options
         self.forward = AlignmentModel(checkpoint, device, options.batch_size)
         self.reverse = AlignmentModel(reverse_checkpoint, device, options.batch_size) if reverse_checkpoint else None
-        #: the reading of each model, its default heads filled in (they may differ between the two)
-        self.readings = {}
+        #: the reading and shift of each model, its defaults filled in (they may differ between the two)
+        self.readings, self.shifts = {}, {}
         for model in (self.forward, self.reverse):
             if model is not None:
                 self.readings[model] = options.reading.for_model(model.config)
+                self.shifts[model] = default_shift(model.config) if options.shift is None else options.shift
                 model.check(self.readings[model].selection)
 
     @property
@@ -80,20 +82,21 @@ class Aligner:
             "step": self.forward.step,
             "arch": self.forward.arch,
             "selection": reading.selection.describe(),
-            "shift": self.options.shift,
+            "shift": self.shifts[self.forward],
             "method": reading.method,
             "threshold": reading.threshold if reading.method == "threshold" else None,
         }
         if self.reverse is not None:
             record.update(reverse_checkpoint=str(self.reverse.path), symmetrization=self.options.symmetrization,
-                          reverse_selection=self.readings[self.reverse].selection.describe())
+                          reverse_selection=self.readings[self.reverse].selection.describe(),
+                          reverse_shift=self.shifts[self.reverse])
         return record
 
     def _one_direction(self, model: AlignmentModel, src_lines: Sequence[str],
                        tgt_lines: Sequence[str]) -> list[SentenceAlignment]:
         pairs = model.encode(src_lines, tgt_lines)
         reading = self.readings[model]
-        attentions = model.attention(pairs, self.options.shift, reading.selection)  # (T, S) each
+        attentions = model.attention(pairs, self.shifts[model], reading.selection)  # (T, S) each
         return [pair.read(attention, reading) for pair, attention in zip(pairs, attentions)]
 
     def align(self, src_lines: Sequence[str], tgt_lines: Sequence[str]) -> list[SentenceAlignment]:
@@ -132,12 +135,12 @@ def model_alignment_score(model: Seq2SeqModel, tokenizer: Tokenizer, config: Con
                           tgt_lines: Sequence[str], gold: Sequence[GoldAlignment],
                           batch_size: int = 32) -> AlignmentScore:
     """AER, precision and recall of a model in memory against gold links: the default
-    reading of the model trained with ``config`` (forced decoding, no shift, argmax), as
-    ``nmt align`` gives it. Validation during training reports this."""
+    reading of the model trained with ``config`` (forced decoding, argmax), as ``nmt
+    align`` gives it. Validation during training reports this."""
     pairs = encode_pairs(tokenizer, src_lines, tgt_lines)
     reading = AttentionReading().for_model(config)
-    attentions = forced_attention(model, [(pair.src_ids, pair.tgt_ids) for pair in pairs], False, batch_size,
-                                  reading.selection)  # (T, S) each
+    attentions = forced_attention(model, [(pair.src_ids, pair.tgt_ids) for pair in pairs], default_shift(config),
+                                  batch_size, reading.selection)  # (T, S) each
     aligned = [pair.read(attention, reading) for pair, attention in zip(pairs, attentions)]
     lengths = [(len(sentence.src_words), len(sentence.tgt_words)) for sentence in aligned]
     return score_alignments(gold, [sentence.links for sentence in aligned], lengths)

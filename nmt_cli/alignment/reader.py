@@ -8,7 +8,8 @@ model's own translation), ``nmt align sweep`` and the translation service.
    (L, H, T, S) and averages them into (T, S). The default, the same for every
    command, depends on the model and is decided here only (:func:`default_selection`):
    the head a model learned word links with (guided alignment, recorded in its
-   checkpoint's config), else the last decoder layer with its heads averaged.
+   checkpoint's config), else the last decoder layer with its heads averaged; and which
+   decoder step is read for a target word (:func:`default_shift`).
    ``nmt align sweep`` finds the best reading of a given model on gold-aligned sentences.
 2. :func:`nmt_cli.alignment.words.aggregate_to_words` turns the (T, S) piece matrix into
    a (T_words, S_words) word matrix whose rows sum to one.
@@ -28,7 +29,8 @@ from nmt_cli.config import Config
 from nmt_cli.errors import NmtError
 from nmt_cli.pharaoh import Link
 
-__all__ = ["HeadSelection", "AttentionReading", "SentenceAlignment", "default_selection", "read_alignment"]
+__all__ = ["HeadSelection", "AttentionReading", "SentenceAlignment", "default_selection", "default_shift",
+           "read_alignment"]
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,13 @@ def default_selection(config: Config | None) -> HeadSelection:
     if config is not None and config.train.alignment_weight > 0:
         return HeadSelection(config.model.alignment_layer, (config.model.alignment_head,))
     return HeadSelection()
+
+
+def default_shift(config: Config | None) -> bool:
+    """Whether a target word is read at the step where it is the decoder input (shift-att)
+    rather than the step that predicts it: where its guided head learned the links
+    (``model.alignment_shift``); never for a model without guided alignment."""
+    return config is not None and config.train.alignment_weight > 0 and config.model.alignment_shift
 
 
 @dataclass(frozen=True)

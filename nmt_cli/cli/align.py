@@ -48,8 +48,9 @@ def _read_gold(path: str, src_path: str | None, pairs: int) -> list[GoldAlignmen
 @click.option("--tgt", "tgt_path", type=FILE, help="Target sentences, paired line by line with --src.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Output directory.")
 @reading_options
-@click.option("--shift/--no-shift", default=False, show_default=True,
-              help="shift-att: read the step where the word is the decoder input (try `nmt align sweep`).")
+@click.option("--shift/--no-shift", default=None,
+              help="shift-att: read the step where the word is the decoder input (try `nmt align sweep`) "
+              "[default: as the model was trained to align: on for a head guided at that step, else off].")
 @click.option("--heatmaps", type=click.IntRange(min=0), default=0, help="Heatmap PNGs of the first N pairs.")
 @click.option("--heatmap-lines", default="", help="Heatmaps of these 1-based lines too, e.g. 3,17.")
 @click.option("--gold", "gold_path", type=FILE, help="Gold Pharaoh file: drawn on heatmaps; AER printed.")

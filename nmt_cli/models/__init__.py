@@ -16,7 +16,7 @@ MODELS: Registry = Registry("model architecture")
 
 def _load_families() -> None:
     # Importing a family module registers its architectures.
-    from nmt_cli.models import rnn, transformer  # noqa: F401
+    from nmt_cli.models import mask_align, rnn, transformer  # noqa: F401
 
 
 def build_model(config: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, joint_vocab: bool) -> Seq2SeqModel:

@@ -54,7 +54,7 @@ class TranslationObjective:
         return LossTerms(loss, nll)
 
 
-def alignment_cross_entropy(attention: Tensor, links: Tensor, weights: Tensor) -> Tensor:
+def alignment_cross_entropy(attention: Tensor, links: Tensor, weights: Tensor, shift: int = 0) -> Tensor:
     """Summed cross-entropy between link distributions and attention rows.
 
     ``attention`` (B, T, S): one head's weights; ``links`` (N, 3) rows ``(sentence, target
@@ -62,8 +62,9 @@ def alignment_cross_entropy(attention: Tensor, links: Tensor, weights: Tensor) -
     linked target piece ``t`` with link distribution ``q_t`` (uniform over its linked
     source pieces): ``sum_t sum_s -q_t(s) log a_t(s)``, i.e. ``sum_links -w log a``
     (fairseq's and OpenNMT-py's alignment loss). Target pieces without links add nothing.
+    ``shift`` 1 reads target piece ``t`` at row ``t + 1``, where it is the decoder input.
     """
-    linked = attention[links[:, 0], links[:, 1], links[:, 2]]  # (N,)
+    linked = attention[links[:, 0], links[:, 1] + shift, links[:, 2]]  # (N,)
     return -(weights.to(linked.dtype) * linked.float().clamp_min(MIN_ATTENTION).log()).sum()
 
 
@@ -71,15 +72,16 @@ class GuidedAlignmentObjective(TranslationObjective):
     """Guided alignment training (Garg et al. 2019): the translation loss plus ``weight`` times
     :func:`alignment_cross_entropy` of one cross-attention head and the batch's word links.
 
-    The head is ``model.alignment_head`` of decoder layer ``model.alignment_layer``; its
-    row for target position ``t`` is the step that predicts ``tgt_out[t]``, the row ``nmt
-    align`` reads. Both terms are sums over the batch, so the loop's normalisation by
-    target tokens applies to both, as in fairseq.
+    The head is ``model.alignment_head`` of decoder layer ``model.alignment_layer``; target
+    piece ``t`` is read at the step that predicts it (row ``t``) or, with
+    ``model.alignment_shift``, at the next step, where it is the decoder input (row
+    ``t + 1``); ``nmt align`` reads the same rows. Both terms are sums over the batch, so
+    the loop's normalisation by target tokens applies to both, as in fairseq.
     """
 
-    def __init__(self, label_smoothing: float, weight: float, layer: int, head: int):
+    def __init__(self, label_smoothing: float, weight: float, layer: int, head: int, shift: bool = False):
         super().__init__(label_smoothing)
-        self.weight, self.layer, self.head = weight, layer, head
+        self.weight, self.layer, self.head, self.shift = weight, layer, head, int(shift)
 
     def __call__(self, module, model: Seq2SeqModel, batch: Batch) -> LossTerms:
         if batch.links is None:
@@ -90,7 +92,7 @@ class GuidedAlignmentObjective(TranslationObjective):
         loss, nll = label_smoothed_cross_entropy(features, model.output_layer(), batch.tgt_out, batch.tgt_mask,
                                                  self.label_smoothing)
         head = attention[:, self.layer, self.head]  # (B, T, S)
-        alignment = alignment_cross_entropy(head, batch.links, batch.link_weights)
+        alignment = alignment_cross_entropy(head, batch.links, batch.link_weights, self.shift)
         return LossTerms(loss + self.weight * alignment.to(loss.dtype), nll, alignment.detach())
 
 
@@ -98,6 +100,7 @@ def build_objective(config: Config) -> TranslationObjective:
     """The training objective ``config`` asks for: guided alignment when ``train.alignment_weight`` > 0."""
     train = config.train
     if train.alignment_weight > 0:
-        return GuidedAlignmentObjective(train.label_smoothing, train.alignment_weight, config.model.alignment_layer,
-                                        config.model.alignment_head)
+        model = config.model
+        return GuidedAlignmentObjective(train.label_smoothing, train.alignment_weight, model.alignment_layer,
+                                        model.alignment_head, model.alignment_shift)
     return TranslationObjective(train.label_smoothing)
