@@ -1,31 +1,41 @@
-"""Word alignment quality: nmt-cli attention alignments side by side with eflomal.
+"""Word alignment quality: eflomal and nmt-cli's aligners, trained on the same text, scored on gold.
 
-For each corpus both systems see the same sentences, the training pairs with the test
-pairs appended (without their gold links; word alignment is unsupervised and usually
-run on the text it aligns), and both are scored against the gold links of the test
-pairs (AER, precision, recall; Och & Ney 2003) by :func:`nmt_cli.alignment.score_files`.
+Every system of a corpus sees the same sentences: the training pairs with the test pairs
+appended (without their gold links; word alignment is unsupervised and usually run on the
+text it aligns). Scores: AER, precision and recall (Och & Ney 2003) by
+:func:`nmt_cli.alignment.score_files`.
+
+Corpora:
 
 * ``synthetic``: the built-in German-English grammar, whose generator emits the gold
-  alignment of every pair (non-monotonic: verb-final subordinate clauses).
-* ``de-en``: the 50 Europarl pairs with gold links in ``../shared/data/gold-align/de-en``
-  (lowercased, tokenised); training text: Multi30k train, lowercased and tokenised by
-  splitting off punctuation, plus the 50 pairs. Out of domain for Multi30k: expect a
-  high AER, reported as measured. Skipped with ``--quick``.
+  alignment of every pair (non-monotonic: verb-final subordinate clauses);
+* ``multi30k``: the 50 Europarl pairs with gold links in ``../shared/data/gold-align/de-en``
+  (lowercased, tokenised) after Multi30k train, lowercased and tokenised by splitting off
+  punctuation like the gold set;
+* ``multi30k+tatoeba``: the same with Tatoeba's 165k training pairs (tokenised alike)
+  added, to show what more text does.
 
-Our side runs the CLI, ``nmt prepare`` -> ``nmt train`` -> ``nmt align`` (argmax links,
-one per target word, in several layer/shift settings; alignment is cheap once trained).
-On the synthetic corpus ``nmt align sweep`` also picks the layer, heads and shift on a
-separate gold-aligned development set, and that reading is scored on the test pairs.
-A second model is trained in the opposite direction (English -> German) and ``nmt align
---reverse-checkpoint`` symmetrises the two directions' links (Koehn et al. 2003).
+Systems, each row naming how it reads its alignments:
 
-eflomal (``bench/.peers/eflomal``, installed by ``python bench/peers/install.py eflomal``)
-aligns the same text. Rows are compared like for like: our one-direction readings with
-eflomal's forward links (each target word to at most one source word), and each of our
-symmetrisations with eflomal's forward and reverse links symmetrised by the same
-heuristic (our :func:`nmt_cli.alignment.symmetrize`). Our time is training (both
-directions for the symmetrised rows) plus alignment; eflomal's is its whole run, which
-always aligns both directions. Training runs once; ``--repeats`` applies to eflomal.
+* eflomal (``bench/.peers/eflomal``, ``python bench/peers/install.py eflomal``): forward,
+  reverse and their symmetrisations (our :func:`nmt_cli.alignment.symmetrize`);
+* nmt-cli plain attention: a translation model, read as ``nmt align`` reads it by default
+  (last decoder layer, heads averaged, argmax), and both directions symmetrised;
+* nmt-cli guided by eflomal: a model trained with guided alignment (Garg et al. 2019) on
+  eflomal's grow-diag-final links of the training text, read by default (its supervised head);
+* nmt-cli bootstrap (no external aligner): ``nmt align bootstrap``, a model guided by the
+  symmetrised attention links of the two plain models (:mod:`nmt_cli.bootstrap`).
+
+Headline rows use the defaults a user gets without gold links. "tuned" rows pick a reading
+(layer, heads, shift, hard-link rule; eflomal: its symmetrisation) on tuning pairs with
+gold (de-en: the first 25 gold pairs; synthetic: a separate development set) and score it
+on others (de-en: the last 25). Time: eflomal's whole run; ours adds up data preparation,
+training (from the run's own clock, so a reused model keeps its cost) and alignment of
+every stage behind a row. BLEU: greedy translations of Multi30k test2016 (tokenised like
+the training text), for the de-en models.
+
+Models are cached under ``--work``; ``--reuse-models`` keeps finished runs with the same
+settings instead of training them again (a changed setting still retrains).
 """
 
 from __future__ import annotations
@@ -43,6 +53,7 @@ from peers.install import availability, venv_bin
 
 from nmt_cli.alignment import read_alignments, score_files, symmetrize, write_alignments
 from nmt_cli.alignment.aer import AlignmentScore
+from nmt_cli.checkpoint import list_checkpoints
 from nmt_cli.config import Config
 from nmt_cli.data.synthetic import generate
 from nmt_cli.fileio import atomic_write_text
@@ -50,16 +61,8 @@ from nmt_cli.fileio import atomic_write_text
 SHARED = REPO.parent / "shared" / "data"
 GOLD_DEEN = SHARED / "gold-align" / "de-en"
 PUNCTUATION = re.compile(r"""([.,!?;:"()])""")
-
-#: symmetrisations scored for both systems (eflomal also gets "forward")
+EFLOMAL_READINGS = ("forward", "reverse", "intersection", "grow-diag-final", "grow-diag-final-and")
 SYMMETRIZED = ("intersection", "grow-diag-final", "grow-diag-final-and")
-
-# (label, nmt align options): the default reading, then variants worth knowing about
-OUR_SETTINGS = (
-    ("last layer, no shift (default)", ["--layer", "-1", "--no-shift"]),
-    ("last layer, shift-att", ["--layer", "-1", "--shift"]),
-    ("all layers, shift-att", ["--layer", "all", "--shift"]),
-)
 
 
 @dataclass(frozen=True)
@@ -68,36 +71,64 @@ class Scale:
 
     synthetic_train: int
     synthetic_test: int
-    steps: int
+    steps: dict  # corpus name -> training steps
     model: dict
     vocab_size: int
     max_tokens: int
+    precision: str
+    thresholds: tuple[float, ...] = ()  # tuned readings try argmax links and these thresholds
 
 
-QUICK = Scale(synthetic_train=300, synthetic_test=30, steps=10, vocab_size=200, max_tokens=1024,
+QUICK = Scale(synthetic_train=300, synthetic_test=30, steps={"synthetic": 10}, vocab_size=200, max_tokens=1024,
+              precision="fp32", thresholds=(),
               model=dict(arch="transformer", d_model=32, heads=2, ffn_dim=64, encoder_layers=1, decoder_layers=2,
                          dropout=0.0))
-FULL = Scale(synthetic_train=20000, synthetic_test=500, steps=2000, vocab_size=4000, max_tokens=4096,
-             model=dict(arch="transformer", d_model=128, heads=4, ffn_dim=512, encoder_layers=3, decoder_layers=3,
+FULL = Scale(synthetic_train=20000, synthetic_test=500,
+             steps={"synthetic": 2000, "multi30k": 2400, "multi30k+tatoeba": 4800}, vocab_size=8000,
+             max_tokens=4096, precision="bf16", thresholds=(0.1, 0.2, 0.3, 0.4, 0.5),
+             model=dict(arch="transformer", d_model=256, heads=4, ffn_dim=1024, encoder_layers=3, decoder_layers=3,
                         dropout=0.1))
 
 
 @dataclass(frozen=True)
+class GoldSet:
+    """Gold-aligned pairs: source and target text (tokenised) and their links."""
+
+    src: Path
+    tgt: Path
+    gold: Path
+    label: str  # which pairs, for the table
+
+
+@dataclass(frozen=True)
 class Corpus:
-    """Raw text folder for ``nmt prepare`` (``train``/``valid``/``test`` ``.de``/``.en``) and the gold links."""
+    """Raw text for ``nmt prepare`` (``train``/``valid``/``test`` ``.de``/``.en``; the test pairs are
+    the last training lines), the gold sets and the text BLEU is measured on."""
 
     name: str
     raw: Path
-    gold: Path
-    dev_gold: Path | None = None  # gold of ``dev.de``/``dev.en``, to pick layer/heads/shift on
+    test: GoldSet  # headline rows
+    tune: GoldSet  # tuned readings are picked here ...
+    report: GoldSet  # ... and scored here
+    bleu: tuple[Path, Path] | None = None  # (source, reference), tokenised
 
     def text(self, split: str, lang: str) -> Path:
         return self.raw / f"{split}.{lang}"
 
 
+def _write_lines(path: Path, lines) -> None:
+    atomic_write_text(path, "".join(line + "\n" for line in lines))
+
+
 def _write_split(raw: Path, split: str, pairs: list[tuple[str, str]]) -> None:
-    atomic_write_text(raw / f"{split}.de", "".join(de + "\n" for de, _ in pairs))
-    atomic_write_text(raw / f"{split}.en", "".join(en + "\n" for _, en in pairs))
+    _write_lines(raw / f"{split}.de", [de for de, _ in pairs])
+    _write_lines(raw / f"{split}.en", [en for _, en in pairs])
+
+
+def _gold_set(raw: Path, name: str, pairs: list[tuple[str, str]], links: list[str], label: str) -> GoldSet:
+    _write_split(raw, name, pairs)
+    _write_lines(raw / f"{name}.gold", links)
+    return GoldSet(raw / f"{name}.de", raw / f"{name}.en", raw / f"{name}.gold", label)
 
 
 def synthetic_corpus(work: Path, scale: Scale) -> Corpus:
@@ -105,16 +136,14 @@ def synthetic_corpus(work: Path, scale: Scale) -> Corpus:
     raw = work / "synthetic" / "raw"
     train = [(p.german, p.english) for p in islice(generate("align-bench:train"), scale.synthetic_train)]
     test = list(islice(generate("align-bench:test"), scale.synthetic_test))
-    valid = [(p.german, p.english) for p in islice(generate("align-bench:valid"), 100)]
     dev = list(islice(generate("align-bench:dev"), scale.synthetic_test))
+    valid = [(p.german, p.english) for p in islice(generate("align-bench:valid"), 100)]
     test_pairs = [(p.german, p.english) for p in test]
     _write_split(raw, "train", train + test_pairs)
     _write_split(raw, "valid", valid)
-    _write_split(raw, "test", test_pairs)
-    _write_split(raw, "dev", [(p.german, p.english) for p in dev])
-    atomic_write_text(raw / "test.gold", "".join(p.alignment + "\n" for p in test))
-    atomic_write_text(raw / "dev.gold", "".join(p.alignment + "\n" for p in dev))
-    return Corpus("synthetic", raw, raw / "test.gold", raw / "dev.gold")
+    gold = _gold_set(raw, "test", test_pairs, [p.alignment for p in test], f"test 1-{len(test)}")
+    tune = _gold_set(raw, "dev", [(p.german, p.english) for p in dev], [p.alignment for p in dev], "dev")
+    return Corpus("synthetic", raw, gold, tune, gold)
 
 
 def _tokenise(line: str) -> str:
@@ -122,190 +151,365 @@ def _tokenise(line: str) -> str:
     return " ".join(PUNCTUATION.sub(r" \1 ", line.lower()).split())
 
 
-def deen_corpus(work: Path) -> Corpus:
-    """Multi30k train (tokenised) + the 50 gold Europarl pairs; test = the gold pairs."""
-    raw = work / "de-en" / "raw"
+def _read(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+def _tokenised_pairs(folder: Path, split: str) -> list[tuple[str, str]]:
+    return [(_tokenise(de), _tokenise(en)) for de, en in zip(_read(folder / f"{split}.de"), _read(folder / f"{split}.en"))]
+
+
+def deen_corpus(work: Path, name: str, with_tatoeba: bool) -> Corpus:
+    """Multi30k train (+ Tatoeba train) tokenised, then the 50 gold Europarl pairs; test = the gold pairs."""
+    raw = work / name / "raw"
     multi30k = SHARED / "multi30k"
-
-    def read(path: Path) -> list[str]:
-        return path.read_text(encoding="utf-8").splitlines()
-
-    gold_pairs = list(zip(read(GOLD_DEEN / "src"), read(GOLD_DEEN / "tgt")))
-    train = [(_tokenise(de), _tokenise(en)) for de, en in zip(read(multi30k / "train.de"), read(multi30k / "train.en"))]
-    valid = [(_tokenise(de), _tokenise(en)) for de, en in zip(read(multi30k / "val.de"), read(multi30k / "val.en"))]
+    gold_pairs = list(zip(_read(GOLD_DEEN / "src"), _read(GOLD_DEEN / "tgt")))
+    links = _read(GOLD_DEEN / "gold")
+    train = _tokenised_pairs(multi30k, "train")
+    if with_tatoeba:
+        train += _tokenised_pairs(SHARED / "tatoeba-deen", "train")
     _write_split(raw, "train", train + gold_pairs)
-    _write_split(raw, "valid", valid[:200])
-    _write_split(raw, "test", gold_pairs)
-    return Corpus("de-en", raw, GOLD_DEEN / "gold")
+    _write_split(raw, "valid", _tokenised_pairs(multi30k, "val")[:500])
+    half = len(gold_pairs) // 2
+    test = _gold_set(raw, "test", gold_pairs, links, f"1-{len(gold_pairs)}")
+    tune = _gold_set(raw, "tune", gold_pairs[:half], links[:half], f"1-{half}")
+    report = _gold_set(raw, "report", gold_pairs[half:], links[half:], f"{half + 1}-{len(gold_pairs)}")
+    _write_split(raw, "bleu", _tokenised_pairs(multi30k, "test2016"))
+    return Corpus(name, raw, test, tune, report, (raw / "bleu.de", raw / "bleu.en"))
 
 
-def _config(corpus: Corpus, scale: Scale, src_lang: str, tgt_lang: str) -> Config:
-    return Config.from_dict({
-        "data": {"source": "files", "path": str(corpus.raw), "src_lang": src_lang, "tgt_lang": tgt_lang,
-                 "valid_split": "valid", "vocab_size": scale.vocab_size, "max_length_ratio": 0},
-        "model": scale.model,
-        "train": {"max_steps": scale.steps, "max_tokens": scale.max_tokens, "lr": 0.002,
-                  "warmup_steps": max(scale.steps // 6, 1), "valid_every": scale.steps, "valid_bleu": False,
-                  "early_stop_metric": "loss",
-                  "log_every": max(scale.steps // 10, 1), "keep_last": 1, "label_smoothing": 0.1},
-    })
+# ---- running the tools --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What every run of this bench shares."""
+
+    work: Path
+    scale: Scale
+    threads: int
+    reuse: bool
+    repeats: int
 
 
 def _nmt(*args: object) -> list[str]:
     return [sys.executable, "-m", "nmt_cli", *map(str, args)]
 
 
-def _run(command: list[str], log: Path):
-    """Run a step with two threads; stop the bench with the log's tail when it fails."""
-    return _run_to(command, log, None)
-
-
-def _run_to(command: list[str], log: Path, stdout: Path | None):
-    """:func:`_run` with standard output to its own file."""
-    measured = run_measured(command, log, env=thread_env(), cwd=REPO, stdout=stdout)
+def _run(command: list, log: Path, settings: Settings, stdout: Path | None = None):
+    """Run a step with the bench's threads; stop the bench with the log's tail when it fails."""
+    measured = run_measured(command, log, env=thread_env(settings.threads), cwd=REPO, stdout=stdout)
     if measured.returncode != 0:
-        raise SystemExit(f"{' '.join(command[2:5])} failed (exit {measured.returncode}):\n{tail(log)}")
+        raise SystemExit(f"{' '.join(map(str, command[2:5]))} failed (exit {measured.returncode}):\n{tail(log)}")
     return measured
 
 
-def _score(corpus: Corpus, hyp: Path) -> AlignmentScore:
-    return score_files(corpus.gold, hyp, corpus.text("test", "de"), corpus.text("test", "en"))
+def _score(gold: GoldSet, hyp: Path) -> AlignmentScore:
+    return score_files(gold.gold, hyp, gold.src, gold.tgt)
 
 
-def _row(report: Report, corpus: Corpus, system: str, setting: str, score: AlignmentScore, seconds: float,
-         eflomal: tuple[AlignmentScore, float] | None) -> None:
-    report.add_row(
-        corpus.name, system, setting, f"{score.aer:.4f}", f"{score.precision:.4f}", f"{score.recall:.4f}",
-        fmt(seconds, 1),
-        fmt_ratio(score.aer, eflomal[0].aer) if eflomal else "-",
-        fmt_ratio(seconds, eflomal[1]) if eflomal else "-",
-    )
+def _config(corpus: Corpus, settings: Settings, **data: object) -> Config:
+    scale = settings.scale
+    steps = scale.steps[corpus.name]
+    return Config.from_dict({
+        "data": {"source": "files", "path": str(corpus.raw), "src_lang": "de", "tgt_lang": "en",
+                 "valid_split": "valid", "vocab_size": scale.vocab_size, "max_length_ratio": 0, **data},
+        "model": scale.model,
+        "train": {"max_steps": steps, "max_tokens": scale.max_tokens, "lr": 0.002, "precision": scale.precision,
+                  "warmup_steps": max(steps // 8, 1), "valid_every": steps, "valid_bleu": False,
+                  "early_stop_metric": "loss", "num_threads": settings.threads,
+                  "log_every": max(steps // 20, 1), "keep_last": 1, "label_smoothing": 0.1},
+        "decode": {"beam_size": 1},
+    })
 
 
-def run_eflomal(corpus: Corpus, work: Path, repeats: int) -> dict[str, tuple[AlignmentScore, float]]:
-    """eflomal on the training text; the test pairs are its last lines. Median AER over repeats.
+def _run_seconds(run_dir: Path, prepared: Path) -> float:
+    """Data preparation plus training time, as the prepared manifest and the run's clock recorded them."""
+    state = json.loads((list_checkpoints(run_dir)[-1] / "state.json").read_text(encoding="utf-8"))
+    manifest = json.loads((prepared / "manifest.json").read_text(encoding="utf-8"))
+    return manifest["elapsed_seconds"] + state["elapsed_seconds"]
 
-    Returns its forward links and every :data:`SYMMETRIZED` combination of forward and reverse.
-    """
+
+def train_model(corpus: Corpus, settings: Settings, base: Path, config: Config) -> float:
+    """``nmt prepare`` + ``nmt train`` into ``base``; returns their seconds (see :func:`_run_seconds`)."""
+    config_path = base / "config.yaml"
+    atomic_write_text(config_path, config.to_yaml())
+    _run(_nmt("prepare", "--config", config_path, "--out", base / "prepared", "--quiet"), base / "prepare.log", settings)
+    restart = [] if settings.reuse else ["--restart"]
+    _run(_nmt("train", "--config", config_path, "--data", base / "prepared", "--out", base / "run", "--device", "cpu",
+              *restart), base / "train.log", settings)
+    return _run_seconds(base / "run", base / "prepared")
+
+
+def bootstrap_models(corpus: Corpus, settings: Settings) -> dict:
+    """``nmt align bootstrap`` (forward, reverse, links, guided); its record with each stage's seconds."""
+    base = settings.work / corpus.name / "bootstrap"
+    config_path = settings.work / corpus.name / "bootstrap.yaml"
+    atomic_write_text(config_path, _config(corpus, settings).to_yaml())
+    if not settings.reuse and base.exists():
+        import shutil
+
+        shutil.rmtree(base)
+    _run(_nmt("align", "bootstrap", "--config", config_path, "--out", base, "--device", "cpu", "--quiet"),
+         settings.work / corpus.name / "bootstrap.log", settings)
+    return json.loads((base / "bootstrap.json").read_text(encoding="utf-8"))
+
+
+# ---- eflomal ----------------------------------------------------------------------------------------
+
+
+def _lengths(src: Path, tgt: Path) -> list[tuple[int, int]]:
+    return [(len(de.split()), len(en.split())) for de, en in zip(_read(src), _read(tgt))]
+
+
+def _eflomal_readings(forward: Path, reverse: Path, lengths: list[tuple[int, int]]) -> dict[str, list]:
+    """Forward, reverse and symmetrised links of the last ``len(lengths)`` lines."""
+    count = len(lengths)
+    forward_links = [pair.sure for pair in read_alignments(forward)[-count:]]
+    reverse_links = [pair.sure for pair in read_alignments(reverse)[-count:]]
+    readings = {"forward": forward_links, "reverse": reverse_links}
+    for method in SYMMETRIZED:
+        readings[method] = [symmetrize(f, r, method, src_len, tgt_len)
+                            for f, r, (src_len, tgt_len) in zip(forward_links, reverse_links, lengths)]
+    return readings
+
+
+def run_eflomal(corpus: Corpus, settings: Settings) -> tuple[dict[str, tuple[list, float]], Path]:
+    """eflomal on the training text, ``repeats`` times: per reading, the links of the test pairs
+    (the run with the median AER) and the median time; and the grow-diag-final links of the
+    whole training text of the first run, written as ``<work>/eflomal-links/train.align``."""
     tool = venv_bin("eflomal", "eflomal-align")
-    test_count = len(read_alignments(corpus.gold))
-    lengths = [(len(de.split()), len(en.split())) for de, en in zip(
-        corpus.text("test", "de").read_text(encoding="utf-8").splitlines(),
-        corpus.text("test", "en").read_text(encoding="utf-8").splitlines())]
-    runs: dict[str, list[tuple[AlignmentScore, float]]] = {name: [] for name in ("forward", *SYMMETRIZED)}
-    for repeat in range(repeats):
-        out = work / corpus.name / "eflomal" / str(repeat)
-        forward, reverse = out / "forward.align", out / "reverse.align"
+    test_lengths = _lengths(corpus.test.src, corpus.test.tgt)
+    runs: dict[str, list[tuple[list, float, float]]] = {name: [] for name in EFLOMAL_READINGS}
+    out = settings.work / corpus.name / "eflomal"
+    for repeat in range(settings.repeats):
+        forward, reverse = out / f"{repeat}.forward.align", out / f"{repeat}.reverse.align"
         out.mkdir(parents=True, exist_ok=True)
         measured = _run([str(tool), "-s", corpus.text("train", "de"), "-t", corpus.text("train", "en"),
-                         "-f", forward, "-r", reverse, "--overwrite"], out / "eflomal.log")
-        forward_links = [pair.sure for pair in read_alignments(forward)[-test_count:]]
-        reverse_links = [pair.sure for pair in read_alignments(reverse)[-test_count:]]
-        readings = {"forward": forward_links}
-        for method in SYMMETRIZED:
-            readings[method] = [symmetrize(f, r, method, src_len, tgt_len)
-                                for f, r, (src_len, tgt_len) in zip(forward_links, reverse_links, lengths)]
-        for name, links in readings.items():
-            path = out / f"test.{name}.align"
-            write_alignments(path, links)
-            runs[name].append((_score(corpus, path), measured.seconds))
-    return {name: _median_run(results) for name, results in runs.items()}
+                         "-f", forward, "-r", reverse, "--overwrite"], out / f"{repeat}.log", settings)
+        for name, links in _eflomal_readings(forward, reverse, test_lengths).items():
+            aer = _links_score(corpus.test, links).aer
+            runs[name].append((links, measured.seconds, aer))
+    guide = _write_guide(corpus, out / "0.forward.align", out / "0.reverse.align", settings)
+    results = {}
+    for name, found in runs.items():
+        ordered = sorted(found, key=lambda run: run[2])
+        results[name] = (ordered[len(ordered) // 2][0], statistics.median(run[1] for run in found))
+    return results, guide
 
 
-def _median_run(results: list[tuple[AlignmentScore, float]]) -> tuple[AlignmentScore, float]:
-    """The run with the median AER, and the median time."""
-    ordered = sorted(results, key=lambda result: result[0].aer)
-    return ordered[len(ordered) // 2][0], statistics.median(seconds for _, seconds in results)
+def _write_guide(corpus: Corpus, forward: Path, reverse: Path, settings: Settings) -> Path:
+    """grow-diag-final links of every training pair: the links a guided model learns."""
+    lengths = _lengths(corpus.text("train", "de"), corpus.text("train", "en"))
+    folder = settings.work / corpus.name / "eflomal-links"
+    links = _eflomal_readings(forward, reverse, lengths)["grow-diag-final"]
+    folder.mkdir(parents=True, exist_ok=True)
+    write_alignments(folder / "train.align", links)
+    return folder
 
 
-def _train(corpus: Corpus, scale: Scale, base: Path, src_lang: str, tgt_lang: str):
-    """``nmt prepare`` + ``nmt train`` of one direction into ``base``; returns the training run."""
-    config_path = base / "config.yaml"
-    atomic_write_text(config_path, _config(corpus, scale, src_lang, tgt_lang).to_yaml())
-    _run(_nmt("prepare", "--config", config_path, "--out", base / "prepared", "--quiet"), base / "prepare.log")
-    return _run(_nmt("train", "--config", config_path, "--data", base / "prepared", "--out", base / "run",
-                     "--device", "cpu", "--restart"), base / "train.log")
+def _links_score(gold: GoldSet, links: list, offset: int = 0) -> AlignmentScore:
+    """Score the links of ``gold``'s pairs, taken from ``links`` starting at ``offset``."""
+    from nmt_cli.alignment import score_alignments
+
+    lengths = _lengths(gold.src, gold.tgt)
+    return score_alignments(read_alignments(gold.gold), links[offset:offset + len(lengths)], lengths)
 
 
-def run_ours(corpus: Corpus, work: Path, scale: Scale,
-             fixed_settings: tuple) -> list[tuple[str, str, AlignmentScore, float]]:
-    """prepare -> train (both directions) -> (sweep on dev gold) -> align, through the CLI.
+# ---- nmt-cli -------------------------------------------------------------------------------------------
 
-    Returns ``(eflomal row to compare with, label, score, seconds)``; seconds add up the
-    steps behind the row (the reverse model's training only for symmetrised rows).
-    """
-    base = work / corpus.name / "nmt"
-    trained = _train(corpus, scale, base, "de", "en")
-    reverse_base = work / corpus.name / "nmt-reverse"
-    reverse = _train(corpus, scale, reverse_base, "en", "de")
-    settings = [(label, options, 0.0) for label, options in fixed_settings]
-    if corpus.dev_gold is not None:
-        ranking = base / "sweep.jsonl"
-        swept = _run_to(_nmt("align", "sweep", "--checkpoint", base / "run", "--src", corpus.text("dev", "de"),
-                             "--tgt", corpus.text("dev", "en"), "--gold", corpus.dev_gold, "--json"),
-                        base / "sweep.log", ranking)
-        best = json.loads(ranking.read_text(encoding="utf-8").splitlines()[0])["options"]
-        settings.append((f"picked on dev gold: {best}", best.split(), swept.seconds))
-    # (eflomal reading, label, nmt align options, seconds spent before aligning)
-    readings = [("forward", label, options, trained.seconds + tuning) for label, options, tuning in settings]
-    # symmetrise the reading picked on dev gold, else the default one
-    label, options, tuning = settings[-1] if corpus.dev_gold is not None else settings[0]
-    readings += [(method, f"both directions, {method} ({label})",
-                  [*options, "--reverse-checkpoint", reverse_base / "run", "--symmetrize", method],
-                  trained.seconds + reverse.seconds + tuning) for method in SYMMETRIZED]
-    results = []
-    for number, (compared_with, label, options, seconds) in enumerate(readings):
-        out = base / f"align-{number}"
-        aligned = _run(_nmt("align", "--checkpoint", base / "run", "--src", corpus.text("test", "de"),
-                            "--tgt", corpus.text("test", "en"), "--out", out, "--device", "cpu",
-                            "--heatmaps", 3, *options), out.with_suffix(".log"))
-        results.append((compared_with, label, _score(corpus, out / "alignments.align"), seconds + aligned.seconds))
-    return results
+
+@dataclass(frozen=True)
+class Aligner:
+    """One nmt-cli system: its model(s) and the seconds it took to build them."""
+
+    system: str
+    setting: str
+    checkpoint: Path
+    seconds: float
+    reverse: Path | None = None  # a reverse-direction model: symmetrise grow-diag-final
+    translates: bool = True  # its model translates; BLEU is measured for those without a reverse
+
+
+def align_and_score(aligner: Aligner, gold: GoldSet, out: Path, settings: Settings,
+                    options: tuple = ()) -> tuple[AlignmentScore, float]:
+    """``nmt align`` of ``gold``'s pairs with ``options`` (none: the defaults); its score and seconds."""
+    both = ["--reverse-checkpoint", aligner.reverse, "--symmetrize", "grow-diag-final"] if aligner.reverse else []
+    measured = _run(_nmt("align", "--checkpoint", aligner.checkpoint, "--src", gold.src, "--tgt", gold.tgt,
+                         "--out", out, "--device", "cpu", *both, *options), out.with_suffix(".log"), settings)
+    return _score(gold, out / "alignments.align"), measured.seconds
+
+
+def tuned_reading(aligner: Aligner, corpus: Corpus, out: Path, settings: Settings) -> tuple[str, float]:
+    """The ``nmt align`` options with the lowest AER on the tuning pairs: every layer, head and
+    shift (``nmt align sweep``) with argmax links and each threshold of the scale."""
+    best, seconds = None, 0.0
+    rules = [("argmax", 0.2)] + [("threshold", value) for value in settings.scale.thresholds]
+    for number, (method, threshold) in enumerate(rules):
+        ranking = out / f"sweep-{number}.jsonl"
+        measured = _run(_nmt("align", "sweep", "--checkpoint", aligner.checkpoint, "--src", corpus.tune.src,
+                             "--tgt", corpus.tune.tgt, "--gold", corpus.tune.gold, "--method", method,
+                             "--threshold", threshold, "--json", "--device", "cpu"),
+                        out / f"sweep-{number}.log", settings, stdout=ranking)
+        seconds += measured.seconds
+        top = json.loads(ranking.read_text(encoding="utf-8").splitlines()[0])
+        options = f"{top['options']} --method {method}" + (f" --threshold {threshold}" if method == "threshold" else "")
+        if best is None or top["aer"] < best[1]:
+            best = (options, top["aer"])
+    return best[0], seconds
+
+
+def bleu(aligner: Aligner, corpus: Corpus, out: Path, settings: Settings, baseline: Path | None) -> tuple[str, Path]:
+    """Greedy BLEU of the model on ``corpus.bleu`` (with a paired bootstrap p-value against ``baseline``)."""
+    source, reference = corpus.bleu
+    hypotheses = out / "bleu.hyp"
+    _run(_nmt("translate", "--checkpoint", aligner.checkpoint, "--input", source, "--output", hypotheses,
+              "--beam", 1, "--device", "cpu"), out / "translate.log", settings)
+    compared = ["--baseline", baseline, "--bootstrap-samples", 1000] if baseline else []
+    report = out / "bleu.json"
+    _run(_nmt("evaluate", "--hyp", hypotheses, "--ref", reference, "--metrics", "bleu", "--json", *compared),
+         out / "evaluate.log", settings, stdout=report)
+    result = json.loads(report.read_text(encoding="utf-8"))
+    text = f"{result['scores'][0]['score']:.2f}"
+    if baseline:
+        text += f" (p={result['bootstrap']['results'][0]['p_value']:.3f})"
+    return text, hypotheses
+
+
+def nmt_aligners(corpus: Corpus, settings: Settings, guide: Path | None, eflomal_seconds: float) -> list[Aligner]:
+    """Plain (one and both directions), guided by eflomal (when it ran) and bootstrapped models."""
+    record = bootstrap_models(corpus, settings)
+    stages = {name: stage["seconds"] for name, stage in record["stages"].items()}
+    root = settings.work / corpus.name / "bootstrap"
+    aligners = [
+        Aligner("nmt-cli plain attention", "default reading (last layer, heads averaged)", root / "forward" / "run",
+                stages["forward"]),
+        Aligner("nmt-cli plain attention", "both directions, grow-diag-final (default readings)",
+                root / "forward" / "run", stages["forward"] + stages["reverse"], reverse=root / "reverse" / "run",
+                translates=False),
+    ]
+    if guide is not None:
+        base = settings.work / corpus.name / "guided-eflomal"
+        config = _config(corpus, settings, alignment_path=str(guide))
+        config = config.with_overrides({"train.alignment_weight": 0.05})
+        seconds = train_model(corpus, settings, base, config)
+        aligners.append(Aligner("nmt-cli guided by eflomal", "default reading (supervised head)", base / "run",
+                                eflomal_seconds + seconds))
+    aligners.append(Aligner("nmt-cli bootstrap (no external aligner)", "default reading (supervised head)",
+                            root / "guided" / "run", sum(stages.values())))
+    return aligners
+
+
+# ---- the report ------------------------------------------------------------------------------------------
+
+COLUMNS = ["corpus", "system", "setting", "pairs", "AER", "precision", "recall", "time s",
+           "AER / eflomal's best symmetrised", "BLEU test2016 (greedy)"]
+
+
+def _row(report: Report, corpus: Corpus, system: str, setting: str, gold: GoldSet, score: AlignmentScore,
+         seconds: float, best_eflomal: float | None, bleu_text: str = "-") -> None:
+    report.add_row(corpus.name, system, setting, gold.label, f"{score.aer:.4f}", f"{score.precision:.4f}",
+                   f"{score.recall:.4f}", fmt(seconds, 1), fmt_ratio(score.aer, best_eflomal), bleu_text)
+
+
+def eflomal_rows(report: Report, corpus: Corpus, settings: Settings) -> tuple[Path | None, float, dict]:
+    """eflomal's rows; returns its guide links, its time and its best symmetrised AER per gold set."""
+    usable, label = availability("eflomal")
+    if not usable:
+        report.add_row(corpus.name, "eflomal", label, *["-"] * 7)
+        return None, 0.0, {}
+    results, guide = run_eflomal(corpus, settings)
+    scores = {name: _links_score(corpus.test, links) for name, (links, _) in results.items()}
+    best = {corpus.test.label: min(scores[name].aer for name in SYMMETRIZED)}
+    seconds = results["forward"][1]
+    for name in EFLOMAL_READINGS:
+        _row(report, corpus, label, name, corpus.test, scores[name], seconds, best[corpus.test.label])
+    if corpus.report is not corpus.test:  # the tuning and report pairs are test pairs eflomal aligned
+        offset = len(_read(corpus.tune.src))
+        picked = min(SYMMETRIZED, key=lambda name: _links_score(corpus.tune, results[name][0]).aer)
+        score = _links_score(corpus.report, results[picked][0], offset)
+        best[corpus.report.label] = score.aer
+        _row(report, corpus, label, f"tuned: {picked} (picked on pairs {corpus.tune.label})", corpus.report, score,
+             seconds, score.aer)
+    return guide, seconds, best
+
+
+def nmt_rows(report: Report, corpus: Corpus, settings: Settings, guide: Path | None, eflomal_seconds: float,
+             best: dict) -> None:
+    """Every nmt-cli system: its default reading on the test pairs, a reading tuned on gold, BLEU."""
+    baseline = None
+    for number, aligner in enumerate(nmt_aligners(corpus, settings, guide, eflomal_seconds)):
+        out = settings.work / corpus.name / "scores" / str(number)
+        score, seconds = align_and_score(aligner, corpus.test, out / "default", settings)
+        bleu_text = "-"
+        if corpus.bleu is not None and aligner.translates:
+            bleu_text, hypotheses = bleu(aligner, corpus, out, settings, baseline)
+            baseline = baseline or hypotheses
+        _row(report, corpus, aligner.system, aligner.setting, corpus.test, score, aligner.seconds + seconds,
+             best.get(corpus.test.label), bleu_text)
+        if aligner.reverse is None:
+            options, tuning = tuned_reading(aligner, corpus, out, settings)
+            score, seconds = align_and_score(aligner, corpus.report, out / "tuned", settings, tuple(options.split()))
+            _row(report, corpus, aligner.system, f"tuned: {options} (picked on pairs {corpus.tune.label})",
+                 corpus.report, score, aligner.seconds + tuning + seconds, best.get(corpus.report.label))
+
+
+def corpora(args, work: Path, scale: Scale, report: Report) -> list[Corpus]:
+    found = [synthetic_corpus(work, scale)] if "synthetic" in args.corpora else []
+    for name, with_tatoeba in (("multi30k", False), ("multi30k+tatoeba", True)):
+        if name not in args.corpora or args.quick:
+            continue
+        needed = [GOLD_DEEN / "gold", SHARED / "multi30k" / "train.de"] + (
+            [SHARED / "tatoeba-deen" / "train.de"] if with_tatoeba else [])
+        missing = [str(path) for path in needed if not path.is_file()]
+        if missing:
+            report.notes.append(f"{name} skipped: {missing[0]} not found")
+        else:
+            found.append(deen_corpus(work, name, with_tatoeba))
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = bench_arguments(__doc__.splitlines()[0])
+    parser.add_argument("--corpora", default="synthetic,multi30k,multi30k+tatoeba",
+                        help="comma list of synthetic, multi30k, multi30k+tatoeba (--quick: synthetic only)")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads of every step (default 2)")
+    parser.add_argument("--reuse-models", action="store_true",
+                        help="keep finished training runs with the same settings instead of training again")
     args = parser.parse_args(argv)
     scale = QUICK if args.quick else FULL
-    work = args.work / "align_quality" / ("quick" if args.quick else "full")
-    report = Report(
-        script="align_quality",
-        title="Word alignment: nmt-cli attention vs eflomal (AER, lower is better)",
-        columns=["corpus", "system", "setting", "AER", "precision", "recall", "time s",
-                 "AER ratio vs eflomal (same reading)", "time ratio vs eflomal"],
-        quick=args.quick,
-    )
-    corpora = [synthetic_corpus(work, scale)]
+    work = (args.work / "align_quality" / ("quick" if args.quick else "full")).resolve()
+    settings = Settings(work, scale, args.threads, args.reuse_models, repeats_of(args))
+    report = Report(script="align_quality", columns=COLUMNS, quick=args.quick,
+                    title="Word alignment: eflomal and nmt-cli's aligners (AER, lower is better)")
     if args.quick:
         report.notes.append("--quick: a tiny synthetic corpus and a few training steps; de-en skipped")
-    elif (GOLD_DEEN / "gold").is_file() and (SHARED / "multi30k" / "train.de").is_file():
-        corpora.append(deen_corpus(work))
-    else:
-        report.notes.append(f"de-en skipped: {GOLD_DEEN} or Multi30k not found")
-    usable, eflomal_label = availability("eflomal")
-    for corpus in corpora:
-        eflomal = run_eflomal(corpus, work, repeats_of(args)) if usable else {}
-        ours = run_ours(corpus, work, scale, OUR_SETTINGS[:1] if args.quick else OUR_SETTINGS)
-        for compared_with, label, score, seconds in ours:
-            _row(report, corpus, "nmt-cli", label, score, seconds, eflomal.get(compared_with))
-        for name, (score, seconds) in eflomal.items():
-            _row(report, corpus, eflomal_label, name, score, seconds, eflomal[name])
-        if not usable:
-            report.add_row(corpus.name, "eflomal", eflomal_label, *["-"] * 6)
-        checked = ours[0][2]
-        if checked.out_of_range:
-            report.notes.append(f"{corpus.name}: {checked.out_of_range} gold link(s) outside their sentence "
-                                f"left out (first at {checked.out_of_range_example})")
-    model = scale.model
-    report.notes += [
-        f"nmt-cli: {model['arch']} {model['encoder_layers']}+{model['decoder_layers']} layers, d_model "
-        f"{model['d_model']}, {model['heads']} heads, {scale.steps} steps, trained once; argmax links per target word",
-        "the reverse model (en->de) has the same shape and steps; symmetrised rows read it like the forward model",
-        f"ratios: ours / eflomal read the same way (one direction: its forward links; symmetrised: the same "
-        f"heuristic); eflomal figures are the median of {repeats_of(args)} run(s)",
-    ]
+    for corpus in corpora(args, work, scale, report):
+        guide, eflomal_seconds, best = eflomal_rows(report, corpus, settings)
+        nmt_rows(report, corpus, settings, guide, eflomal_seconds, best)
+    report.notes += _notes(scale, settings)
     report.emit(args.json)
     return 0
+
+
+def _notes(scale: Scale, settings: Settings) -> list[str]:
+    model = scale.model
+    steps = ", ".join(f"{name} {steps:,}" for name, steps in scale.steps.items())
+    return [
+        f"every nmt-cli model: {model['arch']} {model['encoder_layers']}+{model['decoder_layers']} layers, d_model "
+        f"{model['d_model']}, {model['heads']} heads, FFN {model['ffn_dim']}, {scale.precision}, batches of "
+        f"{scale.max_tokens:,} tokens; training steps: {steps}; {settings.threads} thread(s) per step",
+        "guided models: train.alignment_weight 0.05 on the head model.alignment_layer -2 (penultimate), head 0; "
+        "guided by eflomal = its grow-diag-final links of the whole training text; bootstrap = `nmt align "
+        "bootstrap` with the same settings (its forward and reverse models are the plain-attention rows)",
+        "tuned rows: the lowest AER on the tuning pairs over every layer, head, head average and shift "
+        f"(`nmt align sweep`) with argmax links or a threshold in {', '.join(map(str, scale.thresholds)) or '-'}; "
+        "eflomal: the "
+        "best symmetrisation on the tuning pairs",
+        f"eflomal figures are the run with the median AER of {settings.repeats} run(s); its time is the median",
+        "BLEU: greedy decoding of Multi30k test2016 lowercased and tokenised like the training text; p: paired "
+        "bootstrap test against the plain model's translations (1,000 samples)",
+    ]
 
 
 if __name__ == "__main__":
