@@ -22,7 +22,8 @@ Systems, each row naming how it reads its alignments:
 * nmt-cli plain attention: a translation model, read as ``nmt align`` reads it by default
   (last decoder layer, heads averaged, argmax), and both directions symmetrised;
 * nmt-cli guided by eflomal: a model trained with guided alignment (Garg et al. 2019) on
-  eflomal's grow-diag-final links of the training text, read by default (its supervised head);
+  eflomal's grow-diag-final-and links of the training text (:data:`GUIDE`, as fairseq's
+  joint alignment example symmetrises its guide), read by default (its supervised head);
 * nmt-cli bootstrap (no external aligner): ``nmt align bootstrap``, a model guided by the
   symmetrised attention links of the two plain models (:mod:`nmt_cli.bootstrap`).
 
@@ -41,6 +42,7 @@ settings instead of training them again (a changed setting still retrains).
 from __future__ import annotations
 
 import json
+import os
 import re
 import statistics
 import sys
@@ -48,7 +50,8 @@ from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 
-from common import REPO, Report, bench_arguments, fmt, fmt_ratio, repeats_of, run_measured, tail, thread_env
+from common import (REPO, Report, bench_arguments, fmt, fmt_ratio, machine_description, repeats_of, run_measured, tail,
+                    thread_env)
 from peers.install import availability, venv_bin
 
 from nmt_cli.alignment import read_alignments, score_files, symmetrize, write_alignments
@@ -63,6 +66,7 @@ GOLD_DEEN = SHARED / "gold-align" / "de-en"
 PUNCTUATION = re.compile(r"""([.,!?;:"()])""")
 EFLOMAL_READINGS = ("forward", "reverse", "intersection", "grow-diag-final", "grow-diag-final-and")
 SYMMETRIZED = ("intersection", "grow-diag-final", "grow-diag-final-and")
+GUIDE = "grow-diag-final-and"  # the eflomal links a guided model learns
 
 
 @dataclass(frozen=True)
@@ -84,9 +88,9 @@ QUICK = Scale(synthetic_train=300, synthetic_test=30, steps={"synthetic": 10}, v
               model=dict(arch="transformer", d_model=32, heads=2, ffn_dim=64, encoder_layers=1, decoder_layers=2,
                          dropout=0.0))
 FULL = Scale(synthetic_train=20000, synthetic_test=500,
-             steps={"synthetic": 2000, "multi30k": 2400, "multi30k+tatoeba": 4800}, vocab_size=8000,
+             steps={"synthetic": 2000, "multi30k": 2000, "multi30k+tatoeba": 3000}, vocab_size=8000,
              max_tokens=4096, precision="bf16", thresholds=(0.1, 0.2, 0.3, 0.4, 0.5),
-             model=dict(arch="transformer", d_model=256, heads=4, ffn_dim=1024, encoder_layers=3, decoder_layers=3,
+             model=dict(arch="transformer", d_model=128, heads=4, ffn_dim=512, encoder_layers=3, decoder_layers=3,
                         dropout=0.1))
 
 
@@ -276,7 +280,7 @@ def _eflomal_readings(forward: Path, reverse: Path, lengths: list[tuple[int, int
 
 def run_eflomal(corpus: Corpus, settings: Settings) -> tuple[dict[str, tuple[list, float]], Path]:
     """eflomal on the training text, ``repeats`` times: per reading, the links of the test pairs
-    (the run with the median AER) and the median time; and the grow-diag-final links of the
+    (the run with the median AER) and the median time; and the :data:`GUIDE` links of the
     whole training text of the first run, written as ``<work>/eflomal-links/train.align``."""
     tool = venv_bin("eflomal", "eflomal-align")
     test_lengths = _lengths(corpus.test.src, corpus.test.tgt)
@@ -299,10 +303,10 @@ def run_eflomal(corpus: Corpus, settings: Settings) -> tuple[dict[str, tuple[lis
 
 
 def _write_guide(corpus: Corpus, forward: Path, reverse: Path, settings: Settings) -> Path:
-    """grow-diag-final links of every training pair: the links a guided model learns."""
+    """:data:`GUIDE` links of every training pair: the links a guided model learns."""
     lengths = _lengths(corpus.text("train", "de"), corpus.text("train", "en"))
     folder = settings.work / corpus.name / "eflomal-links"
-    links = _eflomal_readings(forward, reverse, lengths)["grow-diag-final"]
+    links = _eflomal_readings(forward, reverse, lengths)[GUIDE]
     folder.mkdir(parents=True, exist_ok=True)
     write_alignments(folder / "train.align", links)
     return folder
@@ -484,10 +488,16 @@ def main(argv: list[str] | None = None) -> int:
                     title="Word alignment: eflomal and nmt-cli's aligners (AER, lower is better)")
     if args.quick:
         report.notes.append("--quick: a tiny synthetic corpus and a few training steps; de-en skipped")
+    load_before = os.getloadavg()
     for corpus in corpora(args, work, scale, report):
         guide, eflomal_seconds, best = eflomal_rows(report, corpus, settings)
         nmt_rows(report, corpus, settings, guide, eflomal_seconds, best)
     report.notes += _notes(scale, settings)
+    report.notes.append(f"machine: {machine_description()['cpu']}, {os.cpu_count()} cores; load average (1/5/15 min) "
+                        f"{'/'.join(f'{v:.1f}' for v in load_before)} at the start and "
+                        f"{'/'.join(f'{v:.1f}' for v in os.getloadavg())} at the end of this run (other work shares "
+                        "the machine, so times of models trained in earlier runs and kept by --reuse-models were "
+                        "taken under their own load)")
     report.emit(args.json)
     return 0
 
@@ -499,8 +509,9 @@ def _notes(scale: Scale, settings: Settings) -> list[str]:
         f"every nmt-cli model: {model['arch']} {model['encoder_layers']}+{model['decoder_layers']} layers, d_model "
         f"{model['d_model']}, {model['heads']} heads, FFN {model['ffn_dim']}, {scale.precision}, batches of "
         f"{scale.max_tokens:,} tokens; training steps: {steps}; {settings.threads} thread(s) per step",
-        "guided models: train.alignment_weight 0.05 on the head model.alignment_layer -2 (penultimate), head 0; "
-        "guided by eflomal = its grow-diag-final links of the whole training text; bootstrap = `nmt align "
+        "guided models: train.alignment_weight 0.05 on head 0 of the penultimate decoder layer, learning each "
+        "word's links at the step where it is the decoder input (model.alignment_shift, the default); "
+        f"guided by eflomal = its {GUIDE} links of the whole training text; bootstrap = `nmt align "
         "bootstrap` with the same settings (its forward and reverse models are the plain-attention rows)",
         "tuned rows: the lowest AER on the tuning pairs over every layer, head, head average and shift "
         f"(`nmt align sweep`) with argmax links or a threshold in {', '.join(map(str, scale.thresholds)) or '-'}; "
