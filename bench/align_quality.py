@@ -44,6 +44,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import statistics
 import sys
 from dataclasses import dataclass
@@ -234,12 +235,20 @@ def _run_seconds(run_dir: Path, prepared: Path) -> float:
     return manifest["elapsed_seconds"] + state["elapsed_seconds"]
 
 
+def _kept(settings: Settings, config_path: Path, config: Config) -> bool:
+    """With ``--reuse-models``: whether the models built from ``config_path`` can stay (the
+    same settings as now); the new settings are written there either way."""
+    same = settings.reuse and config_path.is_file() and config_path.read_text(encoding="utf-8") == config.to_yaml()
+    config_path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(config_path, config.to_yaml())
+    return same
+
+
 def train_model(corpus: Corpus, settings: Settings, base: Path, config: Config) -> float:
     """``nmt prepare`` + ``nmt train`` into ``base``; returns their seconds (see :func:`_run_seconds`)."""
     config_path = base / "config.yaml"
-    atomic_write_text(config_path, config.to_yaml())
+    restart = [] if _kept(settings, config_path, config) else ["--restart"]
     _run(_nmt("prepare", "--config", config_path, "--out", base / "prepared", "--quiet"), base / "prepare.log", settings)
-    restart = [] if settings.reuse else ["--restart"]
     _run(_nmt("train", "--config", config_path, "--data", base / "prepared", "--out", base / "run", "--device", "cpu",
               *restart), base / "train.log", settings)
     return _run_seconds(base / "run", base / "prepared")
@@ -249,10 +258,7 @@ def bootstrap_models(corpus: Corpus, settings: Settings) -> dict:
     """``nmt align bootstrap`` (forward, reverse, links, guided); its record with each stage's seconds."""
     base = settings.work / corpus.name / "bootstrap"
     config_path = settings.work / corpus.name / "bootstrap.yaml"
-    atomic_write_text(config_path, _config(corpus, settings).to_yaml())
-    if not settings.reuse and base.exists():
-        import shutil
-
+    if not _kept(settings, config_path, _config(corpus, settings)) and base.exists():
         shutil.rmtree(base)
     _run(_nmt("align", "bootstrap", "--config", config_path, "--out", base, "--device", "cpu", "--quiet"),
          settings.work / corpus.name / "bootstrap.log", settings)
@@ -303,9 +309,13 @@ def run_eflomal(corpus: Corpus, settings: Settings) -> tuple[dict[str, tuple[lis
 
 
 def _write_guide(corpus: Corpus, forward: Path, reverse: Path, settings: Settings) -> Path:
-    """:data:`GUIDE` links of every training pair: the links a guided model learns."""
-    lengths = _lengths(corpus.text("train", "de"), corpus.text("train", "en"))
+    """:data:`GUIDE` links of every training pair: the links a guided model learns. With
+    ``--reuse-models`` the links of an earlier run stay (eflomal takes no seed, and a kept
+    guided model learned those)."""
     folder = settings.work / corpus.name / "eflomal-links"
+    if settings.reuse and (folder / "train.align").is_file():
+        return folder
+    lengths = _lengths(corpus.text("train", "de"), corpus.text("train", "en"))
     links = _eflomal_readings(forward, reverse, lengths)[GUIDE]
     folder.mkdir(parents=True, exist_ok=True)
     write_alignments(folder / "train.align", links)
@@ -428,6 +438,9 @@ def eflomal_rows(report: Report, corpus: Corpus, settings: Settings) -> tuple[Pa
     seconds = results["forward"][1]
     for name in EFLOMAL_READINGS:
         _row(report, corpus, label, name, corpus.test, scores[name], seconds, best[corpus.test.label])
+    guide_links = [pair.sure for pair in read_alignments(guide / "train.align")[-len(_read(corpus.test.src)):]]
+    _row(report, corpus, label, f"{GUIDE}: the links the guided model learned (one run)", corpus.test,
+         _links_score(corpus.test, guide_links), seconds, best[corpus.test.label])
     if corpus.report is not corpus.test:  # the tuning and report pairs are test pairs eflomal aligned
         offset = len(_read(corpus.tune.src))
         picked = min(SYMMETRIZED, key=lambda name: _links_score(corpus.tune, results[name][0]).aer)
