@@ -32,7 +32,8 @@ class Batch:
 
     ``links`` (when the split has word links, :mod:`nmt_cli.data.links`): one row
     ``(sentence, target position, source position)`` per piece link, where target position
-    ``t`` is the decoder step that predicts ``tgt_out[:, t]``; ``link_weights`` gives each
+    ``t`` is the piece ``tgt_out[:, t]`` (predicted at decoder step ``t``, the decoder input
+    at step ``t + 1``) and source position ``s`` is ``src[:, s]``; ``link_weights`` gives each
     link ``1 / (links of its target piece)``, so every linked target piece carries a
     distribution over source pieces that sums to one.
     """
