@@ -39,14 +39,15 @@ def test_files_and_directories_get_umask_permissions(tmp_path):
 
 def test_directory_replaced_only_when_complete(tmp_path):
     target = tmp_path / "ckpt"
-    with atomic_directory(target) as tmp:
+    owned = {"weights"}.__contains__  # what this kind of output holds: it may replace such a directory
+    with atomic_directory(target, owned) as tmp:
         (tmp / "weights").write_text("v1")
     with pytest.raises(KeyboardInterrupt):
-        with atomic_directory(target) as tmp:
+        with atomic_directory(target, owned) as tmp:
             (tmp / "weights").write_text("v2 partial")
             raise KeyboardInterrupt
     assert (target / "weights").read_text() == "v1"
-    with atomic_directory(target) as tmp:
+    with atomic_directory(target, owned) as tmp:
         (tmp / "weights").write_text("v2")
     assert (target / "weights").read_text() == "v2"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]

@@ -38,7 +38,7 @@ def config_options(func: Command) -> Command:
 
 
 def decode_options(func: Command) -> Command:
-    """``--beam --alpha --nbest --workers --average --device --set decode.*``.
+    """``--beam --alpha --nbest --workers --on-long-line --average --device --set decode.*``.
 
     Passes ``translator_options``, the keyword arguments of
     :meth:`nmt_cli.decoding.Translator.from_checkpoint`: ``device``, ``average`` and
@@ -51,13 +51,18 @@ def decode_options(func: Command) -> Command:
     @click.option("--workers", type=click.IntRange(min=1),
                   help="CPU: batches decoded at once, sharing the torch threads (decode.workers) [default: 1].")
     @click.option("--average", metavar="last:N", help="Average the weights of the run's last N checkpoints.")
+    @click.option("--on-long-line", type=click.Choice(["error", "truncate", "skip"]),
+                  help="A source line longer than the model takes: stop naming it (default), translate its "
+                       "first tokens, or give it an empty translation (decode.on_long_line).")
     @click.option("--device", default="auto", show_default=True, help=DEVICE_HELP)
     @click.option("--set", "overrides", multiple=True, metavar="decode.KEY=VALUE",
                   help="Any decoding setting, e.g. --set decode.max_len_b=50 (repeatable).")
     @functools.wraps(func)
-    def wrapper(*args: Any, beam, alpha, nbest, workers, average, device, overrides, **kwargs: Any) -> Any:
+    def wrapper(*args: Any, beam, alpha, nbest, workers, on_long_line, average, device, overrides,
+                **kwargs: Any) -> Any:
         changes = parse_overrides(overrides)
-        flags = (("beam_size", beam), ("alpha", alpha), ("nbest", nbest), ("workers", workers))
+        flags = (("beam_size", beam), ("alpha", alpha), ("nbest", nbest), ("workers", workers),
+                 ("on_long_line", on_long_line))
         changes.update({f"decode.{key}": value for key, value in flags if value is not None})
         options = {"device": device, "average": average, "overrides": changes}
         return func(*args, translator_options=options, **kwargs)

@@ -40,6 +40,10 @@ def format_report(manifest: dict, out_dir: str) -> str:
     vocab = (f"joint {tok['src_vocab_size']}" if tok["joint"]
              else f"src {tok['src_vocab_size']}, tgt {tok['tgt_vocab_size']}")
     lines.append(f"  vocab {tok['model_type']} {vocab}; token dtype {manifest['token_dtype']}")
+    requested = tok.get("vocab_size_requested")
+    if requested and min(tok["src_vocab_size"], tok["tgt_vocab_size"]) < requested:
+        lines.append(f"  note: SentencePiece made fewer pieces ({vocab}) than data.vocab_size={requested} asks for: "
+                     "the training text holds no more")
     when = "built earlier in" if manifest.get("reused") else "time"
     lines.append(f"  {when} {manifest['elapsed_seconds']:.1f}s, {manifest['pairs_per_second']:,.0f} pairs/s")
     return "\n".join(lines)

@@ -2,6 +2,6 @@
 
 from nmt_cli.decoding.generator import generate
 from nmt_cli.decoding.hypothesis import Hypothesis
-from nmt_cli.decoding.translator import Translator
+from nmt_cli.decoding.translator import LongInputError, Translator
 
-__all__ = ["generate", "Hypothesis", "Translator"]
+__all__ = ["generate", "Hypothesis", "LongInputError", "Translator"]

@@ -21,7 +21,7 @@ from nmt_cli.config import Config, DecodeConfig
 from nmt_cli.decoding.generator import generate
 from nmt_cli.decoding.hypothesis import Hypothesis
 from nmt_cli.device import resolve_device
-from nmt_cli.errors import ConfigError
+from nmt_cli.errors import ConfigError, NmtError
 from nmt_cli.models.base import Seq2SeqModel
 from nmt_cli.precision import Precision
 from nmt_cli.tokenization import Tokenizer
@@ -37,6 +37,19 @@ def averaged_label(averaged: Sequence[str]) -> str | None:
         return None
     names = [Path(path).name for path in averaged]
     return f"{len(names)}:{names[0]}..{names[-1]}"
+
+
+class LongInputError(NmtError):
+    """Input ``index`` (0-based) has more source tokens than the model takes."""
+
+    def __init__(self, index: int, length: int, limit: int):
+        self.index, self.length, self.limit = index, length, limit
+        super().__init__(f"input {index + 1}: {self.problem}")
+
+    @property
+    def problem(self) -> str:
+        return (f"{self.length} source tokens, more than the model takes ({self.limit}, model.max_positions); "
+                "--on-long-line truncate or skip translates such lines (decode.on_long_line)")
 
 
 class Translator:
@@ -99,9 +112,23 @@ class Translator:
         Characters the SentencePiece model does not know become its unknown token.
         """
         sources = [self.tokenizer.encode_src(text) if text.strip() else [] for text in texts]
+        handled = [self._fit(index, source) for index, source in enumerate(sources)]
         with self.precision.autocast():
-            hypotheses = generate(self.model, sources, self.decode, self.device, with_attention)
-        return [self._with_text(hypothesis) for hypothesis in hypotheses]
+            hypotheses = generate(self.model, [source for source, _ in handled], self.decode, self.device,
+                                  with_attention)
+        return [dataclasses.replace(self._with_text(hypothesis), long_input=how)
+                for hypothesis, (_, how) in zip(hypotheses, handled)]
+
+    def _fit(self, index: int, source: list[int]) -> tuple[list[int], str]:
+        """A source the model can take, and what ``decode.on_long_line`` did to it."""
+        limit = self.model.max_source_length
+        if limit is None or len(source) <= limit:
+            return source, ""
+        if self.decode.on_long_line == "truncate":
+            return source[:limit], "truncated"
+        if self.decode.on_long_line == "skip":
+            return [], "skipped"
+        raise LongInputError(index, len(source), limit)
 
     def translate_stream(
         self, texts: Iterable[str], chunk_size: int = 2000, with_attention: bool = False
@@ -111,13 +138,22 @@ class Translator:
         Only one chunk is held in memory, so inputs of any size stream through.
         """
         chunk: list[str] = []
+        done = 0
         for text in texts:
             chunk.append(text)
             if len(chunk) == chunk_size:
-                yield from zip(chunk, self.translate(chunk, with_attention))
+                yield from zip(chunk, self._translate_chunk(chunk, done, with_attention))
+                done += len(chunk)
                 chunk = []
         if chunk:
-            yield from zip(chunk, self.translate(chunk, with_attention))
+            yield from zip(chunk, self._translate_chunk(chunk, done, with_attention))
+
+    def _translate_chunk(self, chunk: list[str], offset: int, with_attention: bool) -> list[Hypothesis]:
+        """:meth:`translate`; a too-long input is numbered within the whole stream."""
+        try:
+            return self.translate(chunk, with_attention)
+        except LongInputError as exc:
+            raise LongInputError(offset + exc.index, exc.length, exc.limit) from None
 
     def signature(self) -> str:
         """Every setting that changes the output, sacreBLEU-style ``key:value|...``."""
@@ -131,6 +167,8 @@ class Translator:
             f"maxlen:{decode.max_len_a:g}*src+{decode.max_len_b}",
             f"minlen:{decode.min_len}",
         ]
+        if decode.on_long_line != "error":
+            parts.append(f"long:{decode.on_long_line}")
         if decode.sampling != "none":
             limit = f"top_k:{decode.top_k}" if decode.sampling == "top_k" else f"top_p:{decode.top_p:g}"
             parts += [f"sampling:{decode.sampling}", limit, f"temperature:{decode.temperature:g}",
@@ -143,4 +181,4 @@ class Translator:
         return dataclasses.replace(hypothesis, text=self.tokenizer.decode_tgt(hypothesis.tokens), nbest=nbest)
 
 
-__all__ = ["Translator"]
+__all__ = ["LongInputError", "Translator"]
