@@ -77,15 +77,12 @@ def _fsync_dir(path: Path) -> None:
 
 
 def _os_error(exc: BaseException) -> OSError | None:
-    """The OSError behind ``exc``: itself, or one a library wrapped (torch.save raises
-    RuntimeError with the file's OSError as its context)."""
-    seen = 0
-    while exc is not None and seen < 5:
-        if isinstance(exc, OSError):
-            return exc
-        exc = exc.__cause__ or exc.__context__
-        seen += 1
-    return None
+    """The OSError behind ``exc``: itself, or the one a library writer wrapped (torch.save
+    raises a RuntimeError whose context is the file object's OSError)."""
+    if isinstance(exc, OSError):
+        return exc
+    inner = exc.__cause__ or exc.__context__
+    return inner if isinstance(exc, RuntimeError) and isinstance(inner, OSError) else None
 
 
 class WriteError(NmtError):
@@ -144,7 +141,7 @@ def _concerns(error: OSError, path: Path, work: tuple[Path, ...]) -> bool:
 # ---- where and how an output is written ------------------------------------------------------------
 
 
-def writes_in_place(path: Path) -> bool:
+def writes_in_place(path: PathLike) -> bool:
     """Devices, FIFOs, sockets and descriptor aliases are written through, never replaced."""
     if os.path.abspath(path).startswith(_DESCRIPTOR_ALIASES):
         return True
@@ -177,13 +174,33 @@ def check_not_input(output: PathLike, inputs: Iterable[PathLike]) -> None:
 
 @contextlib.contextmanager
 def output_lock(path: PathLike) -> Iterator[None]:
-    """Hold ``.NAME.lock`` beside ``path`` while writing it; a second writer fails at once.
+    """Hold ``.NAME.lock`` beside ``path`` (its folder made if need be) while writing it; a
+    second writer fails at once, naming the first one's pid.
 
     The holder removes the lock file before releasing it; a writer that locked a file
     removed meanwhile opens the new one and tries again.
     """
     path = Path(path)
-    lock_path = path.with_name(f".{path.name}.lock")
+    with _failures_named(path):
+        fd = _locked_file(path)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(_lock_path(path))
+        os.close(fd)
+
+
+def _lock_path(path: Path) -> Path:
+    return path.with_name(f".{path.name}.lock")
+
+
+def _locked_file(path: Path) -> int:
+    """A descriptor of ``path``'s lock file, locked by this process."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock_path = _lock_path(path)
     while True:
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, _default_mode(directory=False))
         try:
@@ -198,15 +215,7 @@ def output_lock(path: PathLike) -> Iterator[None]:
         except FileNotFoundError:
             current = None
         if current == os.fstat(fd).st_ino:
-            break
-        os.close(fd)
-    try:
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
-        yield
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(lock_path)
+            return fd
         os.close(fd)
 
 
@@ -266,7 +275,6 @@ def atomic_open(path: PathLike, mode: str = "w", encoding: str | None = "utf-8",
         raise NmtError(f"{path}: is a directory; name a file")
     target = _final_path(path)
     with _failures_named(path, target):
-        target.parent.mkdir(parents=True, exist_ok=True)
         with output_lock(target):
             _remove_dead_temporaries(target)
             fd, tmp_name = tempfile.mkstemp(prefix=_temporary_prefix(target), suffix=".tmp", dir=target.parent)
@@ -323,7 +331,6 @@ def atomic_directory(path: PathLike, owned: Callable[[str], bool] = lambda name:
     path = Path(path)
     check_not_input(path, inputs)
     with _failures_named(path):
-        path.parent.mkdir(parents=True, exist_ok=True)
         with output_lock(path):
             _remove_dead_temporaries(path)
             _check_replaceable(path, owned)

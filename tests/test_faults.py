@@ -10,6 +10,7 @@ injected at the operating-system call otherwise.
 from __future__ import annotations
 
 import errno
+import io
 import json
 import os
 import resource
@@ -272,6 +273,20 @@ def test_case04_a_second_prepare_into_the_same_output_fails_at_once(tmp_path):
     assert hidden_entries(tmp_path) == []
 
 
+def test_case04_a_second_train_into_the_same_run_fails_at_once(tiny_prepared, tmp_path):
+    run = tmp_path / "run"
+    first = nmt_process("train", "--data", tiny_prepared, "--out", run, *TINY, "--set", "train.max_steps=100000")
+    try:
+        wait_for(lambda: (run / "train.log").exists(), process=first)
+        second = invoke("train", "--data", tiny_prepared, "--out", run, *TINY, "--set", "train.max_steps=1")
+        assert second.exit_code == 1
+        error_line(second.stderr, str(run), f"in use by pid {first.pid}")
+    finally:
+        first.send_signal(signal.SIGINT)  # the first one saves its step and stops
+        first.communicate(timeout=120)
+    assert first.returncode == 130 and hidden_entries(tmp_path) == []  # its lock went with it
+
+
 def test_case04_the_next_prepare_removes_what_a_killed_one_left(tmp_path):
     out = tmp_path / "data"
     killed = nmt_process(*_prepare_args(out, 30000))
@@ -382,17 +397,28 @@ def test_case06_disk_full_during_translate_keeps_the_previous_output(checkpoint,
 
 
 def test_case06_failed_checkpoint_write_leaves_the_run_resumable(tiny_prepared, tmp_path, monkeypatch):
-    """Injected at the write: the second checkpoint's optimizer.pt hits ENOSPC half-way."""
+    """Injected at the write: the second checkpoint's optimizer.pt hits ENOSPC after 1000 bytes
+    (inside torch.save, which wraps the OSError in a RuntimeError)."""
     run = tmp_path / "run"
     saves = []
     real_save = torch.save
 
+    class FillingDisk(io.RawIOBase):
+        def __init__(self, handle):
+            self.handle, self.written = handle, 0
+
+        def writable(self) -> bool:
+            return True
+
+        def write(self, data) -> int:
+            self.written += len(data)
+            if self.written > 1000:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return self.handle.write(data)
+
     def filling_save(obj, handle, *args, **kwargs):
         saves.append(handle)
-        if len(saves) == 2:
-            handle.write(b"\0" * 1000)
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        return real_save(obj, handle, *args, **kwargs)
+        return real_save(obj, FillingDisk(handle) if len(saves) == 2 else handle, *args, **kwargs)
 
     monkeypatch.setattr(torch, "save", filling_save)
     args = ["train", "--data", tiny_prepared, "--out", run, *TINY, "--set", "train.max_steps=3",

@@ -103,20 +103,21 @@ def train(config: Config, prepared_dir: str | Path, run_dir: str | Path, *, rest
     Under ``torchrun`` each process calls this; rank 0 alone writes files and logs.
     """
     context = init_distributed(device)
+    directory = RunDirectory(run_dir)
     try:
-        directory = RunDirectory(run_dir)
         directory.check()
         data = PreparedData(prepared_dir)
         data.verify()
-        if restart and context.is_main:
-            directory.clear()
-        context.barrier()
-        trainer = Trainer(config, data, directory, context, directory.resume_point(), stream)
-        summary = trainer.run()
-        # rank 0 still writes the last checkpoint and the plot; no rank tears the group down
-        # (and exits) while another is still connected to it. Not on the error path: a rank
-        # that raised would leave the others waiting here for ever.
-        context.barrier()
+        with directory.session(writer=context.is_main):
+            if restart and context.is_main:
+                directory.clear()
+            context.barrier()
+            trainer = Trainer(config, data, directory, context, directory.resume_point(), stream)
+            summary = trainer.run()
+            # rank 0 still writes the last checkpoint and the plot; no rank tears the group down
+            # (and exits) while another is still connected to it. Not on the error path: a rank
+            # that raised would leave the others waiting here for ever.
+            context.barrier()
         return summary
     finally:
         context.close()
