@@ -199,9 +199,12 @@ def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
         config = Config.from_dict(_upgraded_config(state))
         files = state.get("tokenizer_files") or []
     weights = _with_aliases(_read_weights(path), state, path)
-    names = ["spm.model"] if files == ["spm.model"] else ["spm.src.model", "spm.tgt.model"]
-    with reading_checkpoint_file(path / names[-1]):
-        tokenizer = Tokenizer.from_files(*(path / name for name in names))
+    models = [path / name for name in (["spm.model"] if files == ["spm.model"] else ["spm.src.model", "spm.tgt.model"])]
+    for model in models:  # one at a time, so that an error names the file
+        with reading_checkpoint_file(model):
+            tokenizer = Tokenizer.from_files(model)
+    if len(models) > 1:
+        tokenizer = Tokenizer.from_files(*models)
     return Checkpoint(path=path, config=config, weights=weights, state=state, tokenizer=tokenizer)
 
 
