@@ -362,7 +362,7 @@ def _file_size_limit(limit: int):
 
 @pytest.mark.parametrize("command", ["prepare", "translate"])
 def test_case06_file_too_large_keeps_the_previous_output(tiny_prepared, checkpoint, tmp_path, command):
-    """RLIMIT_FSIZE: writing past 40 kB fails with EFBIG, as a full disk fails with ENOSPC."""
+    """RLIMIT_FSIZE: writing past 40 kB (10 kB) fails with EFBIG, as a full disk fails with ENOSPC."""
     if command == "prepare":
         out = tmp_path / "data"
         assert run_nmt(*_prepare_args(out, 100)).returncode == 0
@@ -372,9 +372,10 @@ def test_case06_file_too_large_keeps_the_previous_output(tiny_prepared, checkpoi
         out.write_text("previous\n")
         source = tmp_path / "in.txt"
         source.write_text("der mann sieht die katze im park\n" * 3000, encoding="utf-8")
-        args = ["translate", "--checkpoint", str(checkpoint), "--input", str(source), "--output", str(out)]
+        args = ["translate", "--checkpoint", str(checkpoint), "--input", str(source), "--output", str(out),
+                "--beam", "1", "--chunk-size", "50"]
     before = tree_snapshot(tmp_path)
-    done = run_nmt(*args, preexec=_file_size_limit(40_000))
+    done = run_nmt(*args, preexec=_file_size_limit(40_000 if command == "prepare" else 10_000))
     assert done.returncode == 1, done.stderr
     error_line(done.stderr, str(out), "File too large")
     assert tree_snapshot(tmp_path) == before
@@ -383,14 +384,14 @@ def test_case06_file_too_large_keeps_the_previous_output(tiny_prepared, checkpoi
 
 @needs_mount
 def test_case06_disk_full_during_translate_keeps_the_previous_output(checkpoint, tmp_path):
-    """A real ENOSPC: the output folder is a 64 kB tmpfs in a private namespace."""
+    """A real ENOSPC: the output folder is a 16 kB tmpfs in a private namespace."""
     source = tmp_path / "in.txt"
     source.write_text("der mann sieht die katze im park\n" * 3000, encoding="utf-8")
     small = tmp_path / "small"
     small.mkdir()
     done = in_namespace(
-        f"mount -t tmpfs -o size=64k tmpfs '{small}' && echo previous > '{small}/out.txt' && "
-        f"$NMT translate --checkpoint '{checkpoint}' --input '{source}' --output '{small}/out.txt'; "
+        f"mount -t tmpfs -o size=16k tmpfs '{small}' && echo previous > '{small}/out.txt' && "
+        f"$NMT translate --checkpoint '{checkpoint}' --input '{source}' --output '{small}/out.txt' --beam 1 --chunk-size 50; "
         f"echo \"rc=$?\"; ls -A '{small}'; cat '{small}/out.txt'")
     error_line(done.stderr, f"{small}/out.txt", "No space left on device")
     assert done.stdout.splitlines() == ["rc=1", "out.txt", "previous"], done.stdout
