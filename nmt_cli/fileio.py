@@ -267,8 +267,8 @@ def atomic_open(path: PathLike, mode: str = "w", encoding: str | None = "utf-8",
     if "b" in mode:
         encoding = None
     check_not_input(path, inputs)
-    if writes_in_place(path):
-        with _failures_named(path), open(path, mode, encoding=encoding) as handle:
+    if writes_in_place(path):  # appending never truncates what a shell's >> redirect holds
+        with _failures_named(path), open(path, mode.replace("w", "a"), encoding=encoding) as handle:
             yield handle
         return
     if path.is_dir():

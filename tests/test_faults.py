@@ -218,6 +218,21 @@ def test_case02_translate_writes_through_devices_fifos_and_symlinks(checkpoint, 
     assert hidden_entries(tmp_path) == []
 
 
+def test_case02_translate_appends_through_a_descriptor_alias(checkpoint, tmp_path):
+    """``-o /dev/fd/1`` with standard output appended to a file (``>> out.txt``) adds to it."""
+    source = tmp_path / "in.txt"
+    source.write_text("der mann sieht die katze\n", encoding="utf-8")
+    out = tmp_path / "out.txt"
+    out.write_text("first line\n")
+    with open(out, "ab") as appended:
+        done = subprocess.run([sys.executable, "-m", "nmt_cli", "translate", "--checkpoint", str(checkpoint),
+                               "--input", str(source), "--output", "/dev/fd/1"], cwd=REPO, stdout=appended,
+                              stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr
+    [expected] = Translator.from_checkpoint(checkpoint).translate(["der mann sieht die katze"])
+    assert out.read_text(encoding="utf-8") == f"first line\n{expected.text}\n"
+
+
 def test_case02_plot_writes_through_a_device(run_dir, tmp_path):
     device = tmp_path / "null"
     try:
