@@ -670,6 +670,35 @@ def test_case13_keyboard_interrupt_in_any_command_exits_130():
     assert result.stderr.strip() == "interrupted"
 
 
+# ---- 14. the gloo process group is gone before a torchrun worker exits ---------------------------------------
+
+WORKER = """
+import io, os, sys
+from nmt_cli.config import load_config
+from nmt_cli.training import train
+train(load_config(sys.argv[1]), sys.argv[2], sys.argv[3] + os.environ["RANK"], stream=io.StringIO())
+threads = [open(f"/proc/self/task/{task}/comm").read().strip() for task in os.listdir("/proc/self/task")]
+print("rank", os.environ["RANK"], "gloo threads left:", sorted(name for name in threads if "gloo" in name))
+"""
+
+
+@pytest.mark.slow
+def test_case14_training_under_torchrun_leaves_no_gloo_threads_running_into_exit(tiny_prepared, tmp_path):
+    """After train() the process group is really destroyed: no gloo thread is left to race
+    the interpreter's shutdown (tests/test_distributed.py failed now and then at exit)."""
+    config = tmp_path / "ddp.yaml"
+    config.write_text(Config().with_overrides({**TINY_SETTINGS, "train.max_steps": 2}).to_yaml())
+    worker = tmp_path / "worker.py"
+    worker.write_text(WORKER)
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                           str(worker), str(config), str(tiny_prepared), str(tmp_path / "run")],
+                          cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    reports = sorted(line for line in done.stdout.splitlines() if line.startswith("rank "))
+    assert reports == ["rank 0 gloo threads left: []", "rank 1 gloo threads left: []"]
+
+
 # ---- beyond the list: unexpected errors and --debug ------------------------------------------------------------------
 
 
