@@ -326,16 +326,18 @@ def atomic_directory(path: PathLike, owned: Callable[[str], bool] = lambda name:
 
     An existing directory at ``path`` is replaced only if it is empty or every entry
     name in it satisfies ``owned`` (what this kind of output holds); otherwise, or if it
-    contains one of ``inputs``, nothing happens and an :class:`NmtError` says why.
+    contains one of ``inputs``, nothing happens and an :class:`NmtError` says why. A
+    symbolic link keeps pointing where it did; the directory it points to is replaced.
     """
-    path = Path(path)
-    check_not_input(path, inputs)
-    with _failures_named(path):
+    given = Path(path)
+    check_not_input(given, inputs)
+    path = _final_path(given)
+    with _failures_named(given, path):
         with output_lock(path):
             _remove_dead_temporaries(path)
-            _check_replaceable(path, owned)
+            _check_replaceable(given, path, owned)
             tmp = Path(tempfile.mkdtemp(prefix=_temporary_prefix(path), suffix=".tmp", dir=path.parent))
-            with _failures_named(path, tmp):
+            with _failures_named(given, tmp):
                 try:
                     os.chmod(tmp, _default_mode(directory=True))
                     yield tmp
@@ -346,16 +348,17 @@ def atomic_directory(path: PathLike, owned: Callable[[str], bool] = lambda name:
                     raise
 
 
-def _check_replaceable(path: Path, owned: Callable[[str], bool]) -> None:
-    if path.is_symlink() or (path.exists() and not path.is_dir()):
-        raise NmtError(f"{path}: exists and is not a directory; choose another output")
+def _check_replaceable(given: Path, path: Path, owned: Callable[[str], bool]) -> None:
+    """``path`` (where ``given`` leads) is absent, or a directory holding only ``owned`` names."""
+    if path.exists() and not path.is_dir():
+        raise NmtError(f"{given}: exists and is not a directory; choose another output")
     if not path.exists():
         return
     foreign = sorted(entry.name + ("/" if entry.is_dir() else "") for entry in path.iterdir()
                      if not owned(entry.name))
     if foreign:
         shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
-        raise NmtError(f"{path}: holds {shown}, which this command did not write; refusing to replace it "
+        raise NmtError(f"{given}: holds {shown}, which this command did not write; refusing to replace it "
                        "(choose another output or remove them)")
 
 

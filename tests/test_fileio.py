@@ -94,3 +94,15 @@ def test_a_symlink_keeps_pointing_at_its_target(tmp_path):
     (tmp_path / "link.txt").symlink_to("real.txt")
     atomic_write_text(tmp_path / "link.txt", "new")
     assert os.readlink(tmp_path / "link.txt") == "real.txt" and (tmp_path / "real.txt").read_text() == "new"
+
+
+def test_a_symlinked_directory_output_is_replaced_where_it_points(tmp_path):
+    owned = {"weights"}.__contains__
+    with atomic_directory(tmp_path / "elsewhere", owned) as tmp:
+        (tmp / "weights").write_text("v1")
+    (tmp_path / "out").symlink_to("elsewhere")
+    with atomic_directory(tmp_path / "out", owned) as tmp:
+        (tmp / "weights").write_text("v2")
+    assert os.readlink(tmp_path / "out") == "elsewhere"
+    assert (tmp_path / "elsewhere" / "weights").read_text() == "v2"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["elsewhere", "out"]
