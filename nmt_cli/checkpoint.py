@@ -145,6 +145,15 @@ def resolve_checkpoint(path: str | os.PathLike) -> Path:
     raise NmtError(f"{path}: no checkpoint here (expected {STATE} and {WEIGHTS}, or step-* directories)")
 
 
+def tokenizer_directory(path: str | os.PathLike) -> Path:
+    """The directory holding the SentencePiece models of ``path``: a prepared directory or a
+    checkpoint itself, a run directory's newest checkpoint."""
+    path = Path(path)
+    if any((path / name).is_file() for name in ("spm.model", "spm.src.model")):
+        return path
+    return resolve_checkpoint(path)
+
+
 def _upgraded_config(state: dict[str, Any]) -> dict[str, Any]:
     """The checkpoint's config as the current code reads it.
 
@@ -292,4 +301,5 @@ __all__ = [
     "load_averaged",
     "write_average",
     "checkpoint_dir_name",
+    "tokenizer_directory",
 ]
