@@ -1,7 +1,10 @@
-"""Decoding: pure search steps, one generation loop for every model, the Translator API."""
+"""Decoding: pure search steps, one generation loop for every model (and ensembles of them),
+forced scoring, the Translator API."""
 
+from nmt_cli.decoding.ensemble import Ensemble
 from nmt_cli.decoding.generator import generate
 from nmt_cli.decoding.hypothesis import Hypothesis
+from nmt_cli.decoding.scoring import PairScore, score_pairs
 from nmt_cli.decoding.translator import Translator
 
-__all__ = ["generate", "Hypothesis", "Translator"]
+__all__ = ["Ensemble", "generate", "Hypothesis", "PairScore", "score_pairs", "Translator"]

@@ -18,10 +18,12 @@ from nmt_cli import __version__
 from nmt_cli.allocator import keep_freed_memory
 from nmt_cli.checkpoint import load_averaged, load_checkpoint
 from nmt_cli.config import Config, DecodeConfig
+from nmt_cli.decoding.ensemble import Ensemble
 from nmt_cli.decoding.generator import generate
 from nmt_cli.decoding.hypothesis import Hypothesis
+from nmt_cli.decoding.scoring import PairScore, score_pairs
 from nmt_cli.device import resolve_device
-from nmt_cli.errors import ConfigError
+from nmt_cli.errors import ConfigError, NmtError
 from nmt_cli.models.base import Seq2SeqModel
 from nmt_cli.precision import Precision
 from nmt_cli.tokenization import Tokenizer
@@ -53,7 +55,7 @@ class Translator:
         decode: DecodeConfig,
         device: str | torch.device = "auto",
         checkpoint: str = "",
-        step: int = 0,
+        step: int | str = 0,
         average: str | None = None,
     ):
         keep_freed_memory()
@@ -70,7 +72,7 @@ class Translator:
     @classmethod
     def from_checkpoint(
         cls,
-        path: str | os.PathLike,
+        path: str | os.PathLike | Sequence[str | os.PathLike],
         device: str | torch.device = "auto",
         average: str | None = None,
         decode: DecodeConfig | None = None,
@@ -78,20 +80,29 @@ class Translator:
     ) -> "Translator":
         """Load a checkpoint (or a run's newest one), optionally averaging ``last:N``.
 
-        ``decode`` defaults to the checkpoint's own ``decode`` settings; ``overrides``
+        Several paths make an ensemble (:class:`~nmt_cli.decoding.ensemble.Ensemble`) of
+        models that share one SentencePiece model; ``average`` applies to each. ``decode``
+        defaults to the (first) checkpoint's own ``decode`` settings; ``overrides``
         (``{"decode.beam_size": 1}``, as ``--set`` writes them) are applied on top and
         validated with the rest of the config. Only ``decode.*`` keys may change.
         """
         resolved_device = resolve_device(device)
-        checkpoint = load_averaged(average, path) if average else load_checkpoint(path)
+        paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
+        checkpoints = [load_averaged(average, p) if average else load_checkpoint(p) for p in paths]
+        for other_checkpoint in checkpoints[1:]:
+            if other_checkpoint.tokenizer.model_files() != checkpoints[0].tokenizer.model_files():
+                raise NmtError(f"{other_checkpoint.path}: uses another SentencePiece model than "
+                               f"{checkpoints[0].path}; an ensemble needs one vocabulary")
         other = sorted(key for key in overrides or {} if not key.startswith("decode."))
         if other:
             raise ConfigError(f"{other[0]}: only decode.* settings can change when translating")
-        settings = Config(decode=decode or checkpoint.config.decode).with_overrides(overrides or {}).decode
-        model = checkpoint.build_model(resolved_device)
-        return cls(model, checkpoint.tokenizer, settings, resolved_device,
-                   checkpoint=str(checkpoint.path), step=checkpoint.step,
-                   average=averaged_label(checkpoint.state.get("averaged", [])))
+        first = checkpoints[0]
+        settings = Config(decode=decode or first.config.decode).with_overrides(overrides or {}).decode
+        models = [checkpoint.build_model(resolved_device) for checkpoint in checkpoints]
+        return cls(models[0] if len(models) == 1 else Ensemble(models), first.tokenizer, settings, resolved_device,
+                   checkpoint="+".join(str(checkpoint.path) for checkpoint in checkpoints),
+                   step="+".join(str(checkpoint.step) for checkpoint in checkpoints),
+                   average=averaged_label(first.state.get("averaged", [])))
 
     def translate(self, texts: Sequence[str], with_attention: bool = False) -> list[Hypothesis]:
         """One hypothesis per text, in order; blank texts give empty translations.
@@ -102,6 +113,14 @@ class Translator:
         with self.precision.autocast():
             hypotheses = generate(self.model, sources, self.decode, self.device, with_attention)
         return [self._with_text(hypothesis) for hypothesis in hypotheses]
+
+    def score(self, sources: Sequence[str], targets: Sequence[str], batch_size: int = 32) -> list[PairScore | None]:
+        """``log P(target | source)`` of each pair under the model (or the ensemble's mean);
+        a blank source gets None."""
+        pairs = [(self.tokenizer.encode_src(source) if source.strip() else [], self.tokenizer.encode_tgt(target))
+                 for source, target in zip(sources, targets)]
+        with self.precision.autocast():
+            return score_pairs(self.model, pairs, self.device, batch_size)
 
     def translate_stream(
         self, texts: Iterable[str], chunk_size: int = 2000, with_attention: bool = False
