@@ -118,7 +118,6 @@ class CorpusConfig(Validated):
     split: str = setting("train", "the split of this source to train on")
     weight: float = setting(1.0, "expected times each pair is drawn per epoch (4: upsampled, 0.5: half)",
                             above=0)
-    max_pairs: int = setting(0, "keep only the first N pairs (0 = all)", at_least=0)
 
     def rules(self) -> list[str]:
         problems = []
@@ -149,13 +148,14 @@ class DataConfig(Validated):
     train_split: str = setting("train", "name of the training split in the source")
     valid_split: str = setting("validation", "name of the validation split in the source")
     test_split: str = setting("test", "name of the test split in the source")
-    max_train_pairs: int = setting(0, "keep only the first N training pairs (0 = all)", at_least=0)
+    max_train_pairs: int = setting(0, "keep only the first N training pairs of each training corpus (0 = all)",
+                                   at_least=0)
     max_eval_pairs: int = setting(0, "keep only the first N validation/test pairs (0 = all)", at_least=0)
     weight: float = setting(1.0, "sampling weight of this source's training split beside data.corpora "
                                  "(expected draws of each pair per epoch)", above=0)
     corpora: tuple[CorpusConfig, ...] = setting(
-        (), "more training corpora mixed in by weight: a list of {name, source, path, hf_config, split, weight, "
-            "max_pairs}; validation and test come from data.source alone",
+        (), "more training corpora mixed in by weight: a list of {name, source, path, hf_config, split, weight}; "
+            "validation and test come from data.source alone",
     )
     synthetic_train_size: int = setting(20000, at_least=1)
     synthetic_valid_size: int = setting(500, at_least=0)

@@ -84,7 +84,7 @@ def prepare(config: Config, out_dir: str | Path, force: bool = False, progress: 
                               config.data.weight)]
              for name, source_split in corpus.splits().items()}
     parts["train"] += [SplitPart(spec.name, open_corpus(corpus_data_config(config.data, spec)), spec.split,
-                                 spec.max_pairs, spec.weight) for spec in config.data.corpora]
+                                 config.data.max_train_pairs, spec.weight) for spec in config.data.corpora]
     inputs = {_input_name(name, part): part.corpus.fingerprint(part.source_split)
               for name, split_parts in parts.items() for part in split_parts}
     given = Tokenizer.from_directory(Path(tokenizer_from)) if tokenizer_from is not None else None

@@ -141,6 +141,9 @@ class Trainer:
         if self.cfg.num_threads > 0:
             torch.set_num_threads(self.cfg.num_threads)
         self.train_split = data.split("train")
+        if self.cfg.valid_every > 0 and "valid" not in data.split_names:
+            raise NmtError(f"{data.path}: has no validation split to validate on every {self.cfg.valid_every} "
+                           "steps; prepare one (data.valid_split) or set train.valid_every=0")
         self.early_stopping = EarlyStopping(self.cfg)
         seed_everything(self.cfg.seed)
         tokenizer = data.tokenizer
