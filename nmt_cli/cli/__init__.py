@@ -26,6 +26,7 @@ COMMAND_MODULES = {
     "translate": "translate",
     "evaluate": "evaluate",
     "align": "align",
+    "export": "export",
 }
 
 
@@ -51,7 +52,7 @@ class NmtGroup(click.Group):
 @click.group(cls=NmtGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="nmt")
 def cli() -> None:
-    """Neural machine translation: prepare, train, translate, evaluate, align."""
+    """Neural machine translation: prepare, train, translate, evaluate, align, export."""
 
 
 def main(argv: list[str] | None = None) -> None:

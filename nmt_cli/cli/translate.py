@@ -28,9 +28,11 @@ if TYPE_CHECKING:  # torch is imported only when a command translates (`nmt eval
 
 
 def decode_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """``--beam --alpha --nbest --workers --average --device --set``; passes a ``translator_factory``.
+    """``--beam --alpha --nbest --workers --average --device --engine --quantize --set``; passes a
+    ``translator_factory``.
 
-    Calling ``translator_factory(checkpoint)`` loads the checkpoint with these settings.
+    Calling ``translator_factory(checkpoint)`` loads the checkpoint (or exported model) with
+    these settings through :func:`nmt_cli.decoding.load_translator`.
     """
 
     @click.option("--beam", type=click.IntRange(min=1), help="Beam size; 1 = greedy [default: the checkpoint's].")
@@ -40,17 +42,25 @@ def decode_options(func: Callable[..., Any]) -> Callable[..., Any]:
                   help="CPU: batches decoded at once, sharing the torch threads (decode.workers) [default: 1].")
     @click.option("--average", metavar="last:N", help="Average the weights of the run's last N checkpoints.")
     @click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N (bf16 on CUDA).")
+    @click.option("--engine", type=click.Choice(["auto", "torch", "ctranslate2"]), default="auto", show_default=True,
+                  help="auto: ctranslate2 for an `nmt export` directory, torch otherwise; ctranslate2 on a "
+                       "checkpoint converts it first (pip install 'nmt-cli[ctranslate2]').")
+    @click.option("--quantize", metavar="TYPE",
+                  help="torch: int8 (dynamic int8 Linear/LSTM/GRU, CPU); ctranslate2: float32, int8, "
+                       "int8_float32, int16, float16 or bfloat16 [default: the export's].")
     @click.option("--set", "overrides", multiple=True, metavar="decode.KEY=VALUE",
                   help="Any decoding setting, e.g. --set decode.max_len_b=50 (repeatable).")
     @functools.wraps(func)
-    def wrapper(*args: Any, beam, alpha, nbest, workers, average, device, overrides, **kwargs: Any) -> Any:
+    def wrapper(*args: Any, beam, alpha, nbest, workers, average, device, engine, quantize, overrides,
+                **kwargs: Any) -> Any:
         changes = _decode_overrides(overrides)
         flags = (("beam_size", beam), ("alpha", alpha), ("nbest", nbest), ("workers", workers))
         changes.update({key: value for key, value in flags if value is not None})
         def factory(checkpoint: str) -> Translator:
-            from nmt_cli.decoding import Translator
+            from nmt_cli.decoding import load_translator
 
-            return Translator.from_checkpoint(checkpoint, device=device, average=average, overrides=changes)
+            return load_translator(checkpoint, engine=engine, device=device, average=average, quantize=quantize,
+                                   overrides=changes)
 
         return func(*args, translator_factory=factory, **kwargs)
 
@@ -153,7 +163,8 @@ class Progress:
 
 
 @cli.command("translate")
-@click.option("--checkpoint", required=True, type=click.Path(), help="Checkpoint directory or run directory (newest).")
+@click.option("--checkpoint", required=True, type=click.Path(),
+              help="Checkpoint directory, run directory (newest) or `nmt export` directory.")
 @click.option("--input", "-i", "input_path", default="-", show_default=True, help="Source text, one sentence a line.")
 @click.option("--output", "-o", "output_path", default="-", show_default=True, help="Where translations go.")
 @click.option("--format", "output_format", type=click.Choice(["text", "jsonl"]), default="text", show_default=True,

@@ -2,6 +2,7 @@
 
 from nmt_cli.decoding.generator import generate
 from nmt_cli.decoding.hypothesis import Hypothesis
+from nmt_cli.decoding.loader import ENGINES, load_translator
 from nmt_cli.decoding.translator import Translator
 
-__all__ = ["generate", "Hypothesis", "Translator"]
+__all__ = ["ENGINES", "generate", "Hypothesis", "load_translator", "Translator"]

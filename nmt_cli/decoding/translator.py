@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import torch
 
@@ -22,6 +22,7 @@ from nmt_cli.decoding.generator import check_decode_config, generate
 from nmt_cli.decoding.hypothesis import Hypothesis
 from nmt_cli.errors import NmtError
 from nmt_cli.models.base import Seq2SeqModel
+from nmt_cli.models.quantization import quantize_model
 from nmt_cli.precision import Precision
 from nmt_cli.tokenization import Tokenizer
 
@@ -67,6 +68,7 @@ class Translator:
         checkpoint: str = "",
         step: int = 0,
         average: str | None = None,
+        quantize: str | None = None,
     ):
         check_decode_config(decode)
         keep_freed_memory()
@@ -79,6 +81,7 @@ class Translator:
         self.checkpoint = checkpoint
         self.step = step
         self.average = average
+        self.quantize = quantize
 
     @classmethod
     def from_checkpoint(
@@ -88,22 +91,23 @@ class Translator:
         average: str | None = None,
         decode: DecodeConfig | None = None,
         overrides: Mapping[str, Any] | None = None,
+        quantize: str | None = None,
     ) -> "Translator":
         """Load a checkpoint (or a run's newest one), optionally averaging ``last:N``.
 
         ``decode`` defaults to the checkpoint's own ``decode`` settings; ``overrides``
         (``{"beam_size": 1}``) are applied on top and validated like ``--set decode.*``.
+        ``quantize="int8"``: dynamic int8 quantization of the Linear and LSTM/GRU layers (CPU).
         """
         resolved_device = resolve_device(device)
         checkpoint = load_averaged(average, path) if average else load_checkpoint(path)
-        settings = decode or checkpoint.config.decode
-        if overrides:
-            changes = {f"decode.{key}": value for key, value in overrides.items()}
-            settings = Config(decode=settings).with_overrides(changes).decode
+        settings = apply_decode_overrides(decode or checkpoint.config.decode, overrides)
         model = checkpoint.build_model(resolved_device)
+        if quantize is not None:
+            model = quantize_model(model, quantize, resolved_device)
         return cls(model, checkpoint.tokenizer, settings, resolved_device,
                    checkpoint=str(checkpoint.path), step=checkpoint.step,
-                   average=averaged_label(checkpoint.state.get("averaged", [])))
+                   average=averaged_label(checkpoint.state.get("averaged", [])), quantize=quantize)
 
     def translate(self, texts: Sequence[str], with_attention: bool = False) -> list[Hypothesis]:
         """One hypothesis per text, in order; blank texts give empty translations.
@@ -122,32 +126,13 @@ class Translator:
 
         Only one chunk is held in memory, so inputs of any size stream through.
         """
-        chunk: list[str] = []
-        for text in texts:
-            chunk.append(text)
-            if len(chunk) == chunk_size:
-                yield from zip(chunk, self.translate(chunk, with_attention))
-                chunk = []
-        if chunk:
-            yield from zip(chunk, self.translate(chunk, with_attention))
+        return stream_in_chunks(self.translate, texts, chunk_size, with_attention)
 
     def signature(self) -> str:
         """Every setting that changes the output, sacreBLEU-style ``key:value|...``."""
-        decode = self.decode
-        parts = [
-            f"checkpoint:{self.checkpoint or '-'}",
-            f"step:{self.step}",
-            f"average:{self.average or 'no'}",
-            f"beam:{decode.beam_size}",
-            f"alpha:{decode.alpha:g}",
-            f"maxlen:{decode.max_len_a:g}*src+{decode.max_len_b}",
-            f"minlen:{decode.min_len}",
-        ]
-        if decode.sampling != "none":
-            limit = f"top_k:{decode.top_k}" if decode.sampling == "top_k" else f"top_p:{decode.top_p:g}"
-            parts += [f"sampling:{decode.sampling}", limit, f"temperature:{decode.temperature:g}",
-                      f"seed:{decode.seed}"]
-        parts.append(f"version:{__version__}")
+        parts = signature_parts(self.decode, self.checkpoint, self.step, self.average)
+        if self.quantize:
+            parts.insert(-1, f"quantize:{self.quantize}")
         return "|".join(parts)
 
     def _with_text(self, hypothesis: Hypothesis) -> Hypothesis:
@@ -155,4 +140,45 @@ class Translator:
         return dataclasses.replace(hypothesis, text=self.tokenizer.decode_tgt(hypothesis.tokens), nbest=nbest)
 
 
-__all__ = ["Translator", "resolve_device"]
+def apply_decode_overrides(decode: DecodeConfig, overrides: Mapping[str, Any] | None) -> DecodeConfig:
+    """``decode`` with ``{"beam_size": 1, ...}`` applied, validated like ``--set decode.*``."""
+    if not overrides:
+        return decode
+    changes = {f"decode.{key}": value for key, value in overrides.items()}
+    return Config(decode=decode).with_overrides(changes).decode
+
+
+def signature_parts(decode: DecodeConfig, checkpoint: str, step: int, average: str | None) -> list[str]:
+    """The ``key:value`` fields of a translation signature; the version comes last."""
+    parts = [
+        f"checkpoint:{checkpoint or '-'}",
+        f"step:{step}",
+        f"average:{average or 'no'}",
+        f"beam:{decode.beam_size}",
+        f"alpha:{decode.alpha:g}",
+        f"maxlen:{decode.max_len_a:g}*src+{decode.max_len_b}",
+        f"minlen:{decode.min_len}",
+    ]
+    if decode.sampling != "none":
+        limit = f"top_k:{decode.top_k}" if decode.sampling == "top_k" else f"top_p:{decode.top_p:g}"
+        parts += [f"sampling:{decode.sampling}", limit, f"temperature:{decode.temperature:g}", f"seed:{decode.seed}"]
+    parts.append(f"version:{__version__}")
+    return parts
+
+
+def stream_in_chunks(
+    translate: Callable[[Sequence[str], bool], list[Hypothesis]], texts: Iterable[str], chunk_size: int,
+    with_attention: bool,
+) -> Iterator[tuple[str, Hypothesis]]:
+    """``(text, hypothesis)`` pairs in input order, calling ``translate`` on ``chunk_size`` texts at a time."""
+    chunk: list[str] = []
+    for text in texts:
+        chunk.append(text)
+        if len(chunk) == chunk_size:
+            yield from zip(chunk, translate(chunk, with_attention))
+            chunk = []
+    if chunk:
+        yield from zip(chunk, translate(chunk, with_attention))
+
+
+__all__ = ["Translator", "resolve_device", "apply_decode_overrides", "signature_parts", "stream_in_chunks"]

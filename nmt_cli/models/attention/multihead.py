@@ -122,6 +122,8 @@ class MultiHeadAttention(nn.Module):
         self.in_proj = nn.Linear(d_model, 3 * d_model)  # rows: [W^Q; W^K; W^V] for all heads
         self.out_proj = nn.Linear(d_model, d_model)  # W^O
         self.kernel = kernel
+        self.q_proj: nn.Linear | None = None  # set by split_in_proj (int8 inference)
+        self.kv_proj: nn.Linear | None = None
         for block in self.in_proj.weight.detach().split(d_model):
             nn.init.xavier_uniform_(block)
         nn.init.xavier_uniform_(self.out_proj.weight)
@@ -140,9 +142,28 @@ class MultiHeadAttention(nn.Module):
 
     def _project(self, x: Tensor, first: int, parts: int) -> tuple[Tensor, ...]:
         """Apply ``parts`` of [W^Q; W^K; W^V] starting at block ``first`` (0 = Q, 1 = K)."""
+        if self.q_proj is not None:  # split by split_in_proj
+            projected = (self.q_proj if first == 0 else self.kv_proj)(x)
+            return self._split_heads(projected, parts)
         rows = slice(first * self.d_model, (first + parts) * self.d_model)
         projected = F.linear(x, self.in_proj.weight[rows], self.in_proj.bias[rows])  # (B, T, parts*d)
         return self._split_heads(projected, parts)
+
+    def split_in_proj(self) -> None:
+        """Copy the Q rows and the K, V rows of ``in_proj`` into two Linear layers of their own.
+
+        Cross-attention applies [W^Q] and [W^K; W^V] separately by slicing the fused weight,
+        which a quantized Linear (whose weight is packed) cannot do; with the split the
+        outputs are the same and every projection is a Linear module.
+        """
+        d = self.d_model
+        self.q_proj = nn.Linear(d, d).to(self.in_proj.weight.device)
+        self.kv_proj = nn.Linear(d, 2 * d).to(self.in_proj.weight.device)
+        with torch.no_grad():
+            self.q_proj.weight.copy_(self.in_proj.weight[:d])
+            self.q_proj.bias.copy_(self.in_proj.bias[:d])
+            self.kv_proj.weight.copy_(self.in_proj.weight[d:])
+            self.kv_proj.bias.copy_(self.in_proj.bias[d:])
 
     def forward(self, x: Tensor, key_mask: Tensor) -> Tensor:
         """Non-causal self-attention: (B, T, d_model), mask (B, T) -> (B, T, d_model)."""
