@@ -10,8 +10,9 @@ directory written by ``nmt export``. How our search settings map onto CTranslate
   (EOS counted), and with a penalty of 0 it stops a sentence as soon as its best beam
   ends. So it runs with a vanishing penalty (it then waits for K hypotheses, as we do),
   returns all K with their ``log P``, and they are re-ranked here by our GNMT score.
-  A hypothesis cut at the length limit carries no EOS in CTranslate2, so its
-  ``log P`` lacks the ``log p(EOS)`` our search adds when it forces EOS there.
+  A hypothesis cut at the length limit carries no EOS in CTranslate2; its ``log P`` is
+  recomputed with ``score_batch``, which adds ``log p(EOS)`` as our search does when it
+  forces EOS there, so scores and rankings match ours there too.
 * The maximum length ``a * |x| + b`` is per sentence here but per batch in CTranslate2:
   sentences are grouped by their limit, then batched by ``decode.max_tokens`` /
   ``decode.max_sentences`` within each group, so every sentence gets exactly its own limit.
@@ -90,14 +91,14 @@ class CTranslate2Translator:
         pending = []
         for batch, limit in self._batches(sources):
             pieces = [self.tokenizer.src_pieces(sources[i]) for i in batch]
-            pending.append((batch, self._translator.translate_batch(
+            pending.append((batch, limit, pieces, self._translator.translate_batch(
                 pieces, asynchronous=True, beam_size=self.decode.beam_size, num_hypotheses=self.decode.beam_size,
-                length_penalty=0.0 if self.decode.beam_size == 1 else VANISHING_PENALTY,
-                max_decoding_length=limit, min_decoding_length=min(self.decode.min_len, limit),
-                max_input_length=0, return_scores=True, return_attention=with_attention)))
-        for batch, outcomes in pending:
-            for index, outcome in zip(batch, outcomes):
-                results[index] = self._hypothesis(outcome.result(), len(sources[index]), with_attention)
+                length_penalty=self._penalty(), max_decoding_length=limit,
+                min_decoding_length=min(self.decode.min_len, limit), max_input_length=0, return_scores=True,
+                return_attention=with_attention)))
+        for batch, limit, pieces, outcomes in pending:
+            for index, source_pieces, outcome in zip(batch, pieces, outcomes):
+                results[index] = self._hypothesis(outcome.result(), source_pieces, limit, with_attention)
         return results
 
     def translate_stream(self, texts: Iterable[str], chunk_size: int = 2000,
@@ -134,20 +135,29 @@ class CTranslate2Translator:
                 batches.append(([group[j] for j in batch], limit))
         return batches
 
-    def _hypothesis(self, result: Any, src_length: int, with_attention: bool) -> Hypothesis:
+    def _penalty(self) -> float:
+        return 0.0 if self.decode.beam_size == 1 else VANISHING_PENALTY
+
+    def _hypothesis(self, result: Any, source_pieces: list[str], limit: int, with_attention: bool) -> Hypothesis:
         """Re-rank CTranslate2's hypotheses by the GNMT score; the best with the n-best list."""
-        penalty = 0.0 if self.decode.beam_size == 1 else VANISHING_PENALTY
+        log_probs = [float(score) * max(len(pieces), 1) ** self._penalty()
+                     for score, pieces in zip(result.scores, result.hypotheses)]
+        cut = [number for number, pieces in enumerate(result.hypotheses) if len(pieces) == limit]
+        if cut:  # cut at the limit without EOS: add log p(EOS | y), as our search does when it forces EOS
+            scored = self._translator.score_batch([source_pieces] * len(cut),
+                                                  [result.hypotheses[number] for number in cut], max_input_length=0)
+            for number, scoring in zip(cut, scored):
+                log_probs[number] = float(sum(scoring.log_probs))
         entries = []
         for number, pieces in enumerate(result.hypotheses):
             tokens = [self._target_ids[piece] for piece in pieces]
-            log_prob = float(result.scores[number]) * max(len(tokens), 1) ** penalty
             attention = None
             if with_attention:
                 rows = np.asarray(result.attention[number], dtype=np.float32)  # (T, S_padded)
-                attention = rows[:, :src_length] if tokens else np.zeros((0, src_length), dtype=np.float32)
+                attention = rows[:, :len(source_pieces)] if tokens else np.zeros((0, len(source_pieces)), np.float32)
             entries.append(Hypothesis(
-                tokens=tokens, log_prob=log_prob, attention=attention,
-                score=log_prob / length_penalty(len(tokens) + 1, self.decode.alpha),
+                tokens=tokens, log_prob=log_probs[number], attention=attention,
+                score=log_probs[number] / length_penalty(len(tokens) + 1, self.decode.alpha),
                 text=self.tokenizer.decode_tgt(tokens)))
         entries.sort(key=lambda hypothesis: -hypothesis.score)
         nbest = entries[: self.decode.nbest]
@@ -157,8 +167,8 @@ class CTranslate2Translator:
 
 
 def _tokenizer(record: ExportRecord) -> Tokenizer:
-    files = [record.path / name for name in record.tokenizer_files]
-    return Tokenizer.from_files(*files)
+    """The SentencePiece model(s) copied into the export (source first when separate)."""
+    return Tokenizer.from_files(*(record.path / name for name in record.tokenizer_files))
 
 
 __all__ = ["CTranslate2Translator", "COMPUTE_TYPES", "VANISHING_PENALTY"]
