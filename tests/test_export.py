@@ -165,3 +165,10 @@ def test_without_ctranslate2_the_error_says_how_to_install(tmp_path: Path, monke
     result = CliRunner().invoke(cli, ["translate", "--checkpoint", str(checkpoint_path), "--engine", "ctranslate2"],
                                 input="der mann\n", catch_exceptions=False)
     assert result.exit_code == 1 and "pip install 'nmt-cli[ctranslate2]'" in result.output
+
+
+def test_cli_offers_the_library_quantizations() -> None:
+    from nmt_cli.cli.export import QUANTIZATIONS as CLI_QUANTIZATIONS
+    from nmt_cli.export import QUANTIZATIONS
+
+    assert CLI_QUANTIZATIONS == QUANTIZATIONS  # the CLI keeps its own copy so --help needs no torch
