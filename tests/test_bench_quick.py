@@ -37,7 +37,7 @@ def run_bench(script: str, work: Path, *options: str) -> dict:
                            "--json", str(report), *options], capture_output=True, text=True, cwd=REPO,
                           timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "| toolkit |" in done.stdout or "| system |" in done.stdout  # the markdown table is printed
+    assert any(f"| {first} |" in done.stdout for first in ("toolkit", "system", "shape"))  # the table is printed
     return json.loads(report.read_text())
 
 
@@ -80,6 +80,14 @@ def test_translate_speed_quick_reports_equal_work_rows(work: Path) -> None:
     # the CTranslate2 rows decode our own exported Transformer: the float32 outputs are ours
     assert rows["CTranslate2 float32, 2 inter x 1 intra"]["output pieces"] == rows["nmt-cli Transformer"]["output pieces"]
     assert rows["CTranslate2 float32, 2 inter x 1 intra"]["vs CT2 float32"] == "1.00x"
+
+
+def test_engine_ratio_quick_compares_engines_on_forced_equal_work(work: Path) -> None:
+    report = run_bench("engine_ratio", work)
+    rows = {row[1]: dict(zip(report["columns"], row)) for row in report["rows"]}
+    assert set(rows) == {"torch fp32", "torch int8", "CTranslate2 float32", "CTranslate2 int8"}
+    assert all(figure(row["out tok/s (CPU time)"]) > 0 for row in rows.values())
+    assert rows["CTranslate2 float32"]["vs CTranslate2 float32"] == "1.00x"
 
 
 @pytest.mark.parametrize("peer", ["opennmt", "fairseq", "joeynmt"])
