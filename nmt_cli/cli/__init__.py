@@ -27,6 +27,7 @@ COMMAND_MODULES = {
     "evaluate": "evaluate",
     "align": "align",
     "score": "score",
+    "export": "export",
 }
 
 

@@ -59,10 +59,10 @@ def evaluate(hyp_path, ref_paths, checkpoints, prepared_dir, split, output_path,
     if checkpoints or prepared_dir:
         if not (checkpoints and prepared_dir) or hyp_path or ref_paths:
             raise click.UsageError("use either --hyp with --ref, or --checkpoint with --data")
-        from nmt_cli.decoding import Translator  # imports torch; only this mode needs it
+        from nmt_cli.decoding import load_translator  # imports torch; only this mode needs it
         from nmt_cli.evaluation.checkpoint_eval import evaluate_split
 
-        translator = Translator.from_checkpoint(checkpoints, **translator_options)
+        translator = load_translator(checkpoints, **translator_options)
         evaluation = evaluate_split(translator, prepared_dir, split, metrics, options)
         hypotheses, references, scores = evaluation.hypotheses, [evaluation.references], evaluation.scores
         hypotheses_name = f"{'+'.join(checkpoints)} on {split}"

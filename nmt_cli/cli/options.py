@@ -51,7 +51,7 @@ def checkpoints_option(required: bool) -> Callable[[Command], Command]:
 
 def model_options(func: Command) -> Command:
     """``--average --device``; passes ``translator_options``, keyword arguments of
-    :meth:`nmt_cli.decoding.Translator.from_checkpoint`."""
+    :meth:`nmt_cli.decoding.Translator.from_checkpoint` and :func:`nmt_cli.decoding.load_translator`."""
 
     @click.option("--average", metavar="last:N", help="Average the weights of the run's last N checkpoints.")
     @click.option("--device", default="auto", show_default=True, help=DEVICE_HELP)
@@ -63,10 +63,12 @@ def model_options(func: Command) -> Command:
 
 
 def decode_options(func: Command) -> Command:
-    """``--beam --alpha --nbest --workers --set decode.*`` and :func:`model_options`.
+    """``--beam --alpha --nbest --workers --engine --quantize --set decode.*`` and
+    :func:`model_options`.
 
-    Adds ``overrides`` (``{"decode.beam_size": 4, ...}``, applied to the checkpoint's
-    config) to the ``translator_options`` it passes on.
+    Adds ``engine``, ``quantize`` and ``overrides`` (``{"decode.beam_size": 4, ...}``,
+    applied to the checkpoint's config) to the ``translator_options`` it passes on, the
+    keyword arguments of :func:`nmt_cli.decoding.load_translator`.
     """
 
     @click.option("--beam", type=click.IntRange(min=1), help="Beam size; 1 = greedy [default: the checkpoint's].")
@@ -74,15 +76,23 @@ def decode_options(func: Command) -> Command:
     @click.option("--nbest", type=click.IntRange(min=1), help="Hypotheses per sentence (at most the beam size).")
     @click.option("--workers", type=click.IntRange(min=1),
                   help="CPU: batches decoded at once, sharing the torch threads (decode.workers) [default: 1].")
+    @click.option("--engine", type=click.Choice(["auto", "torch", "ctranslate2"]), default="auto", show_default=True,
+                  help="auto: ctranslate2 for an `nmt export` directory, torch otherwise; ctranslate2 on a "
+                       "checkpoint converts it first (pip install 'nmt-cli[ctranslate2]').")
+    @click.option("--quantize", metavar="TYPE",
+                  help="torch: int8 (dynamic int8 Linear/LSTM/GRU, CPU); ctranslate2: float32, int8, "
+                       "int8_float32, int16, float16 or bfloat16 [default: the export's].")
     @click.option("--set", "overrides", multiple=True, metavar="decode.KEY=VALUE",
                   help="Any decoding setting, e.g. --set decode.max_len_b=50 (repeatable).")
     @model_options
     @functools.wraps(func)
-    def wrapper(*args: Any, beam, alpha, nbest, workers, overrides, translator_options, **kwargs: Any) -> Any:
+    def wrapper(*args: Any, beam, alpha, nbest, workers, engine, quantize, overrides, translator_options,
+                **kwargs: Any) -> Any:
         changes = parse_overrides(overrides)
         flags = (("beam_size", beam), ("alpha", alpha), ("nbest", nbest), ("workers", workers))
         changes.update({f"decode.{key}": value for key, value in flags if value is not None})
-        return func(*args, translator_options={**translator_options, "overrides": changes}, **kwargs)
+        options = {**translator_options, "engine": engine, "quantize": quantize, "overrides": changes}
+        return func(*args, translator_options=options, **kwargs)
 
     return wrapper
 

@@ -29,10 +29,10 @@ def translate(checkpoints, input_path, output_path, output_format, alignments, r
     """
     if alignments and output_format == "text" and output_path == "-":
         raise click.UsageError("--alignments with text output needs --output FILE (or use --format jsonl)")
-    from nmt_cli.decoding import Translator
+    from nmt_cli.decoding import load_translator
     from nmt_cli.translation import OutputOptions, translate_file
 
-    translator = Translator.from_checkpoint(checkpoints, **translator_options)
+    translator = load_translator(checkpoints, **translator_options)
     if output_format == "text" and translator.decode.nbest > 1:
         raise click.UsageError("--nbest above 1 needs --format jsonl (text output has one line per input line)")
     click.echo(f"signature: {translator.signature()}", err=True)

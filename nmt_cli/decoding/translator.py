@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import torch
 
@@ -25,6 +25,7 @@ from nmt_cli.decoding.scoring import PairScore, score_pairs
 from nmt_cli.device import resolve_device
 from nmt_cli.errors import ConfigError, NmtError
 from nmt_cli.models.base import Seq2SeqModel
+from nmt_cli.models.quantization import quantize_model
 from nmt_cli.precision import Precision
 from nmt_cli.tokenization import Tokenizer
 
@@ -57,6 +58,7 @@ class Translator:
         checkpoint: str = "",
         step: int | str = 0,
         average: str | None = None,
+        quantize: str | None = None,
     ):
         keep_freed_memory()
         self.device = resolve_device(device)
@@ -68,6 +70,7 @@ class Translator:
         self.checkpoint = checkpoint
         self.step = step
         self.average = average
+        self.quantize = quantize
 
     @classmethod
     def from_checkpoint(
@@ -77,6 +80,7 @@ class Translator:
         average: str | None = None,
         decode: DecodeConfig | None = None,
         overrides: Mapping[str, Any] | None = None,
+        quantize: str | None = None,
     ) -> "Translator":
         """Load a checkpoint (or a run's newest one), optionally averaging ``last:N``.
 
@@ -85,6 +89,7 @@ class Translator:
         defaults to the (first) checkpoint's own ``decode`` settings; ``overrides``
         (``{"decode.beam_size": 1}``, as ``--set`` writes them) are applied on top and
         validated with the rest of the config. Only ``decode.*`` keys may change.
+        ``quantize="int8"``: dynamic int8 quantization of the Linear and LSTM/GRU layers (CPU).
         """
         resolved_device = resolve_device(device)
         paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
@@ -93,16 +98,15 @@ class Translator:
             if other_checkpoint.tokenizer.model_files() != checkpoints[0].tokenizer.model_files():
                 raise NmtError(f"{other_checkpoint.path}: uses another SentencePiece model than "
                                f"{checkpoints[0].path}; an ensemble needs one vocabulary")
-        other = sorted(key for key in overrides or {} if not key.startswith("decode."))
-        if other:
-            raise ConfigError(f"{other[0]}: only decode.* settings can change when translating")
         first = checkpoints[0]
-        settings = Config(decode=decode or first.config.decode).with_overrides(overrides or {}).decode
+        settings = apply_decode_overrides(decode or first.config.decode, overrides)
         models = [checkpoint.build_model(resolved_device) for checkpoint in checkpoints]
+        if quantize is not None:
+            models = [quantize_model(model, quantize, resolved_device) for model in models]
         return cls(models[0] if len(models) == 1 else Ensemble(models), first.tokenizer, settings, resolved_device,
                    checkpoint="+".join(str(checkpoint.path) for checkpoint in checkpoints),
                    step="+".join(str(checkpoint.step) for checkpoint in checkpoints),
-                   average=averaged_label(first.state.get("averaged", [])))
+                   average=averaged_label(first.state.get("averaged", [])), quantize=quantize)
 
     def translate(self, texts: Sequence[str], with_attention: bool = False) -> list[Hypothesis]:
         """One hypothesis per text, in order; blank texts give empty translations.
@@ -129,32 +133,13 @@ class Translator:
 
         Only one chunk is held in memory, so inputs of any size stream through.
         """
-        chunk: list[str] = []
-        for text in texts:
-            chunk.append(text)
-            if len(chunk) == chunk_size:
-                yield from zip(chunk, self.translate(chunk, with_attention))
-                chunk = []
-        if chunk:
-            yield from zip(chunk, self.translate(chunk, with_attention))
+        return stream_in_chunks(self.translate, texts, chunk_size, with_attention)
 
     def signature(self) -> str:
         """Every setting that changes the output, sacreBLEU-style ``key:value|...``."""
-        decode = self.decode
-        parts = [
-            f"checkpoint:{self.checkpoint or '-'}",
-            f"step:{self.step}",
-            f"average:{self.average or 'no'}",
-            f"beam:{decode.beam_size}",
-            f"alpha:{decode.alpha:g}",
-            f"maxlen:{decode.max_len_a:g}*src+{decode.max_len_b}",
-            f"minlen:{decode.min_len}",
-        ]
-        if decode.sampling != "none":
-            limit = f"top_k:{decode.top_k}" if decode.sampling == "top_k" else f"top_p:{decode.top_p:g}"
-            parts += [f"sampling:{decode.sampling}", limit, f"temperature:{decode.temperature:g}",
-                      f"seed:{decode.seed}"]
-        parts.append(f"version:{__version__}")
+        parts = signature_parts(self.decode, self.checkpoint, self.step, self.average)
+        if self.quantize:
+            parts.insert(-1, f"quantize:{self.quantize}")
         return "|".join(parts)
 
     def _with_text(self, hypothesis: Hypothesis) -> Hypothesis:
@@ -162,4 +147,46 @@ class Translator:
         return dataclasses.replace(hypothesis, text=self.tokenizer.decode_tgt(hypothesis.tokens), nbest=nbest)
 
 
-__all__ = ["Translator"]
+def apply_decode_overrides(decode: DecodeConfig, overrides: Mapping[str, Any] | None) -> DecodeConfig:
+    """``decode`` with ``{"decode.beam_size": 1, ...}`` (as ``--set`` writes them) applied and
+    validated; a key of another section is refused."""
+    other = sorted(key for key in overrides or {} if not key.startswith("decode."))
+    if other:
+        raise ConfigError(f"{other[0]}: only decode.* settings can change when translating")
+    return Config(decode=decode).with_overrides(overrides or {}).decode
+
+
+def signature_parts(decode: DecodeConfig, checkpoint: str, step: int | str, average: str | None) -> list[str]:
+    """The ``key:value`` fields of a translation signature; the version comes last."""
+    parts = [
+        f"checkpoint:{checkpoint or '-'}",
+        f"step:{step}",
+        f"average:{average or 'no'}",
+        f"beam:{decode.beam_size}",
+        f"alpha:{decode.alpha:g}",
+        f"maxlen:{decode.max_len_a:g}*src+{decode.max_len_b}",
+        f"minlen:{decode.min_len}",
+    ]
+    if decode.sampling != "none":
+        limit = f"top_k:{decode.top_k}" if decode.sampling == "top_k" else f"top_p:{decode.top_p:g}"
+        parts += [f"sampling:{decode.sampling}", limit, f"temperature:{decode.temperature:g}", f"seed:{decode.seed}"]
+    parts.append(f"version:{__version__}")
+    return parts
+
+
+def stream_in_chunks(
+    translate: Callable[[Sequence[str], bool], list[Hypothesis]], texts: Iterable[str], chunk_size: int,
+    with_attention: bool,
+) -> Iterator[tuple[str, Hypothesis]]:
+    """``(text, hypothesis)`` pairs in input order, calling ``translate`` on ``chunk_size`` texts at a time."""
+    chunk: list[str] = []
+    for text in texts:
+        chunk.append(text)
+        if len(chunk) == chunk_size:
+            yield from zip(chunk, translate(chunk, with_attention))
+            chunk = []
+    if chunk:
+        yield from zip(chunk, translate(chunk, with_attention))
+
+
+__all__ = ["Translator", "apply_decode_overrides", "averaged_label", "signature_parts", "stream_in_chunks"]
