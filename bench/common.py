@@ -26,7 +26,6 @@ import argparse
 import os
 import platform
 import shutil
-import resource
 import statistics
 import subprocess
 import sys
@@ -144,11 +143,6 @@ def tail(path: Path, lines: int = 15) -> str:
     if not path.is_file():
         return "(no log)"
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-
-
-def self_peak_rss_mb() -> float:
-    """Peak resident memory of this process so far, in MiB."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def median_after_warmup(values: Sequence[float]) -> float:
