@@ -89,6 +89,28 @@ def test_decode_settings_come_from_the_checkpoint_and_can_be_overridden(checkpoi
         Translator.from_checkpoint(checkpoint, overrides={"beam": 3})
 
 
+def test_with_decode_shares_the_model_and_checks_the_settings_like_set(checkpoint):
+    translator = Translator.from_checkpoint(checkpoint)
+    wide = translator.with_decode({"beam_size": 4, "nbest": 3})
+    assert wide.model is translator.model and translator.decode.beam_size == 2
+    expected = Translator.from_checkpoint(checkpoint, overrides={"beam_size": 4, "nbest": 3}).translate(TEXTS)
+    assert [h.tokens for h in wide.translate(TEXTS)] == [h.tokens for h in expected]
+    assert "|beam:4|" in wide.signature()
+    with pytest.raises(ConfigError, match="decode.nbest must be between 1 and decode.beam_size"):
+        translator.with_decode({"nbest": 3})
+    with pytest.raises(ConfigError, match="config key 'decode.beam_size': expected an integer"):
+        translator.with_decode({"beam_size": "wide"})
+
+
+def test_checkpoint_config_is_read_without_the_weights(checkpoint, tmp_path):
+    from nmt_cli.checkpoint import load_checkpoint_config
+
+    assert load_checkpoint_config(checkpoint) == load_checkpoint(checkpoint).config
+    assert load_checkpoint_config(checkpoint.parent.parent).model.d_model == 16  # a run directory: its newest
+    with pytest.raises(NmtError, match="checkpoint not found"):
+        load_checkpoint_config(tmp_path / "missing")
+
+
 def test_signature_names_checkpoint_step_and_search_settings(checkpoint):
     signature = Translator.from_checkpoint(checkpoint, overrides={"beam_size": 4}).signature()
     fields = dict(part.split(":", 1) for part in signature.split("|"))

@@ -7,6 +7,7 @@ strings and get :class:`~nmt_cli.decoding.hypothesis.Hypothesis` objects back.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 from pathlib import Path
@@ -49,6 +50,14 @@ def averaged_label(averaged: Sequence[str]) -> str | None:
         return None
     names = [Path(path).name for path in averaged]
     return f"{len(names)}:{names[0]}..{names[-1]}"
+
+
+def with_decode_overrides(decode: DecodeConfig, overrides: Mapping[str, Any]) -> DecodeConfig:
+    """``decode`` with ``{"beam_size": 4}`` applied, checked like ``--set decode.beam_size=4``."""
+    if not overrides:
+        return decode
+    changes = {f"decode.{key}": value for key, value in overrides.items()}
+    return Config(decode=decode).with_overrides(changes).decode
 
 
 class Translator:
@@ -96,14 +105,21 @@ class Translator:
         """
         resolved_device = resolve_device(device)
         checkpoint = load_averaged(average, path) if average else load_checkpoint(path)
-        settings = decode or checkpoint.config.decode
-        if overrides:
-            changes = {f"decode.{key}": value for key, value in overrides.items()}
-            settings = Config(decode=settings).with_overrides(changes).decode
+        settings = with_decode_overrides(decode or checkpoint.config.decode, overrides or {})
         model = checkpoint.build_model(resolved_device)
         return cls(model, checkpoint.tokenizer, settings, resolved_device,
                    checkpoint=str(checkpoint.path), step=checkpoint.step,
                    average=averaged_label(checkpoint.state.get("averaged", [])))
+
+    def with_decode(self, overrides: Mapping[str, Any]) -> "Translator":
+        """The same model and tokenizer with other search settings (``{"beam_size": 1}``).
+
+        The settings are validated like ``--set decode.*``; the model is shared, not copied.
+        """
+        variant = copy.copy(self)
+        variant.decode = with_decode_overrides(self.decode, overrides)
+        check_decode_config(variant.decode)
+        return variant
 
     def translate(self, texts: Sequence[str], with_attention: bool = False) -> list[Hypothesis]:
         """One hypothesis per text, in order; blank texts give empty translations.
