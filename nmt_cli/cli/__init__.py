@@ -26,6 +26,7 @@ COMMAND_MODULES = {
     "translate": "translate",
     "evaluate": "evaluate",
     "align": "align",
+    "serve": "serve",
 }
 
 
