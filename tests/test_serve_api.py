@@ -162,6 +162,7 @@ BAD_REQUESTS = [
     (b'{"text": []}', 422, "text is empty"),
     (b'{"text": ["Hund", "  "]}', 422, "text[1] is empty"),
     (b'{"text": "ein Hund\\nzwei Katzen"}', 422, "text contains a line break"),
+    (b'{"text": ["Hund", "ein \\ud800 Hund"]}', 422, "text[1] holds a lone surrogate"),
     (b'{"text": "Hund", "beam_size": 0}', 422, "beam_size must be between 1 and 16"),
     (b'{"text": "Hund", "beam_size": 1000000}', 422, "beam_size must be between 1 and 16"),
     (b'{"text": "Hund", "beam_size": 2, "n_best": 3}', 422, "n_best must be between 1 and beam_size (2)"),
@@ -178,6 +179,18 @@ def test_bad_requests_get_a_4xx_json_error_naming_the_problem(client, body, stat
     response = client.post("/v1/translate", content=body, headers={"content-type": "application/json"})
     assert response.status_code == status, response.text
     assert problem in response.json()["error"]
+
+
+def test_odd_json_of_every_shape_is_a_4xx_never_a_500(client):
+    bodies = [b"[" * 200_000 + b"]" * 200_000, b'{"text": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+              b'"just a string"', b"null", b"12", b'{"text": {"de": "Hund"}}', b'{"text": "Hund", "beam_size": 1e400}',
+              b'{"text": "Hund", "beam_size": 99999999999999999999999999}', b'{"text": "Hund", "alpha": "0.5"}',
+              b'{"text": null}', b'{"text": "Hund", "alignments": 1}', b'{"text": "Hund", "text": 5}']
+    for body in bodies:
+        response = client.post("/v1/translate", content=body)
+        assert 400 <= response.status_code < 500 and response.json()["error"], (body[:40], response.text)
+        libre = client.post("/translate", content=body)
+        assert 400 <= libre.status_code < 500 and libre.json()["error"], (body[:40], libre.text)
 
 
 def test_a_streamed_body_over_the_limit_is_refused_without_reading_it_all(served):
@@ -274,6 +287,8 @@ def test_api_key_is_required_when_set(served):
         assert client.get("/metrics").status_code == 401
         libre = client.post("/translate", json={"q": "Hund", "source": "de", "target": "en", "api_key": "s3cret"})
         assert libre.status_code == 200
+        odd = client.post("/translate", content=b'{"q": "Hund", "source": "de", "target": "en", "api_key": "\\ud800"}')
+        assert odd.status_code == 401 and odd.json() == {"error": "wrong API key"}
         assert client.get("/v1/info").json()["auth_required"] is True
 
 

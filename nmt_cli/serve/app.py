@@ -115,7 +115,8 @@ def authorize(settings: ServeSettings, credentials: HTTPAuthorizationCredentials
     if settings.api_key is None:
         return
     given = credentials.credentials if credentials is not None else body_key
-    if given is None or not hmac.compare_digest(given.encode("utf-8"), settings.api_key.encode("utf-8")):
+    if given is None or not hmac.compare_digest(given.encode("utf-8", "surrogatepass"),
+                                                settings.api_key.encode("utf-8", "surrogatepass")):
         problem = "wrong API key" if given is not None else "missing API key: send Authorization: Bearer <key>"
         raise RequestError(401, problem, {"WWW-Authenticate": "Bearer"})
 
@@ -235,6 +236,8 @@ def json_body(raw: bytes) -> Any:
         return json.loads(text, parse_constant=refuse_constant)
     except ValueError as exc:
         raise RequestError(400, f"invalid JSON: {exc}") from None
+    except RecursionError:
+        raise RequestError(400, "invalid JSON: nested too deeply") from None
 
 
 def form_or_json_body(content_type: str, raw: bytes) -> Any:

@@ -81,6 +81,10 @@ class TranslationService:
         limits = self.settings
         if not allow_blank and not text.strip():
             raise RequestError(422, f"{name} is empty")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # JSON may escape a lone surrogate, which no tokenizer takes
+            raise RequestError(422, f"{name} holds a lone surrogate (\\ud800-\\udfff), which is not text") from None
         if "\n" in text or "\r" in text:
             raise RequestError(422, f"{name} contains a line break; send one sentence per list item")
         if len(text) > limits.max_chars:
