@@ -7,6 +7,7 @@ answers 503 ``loading`` and translation requests 503 with ``Retry-After``. Every
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hmac
 import json
@@ -91,8 +92,8 @@ def create_app(load: Callable[[], ServedModel], settings: ServeSettings = ServeS
     async def lifespan(app: FastAPI):
         threading.Thread(target=state.load, name="nmt-serve-load", daemon=True).start()
         yield
-        if state.service is not None:
-            state.service.close()  # in-flight requests are done by now; the queue is empty
+        if state.service is not None:  # the requests in flight are answered by now
+            await asyncio.to_thread(state.service.close)
 
     app = FastAPI(title="nmt-cli translation service", version=__version__, lifespan=lifespan, redoc_url=None,
                   description="Translate with an nmt-cli checkpoint. Errors are `{\"error\": \"...\"}`.")
