@@ -250,10 +250,24 @@ def machine_description() -> dict[str, str]:
         memory = f"{total_kb / 1024 ** 2:.1f} GiB"
     import torch
 
-    return {"cpu": cpu, "cores": str(os.cpu_count()), "memory": memory,
+    return {"cpu": cpu, "vector extensions": vector_extensions(), "cores": str(os.cpu_count()), "memory": memory,
             "os": f"{platform.system()} {platform.release()}",
             "python": platform.python_version(), "torch": torch.__version__,
             "threads per toolkit": str(THREADS)}
+
+
+def vector_extensions() -> str:
+    """The CPU's wide-vector and matrix units that torch's kernels use: AVX2, AVX-512 (BF16), AMX."""
+    cpuinfo = Path("/proc/cpuinfo")
+    flags: set[str] = set()
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    known = (("avx2", "AVX2"), ("avx512f", "AVX-512"), ("avx512_bf16", "AVX-512 BF16"), ("amx_tile", "AMX"))
+    found = [label for flag, label in known if flag in flags]
+    return ", ".join(found) if found else "none of AVX2, AVX-512, AMX"
 
 
 def project_version() -> str:
