@@ -269,8 +269,7 @@ def machine_description() -> dict[str, str]:
     import torch
 
     return {"cpu": cpu_model(), "vector extensions": vector_extensions(), "cores": str(os.cpu_count()),
-            "memory": memory,
-            "os": f"{platform.system()} {platform.release()}",
+            "memory": memory, "os": f"{platform.system()} {platform.release()}",
             "python": platform.python_version(), "torch": torch.__version__,
             "threads per toolkit": str(THREADS)}
 

@@ -19,7 +19,8 @@ from peers.install import PEERS, availability, install, install_record
 
 from nmt_cli.fileio import atomic_write_text
 
-SCRIPTS = ("train_speed", "translate_speed", "engine_ratio", "decode_length", "prepare_scale", "align_quality")
+SCRIPTS = ("train_speed", "translate_speed", "engine_ratio", "decode_length", "prepare_scale", "align_quality",
+           "serve_load")
 
 
 def run_script(name: str, args, results: Path) -> tuple[dict | None, str]:

@@ -166,15 +166,26 @@ def _upgraded_config(state: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
-def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
-    """Read a checkpoint (weights on CPU) without executing any code from it."""
-    path = resolve_checkpoint(path)
+def _read_state(path: Path) -> dict[str, Any]:
+    """``state.json`` of a resolved checkpoint directory, its format checked."""
     try:
         state = json.loads((path / STATE).read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
         raise NmtError(f"{path / STATE}: unreadable checkpoint state ({exc})") from None
     if state.get("format") not in (1, FORMAT_VERSION):
         raise NmtError(f"{path / STATE}: unsupported checkpoint format {state.get('format')!r}")
+    return state
+
+
+def load_checkpoint_config(path: str | os.PathLike) -> Config:
+    """The config a checkpoint (or a run's newest one) was trained with; the weights are not read."""
+    return Config.from_dict(_upgraded_config(_read_state(resolve_checkpoint(path))))
+
+
+def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
+    """Read a checkpoint (weights on CPU) without executing any code from it."""
+    path = resolve_checkpoint(path)
+    state = _read_state(path)
     config = Config.from_dict(_upgraded_config(state))
     weights = _with_aliases(_read_weights(path), state)
     files = state.get("tokenizer_files") or []
@@ -292,6 +303,7 @@ __all__ = [
     "Checkpoint",
     "save_checkpoint",
     "load_checkpoint",
+    "load_checkpoint_config",
     "load_optimizer_state",
     "load_weights",
     "list_checkpoints",

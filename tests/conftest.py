@@ -67,3 +67,26 @@ def trained_transformer(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path,
     prepare(config, root / "data", progress=False)
     train(config, root / "data", root / "run", stream=io.StringIO())
     return root / "run", root / "data"
+
+
+@pytest.fixture(scope="session")
+def tiny_trained_run(tiny_prepared: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 1-layer Transformer trained 300 steps on ``tiny_prepared``: short but real translations.
+
+    Learned positions with ``max_positions`` 128, so a source of about 100 pieces is too long for it.
+    """
+    import io
+
+    from nmt_cli.config import Config
+    from nmt_cli.training.trainer import train
+
+    config = Config().with_overrides({
+        "model.d_model": 32, "model.heads": 2, "model.ffn_dim": 64, "model.encoder_layers": 1,
+        "model.decoder_layers": 1, "model.positions": "learned", "model.max_positions": 128,
+        "train.max_steps": 300, "train.max_tokens": 2000, "train.lr": 3e-3, "train.warmup_steps": 20,
+        "train.valid_every": 0, "train.early_stop_metric": "loss", "train.log_every": 100, "train.num_threads": 1,
+        "decode.beam_size": 2,
+    })
+    run = tmp_path_factory.mktemp("trained") / "run"
+    train(config, tiny_prepared, run, stream=io.StringIO())
+    return run

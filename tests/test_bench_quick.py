@@ -90,6 +90,25 @@ def test_engine_ratio_quick_compares_engines_on_forced_equal_work(work: Path) ->
     assert rows["CTranslate2 float32"]["vs CTranslate2 float32"] == "1.00x"
 
 
+def test_serve_load_quick_answers_every_sentence_and_refuses_the_overload_cleanly(work: Path) -> None:
+    pytest.importorskip("uvicorn", reason="nmt serve needs the serve extra (pip install 'nmt-cli[serve]')")
+    report = run_bench("serve_load", work)
+    rows = [dict(zip(report["columns"], row)) for row in report["rows"]]
+    assert [(row["system"], row["clients"]) for row in rows[:4]] == [
+        ("batching on", "1"), ("batching on", "4"), ("batching off", "1"), ("batching off", "4")]
+    overload = rows[4]
+    assert overload["system"] == "batching on, 2x capacity" and len(rows) == 5
+    for row in rows:
+        assert figure(row["sent/s"]) > 0 and 0 < figure(row["p50 ms"]) <= figure(row["p99 ms"])
+        assert (row["errors"], row["dropped"]) == ("0", "0"), row
+        assert row["= nmt translate"].endswith("/12") and figure(row["server peak RSS MB"]) > 50
+    assert [row["503s"] for row in rows[:4]] == ["0"] * 4  # up to capacity nothing is refused
+    assert figure(overload["503s"]) > 0
+    (note,) = [note for note in report["notes"] if note.startswith("2x capacity")]
+    assert f"{overload['503s']} 503s, {overload['503s']} of them clean" in note
+    assert "server exit status after SIGTERM: batching on 0, off 0" in report["notes"]
+
+
 @pytest.mark.parametrize("peer", ["opennmt", "fairseq", "joeynmt"])
 def test_peer_training_runner_quick(work: Path, peer: str) -> None:
     installed, why = availability(peer)

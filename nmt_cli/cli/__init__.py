@@ -28,6 +28,7 @@ COMMAND_MODULES = {
     "align": "align",
     "score": "score",
     "export": "export",
+    "serve": "serve",
 }
 
 

@@ -27,6 +27,7 @@ directory written by ``nmt export``. How our search settings map onto CTranslate
 
 from __future__ import annotations
 
+import copy
 import os
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
@@ -57,8 +58,7 @@ class CTranslate2Translator:
 
     def __init__(self, record: ExportRecord, decode: DecodeConfig, device: str = "auto",
                  compute_type: str = "default", checkpoint: str = ""):
-        if decode.sampling != "none":
-            raise NmtError("decode.sampling is not supported by the ctranslate2 engine; use --engine torch")
+        _check_supported(decode)
         if compute_type not in COMPUTE_TYPES:
             raise NmtError(f"unknown --quantize {compute_type!r} for ctranslate2; choose from {', '.join(COMPUTE_TYPES)}")
         ctranslate2 = require_ctranslate2()
@@ -82,6 +82,12 @@ class CTranslate2Translator:
         record = read_export_record(path)
         decode = apply_decode_overrides(record.decode_defaults(), overrides)
         return cls(record, decode, device, compute_type or "default", checkpoint)
+
+    def with_decode(self, overrides: Mapping[str, Any]) -> "CTranslate2Translator":
+        """The same loaded model with other search settings (``{"decode.beam_size": 1}``)."""
+        variant = copy.copy(self)
+        variant.decode = _check_supported(apply_decode_overrides(self.decode, overrides))
+        return variant
 
     def translate(self, texts: Sequence[str], with_attention: bool = False) -> list[Hypothesis]:
         """One hypothesis per text, in order; blank texts give empty translations."""
@@ -164,6 +170,13 @@ class CTranslate2Translator:
         best = nbest[0]
         return Hypothesis(tokens=best.tokens, score=best.score, log_prob=best.log_prob, text=best.text,
                           nbest=nbest, attention=best.attention)
+
+
+def _check_supported(decode: DecodeConfig) -> DecodeConfig:
+    """``decode`` unless it asks for what this engine cannot do (sampling)."""
+    if decode.sampling != "none":
+        raise NmtError("decode.sampling is not supported by the ctranslate2 engine; use --engine torch")
+    return decode
 
 
 def _tokenizer(record: ExportRecord) -> Tokenizer:

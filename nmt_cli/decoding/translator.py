@@ -7,6 +7,7 @@ strings and get :class:`~nmt_cli.decoding.hypothesis.Hypothesis` objects back.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 from pathlib import Path
@@ -107,6 +108,15 @@ class Translator:
                    checkpoint="+".join(str(checkpoint.path) for checkpoint in checkpoints),
                    step="+".join(str(checkpoint.step) for checkpoint in checkpoints),
                    average=averaged_label(first.state.get("averaged", [])), quantize=quantize)
+
+    def with_decode(self, overrides: Mapping[str, Any]) -> "Translator":
+        """The same model and tokenizer with other search settings (``{"decode.beam_size": 1}``).
+
+        The settings are validated like ``--set decode.*``; the model is shared, not copied.
+        """
+        variant = copy.copy(self)
+        variant.decode = apply_decode_overrides(self.decode, overrides)
+        return variant
 
     def translate(self, texts: Sequence[str], with_attention: bool = False) -> list[Hypothesis]:
         """One hypothesis per text, in order; blank texts give empty translations.

@@ -93,6 +93,7 @@ def export_record(loaded: Checkpoint, quantization: str, positions: int, ctransl
         "positions": positions,
         "architecture": config["model"],
         "decode": config["decode"],
+        "config": config,
         "tokenizer_files": sorted(loaded.tokenizer.model_files()),
         "versions": {"nmt-cli": __version__, "ctranslate2": ctranslate2_version, "torch": torch.__version__,
                      "python": platform.python_version()},

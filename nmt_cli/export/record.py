@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nmt_cli.config import DecodeConfig
+from nmt_cli.config import Config, DecodeConfig
 from nmt_cli.errors import NmtError
 
 EXPORT_RECORD = "nmt-export.json"
@@ -53,9 +53,11 @@ class ExportRecord:
 
     def decode_defaults(self) -> DecodeConfig:
         """The run's ``decode`` settings, saved at export time."""
-        from nmt_cli.config import Config
+        return self.config().decode
 
-        return Config.from_dict({"decode": self.data.get("decode", {})}).decode
+    def config(self) -> Config:
+        """The whole config the exported checkpoint was trained with (languages, model, decoding)."""
+        return Config.from_dict(self.data["config"])
 
 
 def is_export_dir(path: str | os.PathLike) -> bool:
@@ -71,7 +73,7 @@ def read_export_record(path: str | os.PathLike) -> ExportRecord:
         data = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
         raise NmtError(f"{file}: unreadable export record ({exc})") from None
-    if not isinstance(data, dict) or data.get("format") != RECORD_FORMAT or "engine" not in data:
+    if not isinstance(data, dict) or data.get("format") != RECORD_FORMAT or "config" not in data:
         raise NmtError(f"{file}: not an nmt-cli export record of format {RECORD_FORMAT}")
     return ExportRecord(path=path, data=data)
 
