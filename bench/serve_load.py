@@ -250,7 +250,8 @@ def reference_quality(checkpoint: Path, prepared: Path, sentences: list[str], pl
     from nmt_cli.decoding import Translator
 
     torch.set_num_threads(THREADS)
-    translator = Translator.from_checkpoint(checkpoint, overrides=dict(plan.decode))
+    overrides = {f"decode.{key}": value for key, value in plan.decode}
+    translator = Translator.from_checkpoint(checkpoint, overrides=overrides)
     tokenizer, decode = translator.tokenizer, translator.decode
     pieces = [tokenizer.tgt_pieces(h.tokens) for h in translator.translate(sentences)]
     source_pieces = [len(tokenizer.encode_src(text)) for text in sentences]

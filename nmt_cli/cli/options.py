@@ -101,8 +101,8 @@ def link_options(func: Command) -> Command:
     """``--method --threshold``: how a soft word matrix becomes hard links."""
     func = click.option("--threshold", type=float, default=0.2, show_default=True,
                         help="Weight threshold for --method threshold.")(func)
-    return click.option("--method", type=click.Choice(["argmax", "threshold"]), default="argmax",
-                        show_default=True, help="Hard links: argmax per target word, or every weight >= --threshold.")(func)
+    return click.option("--method", type=click.Choice(["argmax", "threshold"]), default="argmax", show_default=True,
+                        help="Hard links: argmax per target word, or every weight >= --threshold.")(func)
 
 
 def reading_options(func: Command) -> Command:
@@ -111,7 +111,8 @@ def reading_options(func: Command) -> Command:
 
     @click.option("--layer", default="-1", show_default=True,
                   help="Decoder layer to read: index, negative from the end, or 'all'.")
-    @click.option("--heads", default="all", show_default=True, help="Heads to average: comma-separated indices or 'all'.")
+    @click.option("--heads", default="all", show_default=True,
+                  help="Heads to average: comma-separated indices or 'all'.")
     @link_options
     @functools.wraps(func)
     def wrapper(*args: Any, layer, heads, method, threshold, **kwargs: Any) -> Any:
