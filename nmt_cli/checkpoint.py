@@ -155,6 +155,15 @@ def resolve_checkpoint(path: str | os.PathLike) -> Path:
     raise NmtError(f"{path}: no checkpoint here (expected {STATE} and {WEIGHTS}, or step-* directories)")
 
 
+def tokenizer_directory(path: str | os.PathLike) -> Path:
+    """The directory holding the SentencePiece models of ``path``: a prepared directory or a
+    checkpoint itself, a run directory's newest checkpoint."""
+    path = Path(path)
+    if any((path / name).is_file() for name in ("spm.model", "spm.src.model")):
+        return path
+    return resolve_checkpoint(path)
+
+
 def _upgraded_config(state: dict[str, Any]) -> dict[str, Any]:
     """The checkpoint's config as the current code reads it.
 
@@ -187,17 +196,27 @@ def reading_checkpoint_file(path: str | os.PathLike) -> Iterator[None]:
         raise NmtError(f"{path}: not a valid checkpoint file ({reason})") from None
 
 
-def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
-    """Read a checkpoint (weights on CPU) without executing any code from it."""
-    path = resolve_checkpoint(path)
+def _read_state(path: Path) -> tuple[dict[str, Any], Config]:
+    """``state.json`` of a resolved checkpoint directory and the config in it, checked."""
     with reading_checkpoint_file(path / STATE):
         state = json.loads((path / STATE).read_text(encoding="utf-8"))
         if not isinstance(state, dict) or not isinstance(state.get("config"), dict):
             raise ValueError("no config object")
         if state.get("format") not in (1, FORMAT_VERSION):
             raise ValueError(f"unsupported checkpoint format {state.get('format')!r}")
-        config = Config.from_dict(_upgraded_config(state))
-        files = state.get("tokenizer_files") or []
+        return state, Config.from_dict(_upgraded_config(state))
+
+
+def load_checkpoint_config(path: str | os.PathLike) -> Config:
+    """The config a checkpoint (or a run's newest one) was trained with; the weights are not read."""
+    return _read_state(resolve_checkpoint(path))[1]
+
+
+def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
+    """Read a checkpoint (weights on CPU) without executing any code from it."""
+    path = resolve_checkpoint(path)
+    state, config = _read_state(path)
+    files = state.get("tokenizer_files") or []
     weights = _with_aliases(_read_weights(path), state, path)
     models = [path / name for name in (["spm.model"] if files == ["spm.model"] else ["spm.src.model", "spm.tgt.model"])]
     for model in models:  # one at a time, so that an error names the file
@@ -319,6 +338,7 @@ __all__ = [
     "Checkpoint",
     "save_checkpoint",
     "load_checkpoint",
+    "load_checkpoint_config",
     "load_optimizer_state",
     "reading_checkpoint_file",
     "load_weights",
@@ -329,4 +349,5 @@ __all__ = [
     "load_averaged",
     "write_average",
     "checkpoint_dir_name",
+    "tokenizer_directory",
 ]

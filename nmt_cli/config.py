@@ -103,6 +103,33 @@ class Validated:
         return []
 
 
+SOURCE_KINDS = ("synthetic", "files", "tsv", "jsonl", "hf", "hf_disk")
+
+
+@dataclass(frozen=True)
+class CorpusConfig(Validated):
+    """One more training corpus (an entry of ``data.corpora``), mixed in with a sampling weight."""
+
+    section = "data.corpora"
+
+    name: str = setting("", "a short name for reports and the manifest (unique, not 'main')")
+    source: str = choice("files", *SOURCE_KINDS[1:], help="as data.source (not synthetic)")
+    path: str = setting("", "as data.path")
+    hf_config: str = setting("", "as data.hf_config")
+    split: str = setting("train", "the split of this source to train on")
+    weight: float = setting(1.0, "expected times each pair is drawn per epoch (4: upsampled, 0.5: half)",
+                            above=0)
+
+    def rules(self) -> list[str]:
+        problems = []
+        if not self.name or self.name == "main":
+            problems.append(f"config key 'data.corpora.name': each corpus needs a name other than 'main', "
+                            f"got {self.name!r}")
+        if not self.path or not self.split:
+            problems.append(f"config key 'data.corpora' ({self.name}): path and split are required")
+        return problems
+
+
 @dataclass(frozen=True)
 class DataConfig(Validated):
     """Where parallel text comes from, how it is cleaned and how it is tokenised."""
@@ -110,7 +137,7 @@ class DataConfig(Validated):
     section = "data"
 
     source: str = choice(
-        "synthetic", "synthetic", "files", "tsv", "jsonl", "hf", "hf_disk",
+        "synthetic", *SOURCE_KINDS,
         help="synthetic: built-in grammar; files: <split>.<lang> text pairs in `path`; "
         "tsv/jsonl: <split>.tsv / <split>.jsonl in `path`; hf: load_dataset(path, hf_config); "
         "hf_disk: a save_to_disk folder",
@@ -122,8 +149,15 @@ class DataConfig(Validated):
     train_split: str = setting("train", "name of the training split in the source")
     valid_split: str = setting("validation", "name of the validation split in the source")
     test_split: str = setting("test", "name of the test split in the source")
-    max_train_pairs: int = setting(0, "keep only the first N training pairs (0 = all)", at_least=0)
+    max_train_pairs: int = setting(0, "keep only the first N training pairs of each training corpus (0 = all)",
+                                   at_least=0)
     max_eval_pairs: int = setting(0, "keep only the first N validation/test pairs (0 = all)", at_least=0)
+    weight: float = setting(1.0, "sampling weight of this source's training split beside data.corpora "
+                                 "(expected draws of each pair per epoch)", above=0)
+    corpora: tuple[CorpusConfig, ...] = setting(
+        (), "more training corpora mixed in by weight: a list of {name, source, path, hf_config, split, weight}; "
+            "validation and test come from data.source alone",
+    )
     synthetic_train_size: int = setting(20000, at_least=1)
     synthetic_valid_size: int = setting(500, at_least=0)
     synthetic_test_size: int = setting(500, at_least=0)
@@ -156,6 +190,10 @@ class DataConfig(Validated):
                                 "(the folder, dataset id or save_to_disk folder)")
             if not self.train_split:
                 problems.append("config key 'data.train_split' is empty; a training split is required")
+        names = [corpus.name for corpus in self.corpora]
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            problems.append(f"config key 'data.corpora': the name {repeated[0]!r} is used twice")
         return problems
 
 
@@ -273,6 +311,11 @@ class TrainConfig(Validated):
     keep_best: int = setting(1, at_least=0)
     keep_last: int = setting(2, at_least=1)
     average_last: int = setting(0, "average the last N checkpoints when training ends (0 = off)", at_least=0)
+    init_from: str = setting("", "fine-tuning: start a new run from the weights of this run or checkpoint "
+                                 "(same architecture and SentencePiece model)")
+    init_keep: tuple[str, ...] = setting((), "with init_from: also continue its optimizer state and/or its "
+                                             "learning-rate schedule (default: both fresh)",
+                                         items=("optimizer", "schedule"))
 
     def rules(self) -> list[str]:
         problems = []
@@ -422,13 +465,18 @@ def _coerce(key: str, hint: Any, value: Any) -> Any:
     """Check ``value`` against the field's type and convert where lossless (choices and
     ranges are checked by the section itself)."""
     origin = typing.get_origin(hint)
+    if dataclasses.is_dataclass(hint):
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"config key '{key}': expected a mapping of its keys, got {value!r}")
+        return _build_section(key, hint, value)
     if origin is tuple:
         (item_type, _ellipsis) = typing.get_args(hint)
         if isinstance(value, str):
             value = [v.strip() for v in value.split(",") if v.strip()]
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"config key '{key}': expected a list, got {value!r}")
-        return tuple(_coerce(key, item_type, v) for v in value)
+        return tuple(_coerce(f"{key}[{k}]" if dataclasses.is_dataclass(item_type) else key, item_type, v)
+                     for k, v in enumerate(value))
     if hint is bool:
         if isinstance(value, bool):
             result: Any = value

@@ -6,8 +6,9 @@ translation never contains a line break. Input is read and translated
 ``chunk_size`` lines at a time, so files of any size stream through; a file output
 appears atomically when the translation succeeds, with the signature (checkpoint,
 step, search settings, version) in ``<output>.signature``. Word alignments, on
-request, are read by the one alignment reader (:mod:`nmt_cli.alignment.reader`).
-A line longer than the model takes stops the job with an error naming it, unless
+request, are read by the one alignment reader (:mod:`nmt_cli.alignment.reader`); the
+translation service builds its answers with :func:`output_record` too. A line longer
+than the model takes stops the job with an error naming it, unless
 ``decode.on_long_line`` says to truncate or skip such lines (each one is reported on
 stderr, and its JSONL record says ``"long_input"``).
 """
@@ -21,14 +22,15 @@ import sys
 from dataclasses import dataclass
 
 from nmt_cli.alignment.pharaoh import format_links
-from nmt_cli.alignment.reader import AttentionReading, SentenceAlignment, read_alignment
+from nmt_cli.alignment.reader import AttentionReading, hypothesis_alignment
 from nmt_cli.decoding import Hypothesis, LongInputError, Translator
 from nmt_cli.errors import InputError, NmtError
 from nmt_cli.fileio import atomic_write_text, open_output, writes_in_place
 from nmt_cli.progress import Progress
 from nmt_cli.textio import STDIN, display_name, iter_lines, one_line
+from nmt_cli.tokenization import Tokenizer
 
-__all__ = ["OutputOptions", "hypothesis_alignment", "output_record", "translate_file"]
+__all__ = ["OutputOptions", "output_record", "translate_file"]
 
 @dataclass(frozen=True)
 class OutputOptions:
@@ -40,32 +42,19 @@ class OutputOptions:
     chunk_size: int = 2000
 
 
-def hypothesis_alignment(source: str, hypothesis: Hypothesis, translator: Translator,
-                         reading: AttentionReading) -> SentenceAlignment:
-    """Words, soft word matrix and links between a source line and its translation."""
-    tokenizer = translator.tokenizer
-    src_pieces = tokenizer.src_pieces(tokenizer.encode_src(source)) if source.strip() else []
-    tgt_pieces = tokenizer.tgt_pieces(hypothesis.tokens)
-    attention = None
-    if src_pieces and tgt_pieces:
-        reading.selection.check(*hypothesis.attention.shape[:2])
-        attention = reading.selection.apply(hypothesis.attention)  # (T, S)
-    return read_alignment(src_pieces, tgt_pieces, attention, reading)
-
-
-def output_record(source: str, hypothesis: Hypothesis, translator: Translator,
+def output_record(source: str, hypothesis: Hypothesis, tokenizer: Tokenizer,
                   reading: AttentionReading | None = None) -> dict:
     """The JSONL record: ``text, score, tokens`` (target pieces), ``nbest`` and, with a
     ``reading``, ``alignment`` (Pharaoh links)."""
 
     def entry(hyp: Hypothesis) -> dict:
-        return {"text": one_line(hyp.text), "score": hyp.score, "tokens": translator.tokenizer.tgt_pieces(hyp.tokens)}
+        return {"text": one_line(hyp.text), "score": hyp.score, "tokens": tokenizer.tgt_pieces(hyp.tokens)}
 
     record = {**entry(hypothesis), "nbest": [entry(hyp) for hyp in hypothesis.nbest]}
     if hypothesis.long_input:
         record["long_input"] = hypothesis.long_input
     if reading is not None:
-        record["alignment"] = format_links(hypothesis_alignment(source, hypothesis, translator, reading).links)
+        record["alignment"] = format_links(hypothesis_alignment(source, hypothesis, tokenizer, reading).links)
     return record
 
 
@@ -86,12 +75,13 @@ def translate_file(translator: Translator, input_path: str | os.PathLike = STDIN
                                             with_attention=reading is not None)
         for source, hypothesis in long_lines.named(pairs):
             if options.format == "jsonl":
-                line = json.dumps(output_record(source, hypothesis, translator, reading), ensure_ascii=False)
+                line = json.dumps(output_record(source, hypothesis, translator.tokenizer, reading),
+                                  ensure_ascii=False)
             else:
                 line = one_line(hypothesis.text)
             out.write((line + "\n").encode("utf-8"))
             if align_out is not None:
-                links = hypothesis_alignment(source, hypothesis, translator, reading).links
+                links = hypothesis_alignment(source, hypothesis, translator.tokenizer, reading).links
                 align_out.write((format_links(links) + "\n").encode("utf-8"))
             counter.update()
             long_lines.note(counter.count, hypothesis)

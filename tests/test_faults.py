@@ -23,7 +23,6 @@ import threading
 import time
 from pathlib import Path
 
-import click
 import pytest
 import torch
 import yaml

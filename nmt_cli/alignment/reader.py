@@ -1,8 +1,9 @@
 """The one alignment reader: which attention is read, and how it becomes word links.
 
 Every path from attention to alignments goes through here: ``nmt align`` (forced
-decoding of a given target), ``nmt translate --alignments`` (the attention of the
-model's own translation), ``nmt align sweep`` and the translation service.
+decoding of a given target), ``nmt translate --alignments`` and the translation service
+(the attention of the model's own translation, :func:`hypothesis_alignment`) and ``nmt
+align sweep``.
 
 1. :class:`HeadSelection` picks decoder layers and heads of the piece attention
    (L, H, T, S) and averages them into (T, S). The default, the same for every
@@ -23,9 +24,11 @@ import numpy as np
 from nmt_cli.alignment.hard import METHODS, hard_links
 from nmt_cli.alignment.pharaoh import Link
 from nmt_cli.alignment.words import aggregate_to_words, words_from_pieces
+from nmt_cli.decoding.hypothesis import Hypothesis
 from nmt_cli.errors import NmtError
+from nmt_cli.tokenization import Tokenizer
 
-__all__ = ["HeadSelection", "AttentionReading", "SentenceAlignment", "read_alignment"]
+__all__ = ["HeadSelection", "AttentionReading", "SentenceAlignment", "read_alignment", "hypothesis_alignment"]
 
 
 @dataclass(frozen=True)
@@ -114,3 +117,18 @@ def read_alignment(src_pieces: Sequence[str], tgt_pieces: Sequence[str], attenti
     else:
         matrix = aggregate_to_words(attention, src_pieces, tgt_pieces)  # (T_words, S_words)
     return SentenceAlignment(src_words, tgt_words, matrix, hard_links(matrix, reading.method, reading.threshold))
+
+
+def hypothesis_alignment(source: str, hypothesis: Hypothesis, tokenizer: Tokenizer,
+                         reading: AttentionReading) -> SentenceAlignment:
+    """Words, soft word matrix and links between a source line and its translation, read
+    from the attention the translation was decoded with (``hypothesis.attention``,
+    (L, H, T, S)); a blank source or an empty translation has no links."""
+    src_pieces = tokenizer.src_pieces(tokenizer.encode_src(source)) if source.strip() else []
+    tgt_pieces = tokenizer.tgt_pieces(hypothesis.tokens)
+    attention = None
+    if src_pieces and tgt_pieces:
+        reading.selection.check(*hypothesis.attention.shape[:2])
+        attention = reading.selection.apply(hypothesis.attention)  # (T, S)
+    return read_alignment(src_pieces, tgt_pieces, attention, reading)
+

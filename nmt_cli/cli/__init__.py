@@ -34,6 +34,9 @@ COMMAND_MODULES = {
     "translate": "translate",
     "evaluate": "evaluate",
     "align": "align",
+    "score": "score",
+    "export": "export",
+    "serve": "serve",
 }
 
 

@@ -13,6 +13,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from nmt_cli.config import Config, load_config
 from nmt_cli.data.binarized import SIDES, ParallelSplit, array_files
 from nmt_cli.data.prepare import FORMAT, FORMAT_VERSION, MANIFEST
@@ -85,6 +87,22 @@ class PreparedData:
             raise NmtError(f"{self.path / array_files(name)[1]}: indexes {len(split):,} sentences but the manifest "
                            f"records {kept:,}; prepare the data again")
         return split
+
+    def corpus_mix(self) -> tuple[np.ndarray, list[float]] | None:
+        """For a training split mixed from several corpora (``data.corpora``): each pair's
+        corpus number and each corpus's sampling weight; None for a single corpus."""
+        corpora = self.manifest["splits"]["train"].get("corpora")
+        if not corpora:
+            return None
+        path = self.path / "train.corpus.npy"
+        try:
+            numbers = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise NmtError(f"{path}: unreadable corpus numbers ({exc}); prepare the data again") from None
+        if len(numbers) != sum(corpus["pairs"] for corpus in corpora):
+            raise NmtError(f"{path}: has {len(numbers)} entries but the manifest lists "
+                           f"{sum(corpus['pairs'] for corpus in corpora)} training pairs; prepare the data again")
+        return numbers, [float(corpus["weight"]) for corpus in corpora]
 
     def text_path(self, split: str, side: str) -> Path:
         """The cleaned text of one side (``"src"`` or ``"tgt"``), one sentence per line."""

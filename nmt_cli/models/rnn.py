@@ -100,7 +100,7 @@ class StackedRNN(nn.Module):
 
     def _run(self, inputs: Tensor | PackedSequence, hidden: TorchState | None) -> tuple[Tensor, TorchState]:
         """``self.rnn``, in float32 under fp16 autocast on CPU, where oneDNN has no fp16 LSTM."""
-        on_cpu = self.rnn.weight_ih_l0.device.type == "cpu"
+        on_cpu = inputs.data.device.type == "cpu"  # .data: a PackedSequence's tensor too
         if not (self.is_lstm and on_cpu and torch.is_autocast_enabled("cpu")
                 and torch.get_autocast_dtype("cpu") == torch.float16):
             return self.rnn(inputs, hidden)
