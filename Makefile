@@ -1,4 +1,4 @@
-# nmt-cli: make install | test | demo | recipes | recipe NAME=... (or make NAME) | recipes-check | bench
+# nmt-cli: make install | test | demo | recipes | recipe NAME=... (or make NAME) | domain-adaptation | recipes-check | bench
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -8,8 +8,10 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 # every recipes/NAME.yaml is also a target of its own: make multi30k-transformer
 RECIPE_NAMES := $(filter-out demo,$(basename $(notdir $(wildcard recipes/*.yaml))))
+# domain adaptation (recipes/adaptation/NAME.yaml): make adapt-ted, make adapt-news, make domain-adaptation
+ADAPTATION_NAMES := $(addprefix adapt-,$(basename $(notdir $(wildcard recipes/adaptation/*.yaml))))
 
-.PHONY: install test demo recipes recipe recipes-check bench clean $(RECIPE_NAMES)
+.PHONY: install test demo recipes recipe recipes-check bench clean domain-adaptation $(RECIPE_NAMES) $(ADAPTATION_NAMES)
 
 install: $(VENV)/.installed
 
@@ -34,6 +36,12 @@ recipe: install
 
 $(RECIPE_NAMES): install
 	$(BIN)/python recipes/run_recipe.py $@
+
+$(ADAPTATION_NAMES): adapt-%: install
+	$(BIN)/python recipes/run_adaptation.py $*
+
+domain-adaptation: $(ADAPTATION_NAMES)
+	$(BIN)/python recipes/run_adaptation.py --table
 
 recipes-check: install
 	$(BIN)/python -m pytest -q tests/test_recipes.py

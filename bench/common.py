@@ -4,7 +4,8 @@ Conventions for every script in ``bench/`` (``run_all.py`` relies on them):
 
 * ``--quick``: a tiny data slice and a few steps, only the peers that are installed; used
   by ``tests/test_bench_quick.py`` so no script can rot. The full run is not part of CI.
-* ``--repeats N``: each figure is the median of N runs (default 3; 1 with ``--quick``).
+* ``--repeats N``: speed figures are the median of N runs (default 3; 1 with ``--quick``);
+  each table's notes say how its figures were made (some are single runs or fastest-of).
 * ``--json FILE``: besides printing a markdown table on stdout, write the report as JSON::
 
       {"script": "train_speed", "title": "...", "quick": false,
@@ -25,7 +26,6 @@ import argparse
 import os
 import platform
 import shutil
-import resource
 import statistics
 import subprocess
 import sys
@@ -145,11 +145,6 @@ def tail(path: Path, lines: int = 15) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
-def self_peak_rss_mb() -> float:
-    """Peak resident memory of this process so far, in MiB."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 def median_after_warmup(values: Sequence[float]) -> float:
     """Median of per-interval figures with the first interval dropped as warm-up."""
     kept = list(values[1:]) if len(values) > 1 else list(values)
@@ -225,24 +220,47 @@ class Report:
 
 
 def measured_at() -> dict[str, str]:
-    """When and at which commit a report was made, so a reused report says where it came from."""
+    """When, at which commit and on which machine a report was made, so every section says where it came from."""
     try:
         commit = subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty"],
                                 capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         commit = "unknown (not a git checkout)"
-    return {"commit": commit, "utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    machine = f"{cpu_model()} ({vector_extensions()}), {os.cpu_count()} cores"
+    return {"commit": commit, "utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": machine}
 
 
-def machine_description() -> dict[str, str]:
-    """CPU model, cores, memory, OS, Python and torch: the header of ``BENCHMARKS.md``."""
-    cpu = platform.processor() or "unknown CPU"
+def cpu_model() -> str:
+    """The CPU model name from /proc/cpuinfo (``platform.processor()`` elsewhere)."""
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.is_file():
         for line in cpuinfo.read_text().splitlines():
             if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown CPU"
+
+
+#: /proc/cpuinfo flags that decide which kernels CTranslate2, oneDNN and fbgemm pick
+VECTOR_FLAGS = (("avx2", "AVX2"), ("fma", "FMA"), ("avx512f", "AVX-512"), ("avx512_vnni", "AVX-512 VNNI"),
+                ("avx_vnni", "AVX-VNNI"), ("avx512_bf16", "AVX-512 BF16"), ("amx_tile", "AMX"),
+                ("amx_bf16", "AMX-BF16"), ("amx_int8", "AMX-INT8"))
+
+
+def vector_extensions() -> str:
+    """The vector and matrix extensions this CPU reports, e.g. ``AVX2, FMA`` (or ``none of ...``)."""
+    cpuinfo = Path("/proc/cpuinfo")
+    flags: set[str] = set()
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
                 break
+    found = [name for flag, name in VECTOR_FLAGS if flag in flags]
+    return ", ".join(found) if found else "none of AVX2/AVX-512/AMX"
+
+
+def machine_description() -> dict[str, str]:
+    """CPU model and vector extensions, cores, memory, OS, Python and torch: the header of ``BENCHMARKS.md``."""
     memory = "unknown"
     meminfo = Path("/proc/meminfo")
     if meminfo.is_file():
@@ -250,8 +268,8 @@ def machine_description() -> dict[str, str]:
         memory = f"{total_kb / 1024 ** 2:.1f} GiB"
     import torch
 
-    return {"cpu": cpu, "cores": str(os.cpu_count()), "memory": memory,
-            "os": f"{platform.system()} {platform.release()}",
+    return {"cpu": cpu_model(), "vector extensions": vector_extensions(), "cores": str(os.cpu_count()),
+            "memory": memory, "os": f"{platform.system()} {platform.release()}",
             "python": platform.python_version(), "torch": torch.__version__,
             "threads per toolkit": str(THREADS)}
 

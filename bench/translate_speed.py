@@ -1,18 +1,20 @@
-"""Translation speed: sentences/s and output tokens/s, greedy and beam 5, against the peers.
+"""Translation speed with equal work: output tokens/s, sentences/s, BLEU and outputs at the length limit.
 
-Models: every toolkit trains its own tiny Transformer (2+2 layers, d 128, ~1M parameters)
-on the same Multi30k pieces for the same steps (a brief training: enough for outputs of
-a sensible length, not for a good score); CTranslate2 runs the OpenNMT-py model converted.
-nmt-cli also decodes its Transformer with two single-threaded workers (``decode.workers``,
-like CTranslate2's ``inter_threads``), without the key/value cache (``model.use_cache =
-False``), its Bahdanau RNN and its linear Transformer, trained the same way.
+Every row decodes the same source (the 1,000 sentences of Multi30k test2016; ``--quick``:
+100) with the same rule: at most ``DecodeSpec.max_length`` output pieces (an absolute cap,
+the one rule every toolkit applies exactly), the GNMT length penalty ``alpha`` 0.6, the
+same beam, batches of 32 sentences, after a warm-up (OpenNMT-py excepted: ``onmt_translate``
+has none). The primary figure is output tokens/s (pieces generated), with sentences/s
+beside it; each row shows its BLEU on the test set and the share of outputs that hit the
+length limit, so a fast but broken row is visible.
 
-Decoding: the 1,000 sentences of Multi30k test2016 (``--quick``: 100), batches of 32
-sentences, beam 1 and 5, at most 100 output pieces, 2 CPU threads (CTranslate2 also with
-1 thread). Time is each toolkit's own decode time, model load excluded; output pieces are
-counted from the hypotheses, so a model that writes longer outputs gets more tokens/s but
-fewer sentences/s. Each figure is the median over ``--repeats`` runs; ratios compare
-sentences/s with OpenNMT-py and CTranslate2 float32 (2 inter threads) measured in the same run.
+Models: nmt-cli's tiny Transformer (2+2 layers, d 128, ~2M parameters), Bahdanau RNN and
+linear Transformer, trained on the same Multi30k pieces for the same steps. The
+CTranslate2 rows decode OUR Transformer, exported with ``nmt export`` (float32 weights;
+int8 is CTranslate2's load-time quantization), through ``nmt translate``'s CTranslate2
+engine. OpenNMT-py trains and decodes its own Transformer of the same shape (pre-norm).
+Ratios compare output tokens/s with CTranslate2 float32 (2 inter threads) and OpenNMT-py
+of the same beam, measured in the same run. Each figure is the median of ``--repeats`` runs.
 """
 
 from __future__ import annotations
@@ -22,15 +24,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+import sacrebleu
+
 from common import THREADS, Report, bench_arguments, fmt, fmt_ratio, median, project_version, repeats_of
-from peers import ctranslate2, ours
+from peers import ours
 from peers.arch import TINY_RNN, TINY_TRANSFORMER, DecodeSpec, TrainSpec
 from peers.corpus import export_pieces, prepare_multi30k
 from peers.install import install_record
+from peers.ours import Engine
 from peers.results import PeerRunFailed, TranslateResult
 from peers.selection import TRANSLATION_PEERS, parse_peer_list, peer_label, ready_peers
 
 from nmt_cli.data.prepared import PreparedData
+from nmt_cli.errors import NmtError
 
 FULL_TRAINING = TrainSpec(steps=800, log_every=100, warmup=400)
 QUICK_TRAINING = TrainSpec(steps=6, log_every=2, warmup=100)
@@ -38,6 +44,7 @@ QUICK_MAX_LENGTH = 16  # a model trained 6 steps runs every sentence to the limi
 BEAMS = (1, 5)
 OPENNMT_ROW = "OpenNMT-py"
 CT2_ROW = "CTranslate2 float32, 2 inter x 1 intra"
+CT2_LAYOUTS = ((2, 2, "2 inter x 1 intra"), (1, 1, "1 inter x 1 intra"))  # (threads, workers, name)
 
 
 @dataclass
@@ -59,56 +66,130 @@ def train_once(out_dir: Path, train: Callable[[Path], object]) -> Path:
     return Path(marker.read_text())
 
 
-OUR_SYSTEMS = ("transformer", "workers", "nocache", "rnn", "linear")
+OUR_SYSTEMS = ("transformer", "workers", "int8", "nocache", "rnn", "linear", "ctranslate2")
 
 
 def our_systems(prepared: Path, source_text: Path, models: Path, train_spec: TrainSpec,
-                wanted: list[str]) -> list[System]:
-    """nmt-cli Transformer with and without cache, Bahdanau RNN, linear Transformer (those ``wanted``)."""
+                wanted: list[str]) -> tuple[list[System], dict[str, str]]:
+    """nmt-cli rows (torch fp32/int8, RNN, linear, CTranslate2 on our export) and why any are missing."""
     def trained(name: str, spec, arch: str | None = None) -> Path:
         return train_once(models / f"nmt-cli-{name}",
                           lambda out: ours.train(prepared, spec, train_spec, out, THREADS, arch=arch))
 
-    def system(name: str, model: Callable[[], Path], use_cache: bool = True, workers: int = 1) -> System:
-        return System(name, str(THREADS), lambda decode, out: ours.translate(
-            model(), source_text, decode, out / re.sub(r"\W+", "_", name), THREADS, use_cache, name, workers))
+    def system(name: str, model: Callable[[], Path], engine: Engine = Engine(), threads: int = THREADS) -> System:
+        return System(name, str(threads), lambda decode, out: ours.translate(
+            model(), source_text, decode, out / re.sub(r"\W+", "_", name), threads, name, engine))
 
-    def transformer() -> Path:
-        return trained("transformer", TINY_TRANSFORMER)
-
+    transformer = lambda: trained("transformer", TINY_TRANSFORMER)  # noqa: E731
+    rnn = lambda: trained("rnn", TINY_RNN)  # noqa: E731
+    linear = lambda: trained("linear", TINY_TRANSFORMER, arch="linear_transformer")  # noqa: E731
+    workers = f"{THREADS} workers x 1 thread"
     choices = {
-        "transformer": lambda: system("nmt-cli Transformer", transformer),
-        "workers": lambda: system(f"nmt-cli Transformer, {THREADS} workers x 1 thread", transformer,
-                                  workers=THREADS),
-        "nocache": lambda: system("nmt-cli Transformer, no cache", transformer, use_cache=False),
-        "rnn": lambda: system("nmt-cli Bahdanau RNN (LSTM)", lambda: trained("rnn", TINY_RNN)),
-        "linear": lambda: system("nmt-cli linear Transformer",
-                                 lambda: trained("linear", TINY_TRANSFORMER, arch="linear_transformer")),
+        "transformer": [system("nmt-cli Transformer", transformer)],
+        "workers": [system(f"nmt-cli Transformer, {workers}", transformer, Engine(workers=THREADS))],
+        "int8": [system("nmt-cli Transformer int8", transformer, Engine(quantize="int8")),
+                 system(f"nmt-cli Transformer int8, {workers}", transformer,
+                        Engine(quantize="int8", workers=THREADS))],
+        "nocache": [system("nmt-cli Transformer, no cache", transformer, Engine(use_cache=False))],
+        "rnn": [system("nmt-cli Bahdanau RNN (LSTM)", rnn),
+                system("nmt-cli Bahdanau RNN (LSTM) int8", rnn, Engine(quantize="int8"))],
+        "linear": [system("nmt-cli linear Transformer", linear),
+                   system("nmt-cli linear Transformer int8", linear, Engine(quantize="int8"))],
     }
-    return [choices[name]() for name in OUR_SYSTEMS if name in wanted]
+    systems = [row for name in OUR_SYSTEMS if name in wanted and name in choices for row in choices[name]]
+    missing = {}
+    if "ctranslate2" in wanted:
+        try:
+            exported = export_for_ctranslate2(transformer, models / "nmt-cli-transformer-ct2")
+        except NmtError as error:
+            missing["CTranslate2 (our exported Transformer)"] = f"not run: {error}"
+        else:
+            for compute in ("float32", "int8"):
+                for threads, worker_count, layout in CT2_LAYOUTS:
+                    systems.append(system(f"CTranslate2 {compute}, {layout}", lambda: exported,
+                                          Engine("ctranslate2", compute, workers=worker_count), threads))
+    return systems, missing
+
+
+def export_for_ctranslate2(model: Callable[[], Path], out_dir: Path) -> Path:
+    """``nmt export`` of our Transformer as float32 (once); CTranslate2 quantizes int8 at load."""
+    from nmt_cli.export import export_ctranslate2, is_export_dir
+
+    if not is_export_dir(out_dir):
+        export_ctranslate2(model(), out_dir, "float32")
+    return out_dir
 
 
 def peer_systems(runners: dict, corpus, source_pieces: Path, models: Path, train_spec: TrainSpec) -> list[System]:
-    """Each peer's own tiny Transformer; CTranslate2 on the converted OpenNMT-py model."""
+    """OpenNMT-py's own tiny Transformer, decoded by ``onmt_translate`` under the same rule."""
     systems = []
-    trained = {}
-    for name in ("opennmt", "fairseq", "joeynmt"):
-        if name not in runners:
-            continue
-        runner = runners[name]
-        trained[name] = train_once(models / name, lambda out, runner=runner: runner.train(
+    for name, runner in runners.items():
+        model = train_once(models / name, lambda out, runner=runner: runner.train(
             corpus, TINY_TRANSFORMER, train_spec, out, THREADS))
-        systems.append(System(runner.NAME, str(THREADS), lambda decode, out, runner=runner, model=trained[name]:
+        systems.append(System(runner.NAME, str(THREADS), lambda decode, out, runner=runner, model=model:
                               runner.translate(model, source_pieces, decode, out / runner.PEER, THREADS)))
-    if "ctranslate2" in runners and "opennmt" in trained:
-        converted = ctranslate2.convert(trained["opennmt"], models / "ctranslate2")
-        for compute_type in ctranslate2.COMPUTE_TYPES:
-            for layout in ctranslate2.THREAD_LAYOUTS:
-                systems.append(System(
-                    f"CTranslate2 {compute_type}, {layout.describe()}", str(layout.inter * layout.intra),
-                    lambda decode, out, c=compute_type, t=layout: ctranslate2.translate(
-                        converted, source_pieces, decode, out / "ctranslate2", c, t)))
     return systems
+
+
+@dataclass
+class Quality:
+    """What a row's outputs are worth: BLEU against the references, share at the length limit."""
+
+    bleu: float
+    at_limit: float
+
+
+def quality(hypotheses: Path, references: list[str], tokenizer, max_length: int) -> Quality:
+    """Detokenise piece output with our SentencePiece model; score with sacreBLEU."""
+    lines = [line.split() for line in hypotheses.read_text(encoding="utf-8").splitlines()]
+    texts = [tokenizer.tgt.decode_pieces(pieces) for pieces in lines]
+    bleu = sacrebleu.corpus_bleu(texts, [references]).score
+    return Quality(bleu, sum(len(pieces) >= max_length for pieces in lines) / max(len(lines), 1))
+
+
+def ctranslate2_version() -> str:
+    try:
+        import ctranslate2
+    except ImportError:
+        return "not installed (pip install 'nmt-cli[ctranslate2]')"
+    return f"ctranslate2 {ctranslate2.__version__} (nmt-cli[ctranslate2] extra)"
+
+
+COLUMNS = ["system", "threads", "beam", "out tok/s", "sent/s", "output pieces", "at limit", "BLEU",
+           "peak RSS MB", "vs CT2 float32", "vs OpenNMT-py"]
+
+
+def measure(systems: list[System], decode: DecodeSpec, repeats: int, work: Path
+            ) -> tuple[dict[str, list[TranslateResult]], dict[str, str]]:
+    """Every system ``repeats`` times, interleaved so a slow spell of the machine hits them all."""
+    runs: dict[str, list[TranslateResult]] = {system.name: [] for system in systems}
+    failures: dict[str, str] = {}
+    for repeat in range(repeats):
+        for system in systems:
+            if system.name in failures:
+                continue
+            try:
+                runs[system.name].append(system.decode(decode, work / f"decode{repeat}"))
+            except PeerRunFailed as error:
+                failures[system.name] = str(error).splitlines()[0]
+    return runs, failures
+
+
+def add_rows(report: Report, systems: list[System], decode: DecodeSpec, runs, failures, score) -> None:
+    rates = {name: median([r.tokens_per_second for r in results]) for name, results in runs.items() if results}
+    for system in systems:
+        results = runs[system.name]
+        if system.name in failures:
+            report.add_row(system.name, system.threads, str(decode.beam), f"failed: {failures[system.name]}",
+                           *["-"] * (len(COLUMNS) - 4))
+            continue
+        rate = rates[system.name]
+        worth = score(results[-1].hypotheses)
+        report.add_row(system.name, system.threads, str(decode.beam), fmt(rate),
+                       fmt(median([r.sentences_per_second for r in results]), 1), fmt(results[-1].output_tokens),
+                       f"{100 * worth.at_limit:.1f}%", f"{worth.bleu:.1f}",
+                       fmt(max(r.measured.peak_rss_mb for r in results)),
+                       fmt_ratio(rate, rates.get(CT2_ROW)), fmt_ratio(rate, rates.get(OPENNMT_ROW)))
 
 
 def main() -> None:
@@ -117,62 +198,50 @@ def main() -> None:
                         help=f"all, none, or a comma list of {', '.join(TRANSLATION_PEERS)}")
     parser.add_argument("--ours", default=",".join(OUR_SYSTEMS),
                         help=f"comma list of nmt-cli systems: {', '.join(OUR_SYSTEMS)} (default: all)")
+    parser.add_argument("--beams", default=",".join(map(str, BEAMS)), help="comma list of beam sizes")
     args = parser.parse_args()
     repeats = repeats_of(args)
     wanted = [name for name in args.ours.split(",") if name]
     if set(wanted) - set(OUR_SYSTEMS):
         parser.error(f"--ours: choose from {', '.join(OUR_SYSTEMS)}")
-    names = parse_peer_list(args.peers, TRANSLATION_PEERS)
-    runners, missing = ready_peers(names, args.quick)
-    if "ctranslate2" in runners and "opennmt" not in runners:
-        missing["ctranslate2"] = "not run: converts the OpenNMT-py model, which is not available"
-        del runners["ctranslate2"]
+    runners, missing = ready_peers(parse_peer_list(args.peers, TRANSLATION_PEERS), args.quick)
     train_spec = QUICK_TRAINING if args.quick else FULL_TRAINING
 
     work = args.work / ("translate_speed-quick" if args.quick else "translate_speed")
     prepared = prepare_multi30k(args.work, args.quick)
+    data = PreparedData(prepared)
     corpus = export_pieces(prepared, args.work / f"{prepared.name}-pieces")
-    source_text = PreparedData(prepared).text_path("test", "src")
-    systems = (our_systems(prepared, source_text, work / "models", train_spec, wanted)
-               + peer_systems(runners, corpus, corpus.text("test", "src"), work / "models", train_spec))
+    source_text = data.text_path("test", "src")
+    references = data.text_path("test", "tgt").read_text(encoding="utf-8").splitlines()
+    systems, our_missing = our_systems(prepared, source_text, work / "models", train_spec, wanted)
+    systems += peer_systems(runners, corpus, corpus.text("test", "src"), work / "models", train_spec)
+    missing = {**our_missing, **{peer_label(name): why for name, why in missing.items()}}
 
-    report = Report("translate_speed", "Translation speed (Multi30k test2016, batches of 32 sentences)",
-                    ["system", "threads", "beam", "sent/s", "out tok/s", "output pieces", "peak RSS MB",
-                     "vs OpenNMT-py", "vs CT2 float32"], quick=args.quick)
-    report.versions = {"nmt-cli": project_version(),
+    report = Report("translate_speed", "Translation speed, equal work (Multi30k test2016, batches of 32 sentences)",
+                    COLUMNS, quick=args.quick)
+    report.versions = {"nmt-cli": project_version(), "CTranslate2": ctranslate2_version(),
                        **{peer_label(name): str(install_record(name)["versions"]) for name in runners}}
-    for beam in BEAMS:
-        decode = DecodeSpec(beam=beam, max_length=QUICK_MAX_LENGTH if args.quick else DecodeSpec.max_length)
-        runs: dict[str, list[TranslateResult]] = {system.name: [] for system in systems}
-        failures: dict[str, str] = {}
-        for repeat in range(repeats):
-            for system in systems:
-                if system.name in failures:
-                    continue
-                try:
-                    runs[system.name].append(system.decode(decode, work / f"decode{repeat}"))
-                except PeerRunFailed as error:
-                    failures[system.name] = str(error).splitlines()[0]
-        speed = {name: median([r.sentences_per_second for r in results]) for name, results in runs.items() if results}
-        for system in systems:
-            results = runs[system.name]
-            if system.name in failures:
-                report.add_row(system.name, system.threads, str(beam), f"failed: {failures[system.name]}",
-                               "-", "-", "-", "-", "-")
-                continue
-            report.add_row(system.name, system.threads, str(beam), fmt(speed[system.name], 1),
-                           fmt(median([r.tokens_per_second for r in results])), fmt(results[-1].output_tokens),
-                           fmt(max(r.measured.peak_rss_mb for r in results)),
-                           fmt_ratio(speed[system.name], speed.get(OPENNMT_ROW)),
-                           fmt_ratio(speed[system.name], speed.get(CT2_ROW)))
+    max_length = QUICK_MAX_LENGTH if args.quick else DecodeSpec.max_length
+    for beam in [int(b) for b in args.beams.split(",")]:
+        decode = DecodeSpec(beam=beam, max_length=max_length)
+        runs, failures = measure(systems, decode, repeats, work)
+        add_rows(report, systems, decode, runs, failures,
+                 lambda path: quality(path, references, data.tokenizer, max_length))
         for name, why in missing.items():
-            report.add_row(peer_label(name), "-", str(beam), why, "-", "-", "-", "-", "-")
+            report.add_row(name, "-", str(beam), why, *["-"] * (len(COLUMNS) - 4))
     report.notes += [
-        f"{len(PreparedData(prepared).split('test'))} test sentences; each toolkit's model trained for "
-        f"{train_spec.steps} steps of <= {train_spec.max_tokens} tokens on the same pieces; "
-        f"median of {repeats} run(s); at most {decode.max_length} output pieces",
-        "peak RSS: the decoding process including model load (wait4 maxrss)",
-        "ratios: sentences/s of the row divided by that of OpenNMT-py / CTranslate2 float32 (2 inter threads)",
+        f"{len(references)} test sentences; every row: at most {max_length} output pieces, GNMT length penalty "
+        f"alpha {DecodeSpec.alpha}, batches of {DecodeSpec.batch_sentences} sentences; each model trained "
+        f"{train_spec.steps} steps of <= {train_spec.max_tokens} tokens on the same pieces",
+        f"out tok/s and sent/s: median of {repeats} run(s), each timed after a warm-up on the first "
+        f"{ours.WARMUP_SENTENCES} sentences (OpenNMT-py: onmt_translate's own time, no warm-up possible); "
+        "model load excluded",
+        "at limit: share of outputs with the maximum number of pieces; BLEU: sacreBLEU on the detokenised "
+        "output of the last run",
+        "CTranslate2 rows: our Transformer exported by nmt export, decoded by nmt translate's ctranslate2 "
+        "engine (same hypotheses as the torch engine at float32, re-ranked by the GNMT score)",
+        "peak RSS: the decoding process including model load (wait4 maxrss); ratios: output tokens/s of the "
+        "row over that of CTranslate2 float32 (2 inter threads) / OpenNMT-py at the same beam",
     ]
     report.emit(args.json)
 

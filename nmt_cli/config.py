@@ -23,6 +23,7 @@ from typing import Any, Mapping
 import yaml
 
 from nmt_cli.errors import ConfigError
+from nmt_cli.textio import read_lines
 
 __all__ = [
     "Config",
@@ -103,6 +104,33 @@ class Validated:
         return []
 
 
+SOURCE_KINDS = ("synthetic", "files", "tsv", "jsonl", "hf", "hf_disk")
+
+
+@dataclass(frozen=True)
+class CorpusConfig(Validated):
+    """One more training corpus (an entry of ``data.corpora``), mixed in with a sampling weight."""
+
+    section = "data.corpora"
+
+    name: str = setting("", "a short name for reports and the manifest (unique, not 'main')")
+    source: str = choice("files", *SOURCE_KINDS[1:], help="as data.source (not synthetic)")
+    path: str = setting("", "as data.path")
+    hf_config: str = setting("", "as data.hf_config")
+    split: str = setting("train", "the split of this source to train on")
+    weight: float = setting(1.0, "expected times each pair is drawn per epoch (4: upsampled, 0.5: half)",
+                            above=0)
+
+    def rules(self) -> list[str]:
+        problems = []
+        if not self.name or self.name == "main":
+            problems.append(f"config key 'data.corpora.name': each corpus needs a name other than 'main', "
+                            f"got {self.name!r}")
+        if not self.path or not self.split:
+            problems.append(f"config key 'data.corpora' ({self.name}): path and split are required")
+        return problems
+
+
 @dataclass(frozen=True)
 class DataConfig(Validated):
     """Where parallel text comes from, how it is cleaned and how it is tokenised."""
@@ -110,7 +138,7 @@ class DataConfig(Validated):
     section = "data"
 
     source: str = choice(
-        "synthetic", "synthetic", "files", "tsv", "jsonl", "hf", "hf_disk",
+        "synthetic", *SOURCE_KINDS,
         help="synthetic: built-in grammar; files: <split>.<lang> text pairs in `path`; "
         "tsv/jsonl: <split>.tsv / <split>.jsonl in `path`; hf: load_dataset(path, hf_config); "
         "hf_disk: a save_to_disk folder",
@@ -127,8 +155,15 @@ class DataConfig(Validated):
         "source split) for the splits that have them: guide training (train.alignment_weight) and give the "
         "validation AER; empty = none",
     )
-    max_train_pairs: int = setting(0, "keep only the first N training pairs (0 = all)", at_least=0)
+    max_train_pairs: int = setting(0, "keep only the first N training pairs of each training corpus (0 = all)",
+                                   at_least=0)
     max_eval_pairs: int = setting(0, "keep only the first N validation/test pairs (0 = all)", at_least=0)
+    weight: float = setting(1.0, "sampling weight of this source's training split beside data.corpora "
+                                 "(expected draws of each pair per epoch)", above=0)
+    corpora: tuple[CorpusConfig, ...] = setting(
+        (), "more training corpora mixed in by weight: a list of {name, source, path, hf_config, split, weight}; "
+            "validation and test come from data.source alone",
+    )
     synthetic_train_size: int = setting(20000, at_least=1)
     synthetic_valid_size: int = setting(500, at_least=0)
     synthetic_test_size: int = setting(500, at_least=0)
@@ -164,6 +199,13 @@ class DataConfig(Validated):
         if self.source == "synthetic" and self.alignment_path:
             problems.append("config key 'data.alignment_path': the synthetic corpus brings its own word links; "
                             "leave it empty")
+        if self.alignment_path and self.corpora:
+            problems.append("config key 'data.alignment_path': word links cannot be combined with data.corpora yet; "
+                            "prepare the guided data from one source")
+        names = [corpus.name for corpus in self.corpora]
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            problems.append(f"config key 'data.corpora': the name {repeated[0]!r} is used twice")
         return problems
 
 
@@ -295,6 +337,11 @@ class TrainConfig(Validated):
     keep_best: int = setting(1, at_least=0)
     keep_last: int = setting(2, at_least=1)
     average_last: int = setting(0, "average the last N checkpoints when training ends (0 = off)", at_least=0)
+    init_from: str = setting("", "fine-tuning: start a new run from the weights of this run or checkpoint "
+                                 "(same architecture and SentencePiece model)")
+    init_keep: tuple[str, ...] = setting((), "with init_from: also continue its optimizer state and/or its "
+                                             "learning-rate schedule (default: both fresh)",
+                                         items=("optimizer", "schedule"))
     alignment_weight: float = setting(
         0.0, "guided alignment (Garg et al. 2019): weight of the cross-entropy between the head "
         "model.alignment_layer/alignment_head and the training split's word links (0 = off; 0.05 in the paper)",
@@ -336,6 +383,11 @@ class DecodeConfig(Validated):
     workers: int = setting(
         1, "CPU: batches decoded at once, each in its own thread with an equal share of torch's threads",
         at_least=1,
+    )
+    on_long_line: str = choice(
+        "error", "error", "truncate", "skip",
+        help="a source longer than the model takes (learned positions, location attention): stop with an "
+        "error naming its line, translate its first tokens only, or give it an empty translation",
     )
 
     def rules(self) -> list[str]:
@@ -390,7 +442,7 @@ class Config:
         raw = dict(raw or {})
         sections = {f.name: f for f in fields(cls)}
         problems = [f"unknown config section {name!r}; valid sections: {', '.join(sections)}"
-                    for name in sorted(set(raw) - set(sections))]
+                    for name in sorted(set(raw) - set(sections), key=str)]
         built = {}
         for name, section_field in sections.items():
             section_cls = section_field.default_factory  # type: ignore[misc]
@@ -474,13 +526,18 @@ def _coerce(key: str, hint: Any, value: Any) -> Any:
     """Check ``value`` against the field's type and convert where lossless (choices and
     ranges are checked by the section itself)."""
     origin = typing.get_origin(hint)
+    if dataclasses.is_dataclass(hint):
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"config key '{key}': expected a mapping of its keys, got {value!r}")
+        return _build_section(key, hint, value)
     if origin is tuple:
         (item_type, _ellipsis) = typing.get_args(hint)
         if isinstance(value, str):
             value = [v.strip() for v in value.split(",") if v.strip()]
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"config key '{key}': expected a list, got {value!r}")
-        return tuple(_coerce(key, item_type, v) for v in value)
+        return tuple(_coerce(f"{key}[{k}]" if dataclasses.is_dataclass(item_type) else key, item_type, v)
+                     for k, v in enumerate(value))
     if hint is bool:
         if isinstance(value, bool):
             result: Any = value
@@ -522,7 +579,7 @@ def parse_overrides(items: typing.Iterable[str]) -> dict[str, Any]:
             raise ConfigError(f"bad --set {item!r}: expected <section>.<key>=<value>")
         try:
             value = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError:
+        except (yaml.YAMLError, RecursionError):
             value = raw
         overrides[key.strip()] = value
     return overrides
@@ -536,11 +593,13 @@ def load_config(path: str | Path | None = None, overrides: Mapping[str, Any] | N
         if not path.is_file():
             raise ConfigError(f"{path}: config file not found")
         try:
-            raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            raw = yaml.safe_load("\n".join(read_lines(path))) or {}  # invalid UTF-8: an error naming the line
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             line = f":{mark.line + 1}" if mark is not None else ""
             raise ConfigError(f"{path}{line}: invalid YAML ({getattr(exc, 'problem', exc)})") from None
+        except RecursionError:
+            raise ConfigError(f"{path}: invalid YAML (nested too deeply)") from None
         if not isinstance(raw, dict):
             raise ConfigError(f"{path}: a config file must be a mapping of sections")
         try:

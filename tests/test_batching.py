@@ -8,7 +8,8 @@ import pytest
 from nmt_cli.data.binarized import ParallelSplit, TokenArrayWriter
 from nmt_cli.errors import NmtError
 from nmt_cli.specials import BOS_ID, EOS_ID, PAD_ID
-from nmt_cli.training.batching import BatchStream, collate, make_batches, padded_sizes, shard_batches
+from nmt_cli.training.batching import (BatchStream, FixedBatches, WeightedBatches, collate, make_batches,
+                                       padded_sizes, shard_batches)
 
 
 @pytest.fixture()
@@ -59,7 +60,7 @@ def test_shards_are_disjoint_equal_and_seeded(lengths):
 
 def test_stream_resumes_at_its_position_across_epochs(lengths):
     src, tgt = lengths
-    batches = make_batches(src, tgt, max_tokens=512)
+    batches = FixedBatches(src, tgt, max_tokens=512)
     stream = BatchStream(batches, seed=3)
     per_epoch = stream.batches_per_epoch
     taken = [next(stream) for _ in range(per_epoch + 5)]
@@ -89,3 +90,23 @@ def test_collate_builds_teacher_forcing_tensors(tmp_path):
     assert batch.tgt_out.tolist() == [[8, 9, EOS_ID, PAD_ID, PAD_ID], [11, 12, 13, 14, EOS_ID]]
     assert batch.tgt_mask.tolist() == [[True, True, True, False, False], [True] * 5]
     assert batch.num_tokens == int(batch.tgt_mask.sum()) == 8
+
+
+def test_weighted_batches_draw_each_corpus_by_its_weight_and_resume_exactly(lengths):
+    src, tgt = lengths
+    numbers = np.repeat(np.array([0, 1], dtype=np.int16), [len(src) // 4, len(src) - len(src) // 4])
+    weighted = WeightedBatches(src, tgt, numbers, [3.0, 0.5], max_tokens=512, seed=3)
+    drawn = weighted.draw(1)
+    small, large = np.flatnonzero(numbers == 0), np.flatnonzero(numbers == 1)
+    counts = np.bincount(drawn, minlength=len(src))
+    assert set(counts[small].tolist()) == {3}  # upsampled: every pair three times
+    assert counts[large].sum() == round(0.5 * len(large)) and counts[large].max() == 1
+    assert not np.array_equal(np.sort(weighted.draw(2)), np.sort(drawn))  # another half next epoch
+    assert sorted(np.concatenate(weighted(1)).tolist()) == sorted(drawn.tolist())
+    assert all(len(batch) * int(padded_sizes(src[batch], tgt[batch]).max()) <= 512 for batch in weighted(1)
+               if len(batch) > 1)
+    stream = BatchStream(weighted, seed=3)
+    taken = [next(stream) for _ in range(len(weighted(1)) + 5)]
+    resumed = BatchStream(WeightedBatches(src, tgt, numbers, [3.0, 0.5], 512, seed=3), seed=3, epoch=1, index=4)
+    for expected in taken[4:]:
+        assert np.array_equal(next(resumed), expected)

@@ -37,7 +37,7 @@ def run_bench(script: str, work: Path, *options: str) -> dict:
                            "--json", str(report), *options], capture_output=True, text=True, cwd=REPO,
                           timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "| toolkit |" in done.stdout or "| system |" in done.stdout  # the markdown table is printed
+    assert any(f"| {first} |" in done.stdout for first in ("toolkit", "system", "shape"))  # the table is printed
     return json.loads(report.read_text())
 
 
@@ -64,17 +64,49 @@ def test_train_speed_quick_reports_our_throughput_and_memory(work: Path) -> None
     assert "fp32 matmul peak" in flops_note
 
 
-def test_translate_speed_quick_reports_sentences_per_second(work: Path) -> None:
-    report = run_bench("translate_speed", work, "--peers", "none", "--ours", "transformer")
-    rows = [dict(zip(report["columns"], row)) for row in report["rows"]]
-    assert [(row["system"], row["beam"]) for row in rows] == [("nmt-cli Transformer", "1"),
-                                                            ("nmt-cli Transformer", "5")]
-    for row in rows:
-        sentences_per_second, tokens_per_second = figure(row["sent/s"]), figure(row["out tok/s"])
-        assert sentences_per_second > 0
+def test_translate_speed_quick_reports_equal_work_rows(work: Path) -> None:
+    report = run_bench("translate_speed", work, "--peers", "none", "--ours", "transformer,int8,ctranslate2",
+                       "--beams", "5")
+    rows = {row[0]: dict(zip(report["columns"], row)) for row in report["rows"]}
+    assert {"nmt-cli Transformer", "nmt-cli Transformer int8", "CTranslate2 float32, 2 inter x 1 intra",
+            "CTranslate2 int8, 1 inter x 1 intra"} <= set(rows)
+    for row in rows.values():
+        tokens_per_second, sentences_per_second = figure(row["out tok/s"]), figure(row["sent/s"])
+        assert tokens_per_second > 0
         # 100 test sentences, each output at most 16 pieces: tokens/s <= 16 x sentences/s
         assert tokens_per_second <= 16 * sentences_per_second * 1.01
         assert 0 < figure(row["output pieces"]) <= 1600
+        assert 0 <= figure(row["at limit"].rstrip("%")) <= 100 and figure(row["BLEU"]) >= 0
+    # the CTranslate2 rows decode our own exported Transformer: the float32 outputs are ours
+    assert rows["CTranslate2 float32, 2 inter x 1 intra"]["output pieces"] == rows["nmt-cli Transformer"]["output pieces"]
+    assert rows["CTranslate2 float32, 2 inter x 1 intra"]["vs CT2 float32"] == "1.00x"
+
+
+def test_engine_ratio_quick_compares_engines_on_forced_equal_work(work: Path) -> None:
+    report = run_bench("engine_ratio", work)
+    rows = {row[1]: dict(zip(report["columns"], row)) for row in report["rows"]}
+    assert set(rows) == {"torch fp32", "torch int8", "CTranslate2 float32", "CTranslate2 int8"}
+    assert all(figure(row["out tok/s (CPU time)"]) > 0 for row in rows.values())
+    assert rows["CTranslate2 float32"]["vs CTranslate2 float32"] == "1.00x"
+
+
+def test_serve_load_quick_answers_every_sentence_and_refuses_the_overload_cleanly(work: Path) -> None:
+    pytest.importorskip("uvicorn", reason="nmt serve needs the serve extra (pip install 'nmt-cli[serve]')")
+    report = run_bench("serve_load", work)
+    rows = [dict(zip(report["columns"], row)) for row in report["rows"]]
+    assert [(row["system"], row["clients"]) for row in rows[:4]] == [
+        ("batching on", "1"), ("batching on", "4"), ("batching off", "1"), ("batching off", "4")]
+    overload = rows[4]
+    assert overload["system"] == "batching on, 2x capacity" and len(rows) == 5
+    for row in rows:
+        assert figure(row["sent/s"]) > 0 and 0 < figure(row["p50 ms"]) <= figure(row["p99 ms"])
+        assert (row["errors"], row["dropped"]) == ("0", "0"), row
+        assert row["= nmt translate"].endswith("/12") and figure(row["server peak RSS MB"]) > 50
+    assert [row["503s"] for row in rows[:4]] == ["0"] * 4  # up to capacity nothing is refused
+    assert figure(overload["503s"]) > 0
+    (note,) = [note for note in report["notes"] if note.startswith("2x capacity")]
+    assert f"{overload['503s']} 503s, {overload['503s']} of them clean" in note
+    assert "server exit status after SIGTERM: batching on 0, off 0" in report["notes"]
 
 
 @pytest.mark.parametrize("peer", ["opennmt", "fairseq", "joeynmt"])
@@ -109,6 +141,7 @@ def test_run_all_renders_benchmarks_md_and_reuses_an_earlier_report(work: Path) 
     assert "reusing" in again.stdout
     reused = out.read_text(encoding="utf-8")
     made = report["measured_at"]
-    assert f"report of an earlier run, commit {made['commit']}, {made['utc']}" in reused
+    assert f"report of an earlier run; commit {made['commit']}, {made['machine']}, {made['utc']}" in reused
+    assert "vector extensions" in page and "Every figure is the median" not in page
     table = [line for line in page.splitlines() if line.startswith("| 20,000")]
     assert table and table == [line for line in reused.splitlines() if line.startswith("| 20,000")]

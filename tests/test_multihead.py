@@ -163,3 +163,19 @@ def test_bf16_attention_on_cpu_runs_in_float32_even_under_autocast():
     torch.testing.assert_close(context.float(), expected, rtol=2e-2, atol=2e-2)
     context.float().sum().backward()
     assert all(t.grad is not None and t.grad.dtype == torch.bfloat16 for t in low)
+
+
+def test_single_query_step_path_equals_naive_attention(qkv):
+    """The decoding-step path (one query, padding as an additive bias) computes softmax attention."""
+    from nmt_cli.models.attention.multihead import single_query_attention
+
+    q, k, v, key_mask = qkv
+    kernel = SoftmaxAttention()
+    summary = kernel.summarize(k.float(), v.float(), key_mask)
+    step_query = q[:, :, :1].float()
+    context, _ = kernel.read(step_query, summary, need_weights=False)
+    expected, _ = naive_attention(q[:, :, :1], k, v, lambda b, i, j: bool(key_mask[b, j]))
+    torch.testing.assert_close(context.double(), expected, rtol=1e-5, atol=1e-5)
+    unmasked = single_query_attention(step_query, k.float(), v.float())
+    everything, _ = naive_attention(q[:, :, :1], k, v, lambda b, i, j: True)
+    torch.testing.assert_close(unmasked.double(), everything, rtol=1e-5, atol=1e-5)

@@ -166,3 +166,23 @@ def test_results_table_script_keeps_rows_of_recipes_not_run_here(tmp_path: Path,
     text = readme.read_text(encoding="utf-8")
     assert text.startswith("intro\n") and text.endswith(f"{results_table.END}\nafter\n")
     assert list(results_table.rendered_rows(text.split(results_table.BEGIN)[1])) == ["fresh", "kept"]
+
+
+@pytest.mark.slow
+def test_domain_adaptation_runs_every_stage(tmp_path: Path, shared_data: Path) -> None:
+    """``run_adaptation.py ted --check``: the general recipe, then fine-tuning and the in-domain-only model."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run([sys.executable, str(REPO / "recipes" / "run_adaptation.py"), "ted", "--check",
+                             "--out", str(tmp_path)], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-2000:]}"
+    record = json.loads((tmp_path / "adapt-ted" / "adaptation.json").read_text(encoding="utf-8"))
+    assert [row["model"] for row in record["rows"]] == ["general", "fine-tuned", "in-domain only"]
+    assert all(0.0 <= row["bleu"] <= 100.0 and row["signature"].startswith("nrefs:1|") for row in record["rows"])
+    general = json.loads((tmp_path / "general-deen-transformer" / "data" / "manifest.json").read_text())
+    in_domain = json.loads((tmp_path / "adapt-ted" / "data" / "manifest.json").read_text())
+    assert in_domain["tokenizer"]["from"]  # fine-tuning data is encoded with the general model's pieces
+    assert [c["name"] for c in general["splits"]["train"]["corpora"]] == ["main", "multi30k"]
+    state = json.loads(next((tmp_path / "adapt-ted" / "finetune" / "checkpoints").glob("step-*/state.json"))
+                       .read_text())
+    assert state["init_from"]["checkpoint"].startswith(str(tmp_path / "general-deen-transformer"))
+    assert "| adapt-ted (tst2013) | fine-tuned |" in result.stdout

@@ -3,10 +3,13 @@ the updater, the objective and the run directory."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from nmt_cli.config import Config, TrainConfig
+from nmt_cli.data.prepare import prepare
 from nmt_cli.data.prepared import PreparedData
+from nmt_cli.errors import NmtError
 from nmt_cli.models import build_model
 from nmt_cli.precision import Precision
 from nmt_cli.training.batching import collate, make_batches
@@ -91,3 +94,13 @@ def test_building_a_trainer_writes_no_file(tiny_prepared, tmp_path):
     run_dir = tmp_path / "run"
     Trainer(config, PreparedData(tiny_prepared), RunDirectory(run_dir), DistributedContext())
     assert not run_dir.exists()
+
+
+def test_validating_without_a_validation_split_fails_at_start(tmp_path):
+    config = Config().with_overrides({"data.synthetic_train_size": 50, "data.synthetic_valid_size": 0,
+                                      "data.synthetic_test_size": 0, "data.vocab_size": 100})
+    prepare(config, tmp_path / "data", progress=False)
+    with pytest.raises(NmtError, match=r"no validation split .* train.valid_every=0"):
+        Trainer(Config().with_overrides({**QUICK, **TINY_TRANSFORMER, "train.valid_every": 10}),
+                PreparedData(tmp_path / "data"), RunDirectory(tmp_path / "run"), DistributedContext())
+    assert not (tmp_path / "run").exists()

@@ -159,6 +159,8 @@ def test_softmax_decoder_cache_grows_one_position_per_step():
     for t in range(5):
         _, state, _ = model.decode_step(tgt[:, t], memory, state)
         assert state["layers"][0]["k"].shape == (2, 2, t + 1, 8)
+        # contiguous from the first step: a cache in the head-split view's strides made every reorder slow
+        assert state["layers"][0]["k"].is_contiguous() and state["layers"][0]["v"].is_contiguous()
 
 
 def expected_base_parameters(vocab: int, d: int, ffn: int, enc: int, dec: int) -> int:

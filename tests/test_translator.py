@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from nmt_cli.checkpoint import (STATE, checkpoint_dir_name, checkpoints_to_average, load_checkpoint, save_checkpoint,
-                                write_average)
+from nmt_cli.checkpoint import (STATE, checkpoint_dir_name, checkpoints_to_average, load_checkpoint,
+                                load_checkpoint_config, save_checkpoint, write_average)
 from nmt_cli.config import Config, DecodeConfig, ModelConfig
 from nmt_cli.decoding import Translator, generate
 from nmt_cli.errors import ConfigError, NmtError
@@ -87,6 +87,26 @@ def test_decode_settings_come_from_the_checkpoint_and_can_be_overridden(checkpoi
     assert explicit.decode.beam_size == 3
     with pytest.raises(ConfigError, match="decode.beam"):
         Translator.from_checkpoint(checkpoint, overrides={"decode.beam": 3})
+
+
+def test_with_decode_shares_the_model_and_checks_the_settings_like_set(checkpoint):
+    translator = Translator.from_checkpoint(checkpoint)
+    wide = translator.with_decode({"decode.beam_size": 4, "decode.nbest": 3})
+    assert wide.model is translator.model and translator.decode.beam_size == 2
+    expected = Translator.from_checkpoint(checkpoint, overrides={"decode.beam_size": 4, "decode.nbest": 3})
+    assert [h.tokens for h in wide.translate(TEXTS)] == [h.tokens for h in expected.translate(TEXTS)]
+    assert "|beam:4|" in wide.signature()
+    with pytest.raises(ConfigError, match="decode.nbest': must be at most decode.beam_size"):
+        translator.with_decode({"decode.nbest": 3})
+    with pytest.raises(ConfigError, match="config key 'decode.beam_size': expected an integer"):
+        translator.with_decode({"decode.beam_size": "wide"})
+
+
+def test_checkpoint_config_is_read_without_the_weights(checkpoint, tmp_path):
+    assert load_checkpoint_config(checkpoint) == load_checkpoint(checkpoint).config
+    assert load_checkpoint_config(checkpoint.parent.parent).model.d_model == 16  # a run directory: its newest
+    with pytest.raises(NmtError, match="checkpoint not found"):
+        load_checkpoint_config(tmp_path / "missing")
 
 
 def test_signature_names_checkpoint_step_and_search_settings(checkpoint):

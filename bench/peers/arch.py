@@ -73,11 +73,17 @@ class TrainSpec:
 
 @dataclass(frozen=True)
 class DecodeSpec:
-    """Translation settings shared by every toolkit: sentences per batch and an absolute length cap."""
+    """Translation settings shared by every toolkit: one maximum-length rule, one length penalty.
+
+    ``max_length`` is an absolute cap on output pieces (no ratio to the source length:
+    CTranslate2 has only a per-batch absolute limit, so this is the rule every toolkit can
+    apply exactly). ``alpha`` is the GNMT length penalty ``((5 + |y|) / 6)^alpha``.
+    """
 
     beam: int = 5
     batch_sentences: int = 32
     max_length: int = 100
+    alpha: float = 0.6
 
 
 TINY_TRANSFORMER = TransformerSpec()

@@ -72,21 +72,6 @@ def export_pieces(prepared_dir: Path, out_dir: Path, limits: dict[str, int] | No
     return corpus
 
 
-def source_as_test_pair(source: Path, out_dir: Path) -> Path:
-    """Link ``source`` as ``<out_dir>/input/test.src`` and ``test.tgt``; return the prefix.
-
-    fairseq's and JoeyNMT's test readers want both sides; timing only reads the source,
-    so the same file stands in for the unused target.
-    """
-    inputs = out_dir / "input"
-    inputs.mkdir(parents=True, exist_ok=True)
-    for side in ("src", "tgt"):
-        link = inputs / f"test.{side}"
-        link.unlink(missing_ok=True)
-        link.symlink_to(source.resolve())
-    return inputs / "test"
-
-
 def counted_vocabulary(corpus: PieceCorpus, separator: str) -> str:
     """``piece<separator>count`` lines with counts falling in id order, so order is kept.
 

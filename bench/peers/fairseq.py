@@ -1,10 +1,10 @@
-"""fairseq (the ``fairseq-fixed`` 0.12.3.1 build): preprocess, ``fairseq-train``, ``fairseq-generate``.
+"""fairseq (the ``fairseq-fixed`` 0.12.3.1 build): preprocess and ``fairseq-train``, for the
+training-speed table.
 
 The official fairseq 0.12.2 does not import on Python 3.11 (a dataclass with a mutable
-default); ``fairseq-fixed`` is a community build of 0.12 that does. Quirks handled here
-(see PEERS.md): ``fairseq-generate`` needs ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1`` and,
-without ``--required-batch-size-multiple 1``, silently drops the remainder batch.
-fairseq's RNN is an LSTM with Luong-style ("general") attention: no GRU, no additive
+default); ``fairseq-fixed`` is a community build of 0.12 that does. It is not in the
+translation table: ``fairseq-generate``'s length penalty (``score / |y|^lenpen``) is not
+the GNMT penalty the other rows share, so its decoding would not be equal work. fairseq's RNN is an LSTM with Luong-style ("general") attention: no GRU, no additive
 attention.
 """
 
@@ -15,17 +15,15 @@ import re
 from pathlib import Path
 
 from common import run_measured, thread_env
-from peers.arch import DecodeSpec, RnnSpec, TrainSpec, TransformerSpec
-from peers.corpus import PieceCorpus, counted_vocabulary, source_as_test_pair
+from peers.arch import RnnSpec, TrainSpec, TransformerSpec
+from peers.corpus import PieceCorpus, counted_vocabulary
 from peers.install import venv_bin
-from peers.results import TrainResult, TranslateResult, check
+from peers.results import TrainResult, check
 
 NAME = "fairseq-fixed"
 PEER = "fairseq"
 ENV = {"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
 PARAMS_LINE = re.compile(r"num\. shared model params: ([\d,]+)")
-TRANSLATED_LINE = re.compile(r"Translated ([\d,]+) sentences .* \(([\d.]+) sentences/s")
-HYPOTHESIS_LINE = re.compile(r"^H-(\d+)\t[^\t]*\t(.*)$", re.MULTILINE)
 
 
 def deviations(spec: TransformerSpec | RnnSpec) -> list[str]:
@@ -100,32 +98,3 @@ def train(corpus: PieceCorpus, spec: TransformerSpec | RnnSpec, train_spec: Trai
         measured=measured,
         model=out_dir / "checkpoints" / "checkpoint_last.pt",
     )
-
-
-def translate(model: Path, source: Path, decode: DecodeSpec, out_dir: Path, threads: int) -> TranslateResult:
-    """Translate ``source`` pieces; time from fairseq's own sentences/s (model load excluded).
-
-    ``fairseq-generate`` reads binarized data with both sides, so the source is
-    binarized as source and (unused) target with the training dictionary.
-    """
-    test_prefix = source_as_test_pair(source, out_dir)
-    dictionary = model.parent.parent / "dict.txt"
-    data = out_dir / "test-bin"
-    _binarize(dictionary, data, {"test": test_prefix})
-    command = [venv_bin(PEER, "fairseq-generate"), data, "--path", model, "--task", "translation",
-               "--source-lang", "src", "--target-lang", "tgt", "--gen-subset", "test",
-               "--beam", decode.beam, "--batch-size", decode.batch_sentences,
-               "--required-batch-size-multiple", 1, "--max-len-a", 0, "--max-len-b", decode.max_length,
-               "--cpu", "--num-workers", 0]
-    generated = out_dir / f"generate.beam{decode.beam}.out"
-    measured = check(NAME, run_measured(command, out_dir / f"translate.beam{decode.beam}.log",
-                                        env=thread_env(threads, ENV), stdout=generated))
-    output = generated.read_text(encoding="utf-8", errors="replace")
-    by_id = dict((int(index), text) for index, text in HYPOTHESIS_LINE.findall(output))
-    hypotheses = out_dir / f"hyp.beam{decode.beam}.txt"
-    hypotheses.write_text("".join(by_id[i] + "\n" for i in sorted(by_id)), encoding="utf-8")
-    summary = TRANSLATED_LINE.search(output + measured.log.read_text(errors="replace"))
-    sentences = int(summary.group(1).replace(",", ""))
-    seconds = sentences / float(summary.group(2))
-    tokens = sum(len(by_id[i].split()) for i in by_id)
-    return TranslateResult(NAME, sentences, tokens, seconds, hypotheses, measured)

@@ -67,12 +67,6 @@ PEERS: dict[str, PeerSpec] = {
             reported_packages=("joeynmt", "torch"),
         ),
         PeerSpec(
-            name="ctranslate2",
-            label="CTranslate2 4.8.5",
-            steps=(("ctranslate2==4.8.5",),),
-            reported_packages=("ctranslate2", "torch"),
-        ),
-        PeerSpec(
             name="eflomal",
             label="eflomal 2.0.0",
             steps=(("eflomal==2.0.0",),),

@@ -1,10 +1,10 @@
-"""JoeyNMT 2.3.0: ``python -m joeynmt train`` and ``python -m joeynmt test``.
+"""JoeyNMT 2.3.0: ``python -m joeynmt train``, for the training-speed table.
 
 Quirks handled here (see PEERS.md): ``overwrite: true`` wipes ``model_dir``, so configs
-and vocabulary live one level up; ``translate -o`` crashes after decoding, so the test
-split is decoded with ``test`` mode, whose log reports the generation time (model load
-excluded) and whose ``.tokens`` file holds the raw output pieces. Its one validation (at
-the last step, which writes the checkpoint) decodes a 20-sentence subset only.
+and vocabulary live one level up. Its one validation (at the last step, which writes the
+checkpoint) decodes a 20-sentence subset only. It is not in the translation table: its
+decoder re-runs the whole prefix every step and a greedy batch runs until its last
+sentence ends (PEERS.md), so it was one to two orders of magnitude slower than the rest.
 """
 
 from __future__ import annotations
@@ -15,16 +15,15 @@ from pathlib import Path
 import yaml
 
 from common import run_measured, thread_env
-from peers.arch import DecodeSpec, RnnSpec, TrainSpec, TransformerSpec
-from peers.corpus import PieceCorpus, source_as_test_pair
+from peers.arch import RnnSpec, TrainSpec, TransformerSpec
+from peers.corpus import PieceCorpus
 from peers.install import venv_bin
-from peers.results import TrainResult, TranslateResult, check, count_output
+from peers.results import TrainResult, check
 
 NAME = "JoeyNMT"
 PEER = "joeynmt"
 STEP_LINE = re.compile(r"Step:\s+(\d+),.*Tokens per Sec:\s+([\d.]+)")
 PARAMS_LINE = re.compile(r"Total params: (\d+)")
-GENERATION_LINE = re.compile(r"Generation took ([\d.]+)\[sec\]")
 VALIDATION_SENTENCES = 20
 
 
@@ -101,28 +100,3 @@ def train(corpus: PieceCorpus, spec: TransformerSpec | RnnSpec, train_spec: Trai
         measured=measured,
         model=config_path,
     )
-
-
-def translate(model: Path, source: Path, decode: DecodeSpec, out_dir: Path, threads: int) -> TranslateResult:
-    """Decode ``source`` with the best checkpoint of the training config ``model``.
-
-    ``test`` mode reads ``<prefix>.src`` and ``<prefix>.tgt``; the target side is unused
-    for timing, so the source file is linked under both names.
-    """
-    test_prefix = source_as_test_pair(source, out_dir)
-    config = yaml.safe_load(model.read_text(encoding="utf-8"))
-    config["data"] = {key: value for key, value in config["data"].items() if key not in ("train", "dev")}
-    config["data"]["test"] = str(test_prefix)
-    config["testing"] = {"beam_size": decode.beam, "beam_alpha": 1.0, "batch_size": decode.batch_sentences,
-                         "batch_type": "sentence", "max_output_length": decode.max_length,
-                         "load_model": str(Path(config["model_dir"]) / "best.ckpt")}
-    config_path = out_dir / f"test.beam{decode.beam}.yaml"
-    config_path.write_text(yaml.safe_dump(config), encoding="utf-8")
-    output = out_dir / f"hyp.beam{decode.beam}"
-    measured = check(NAME, run_measured([venv_bin(PEER, "python"), "-m", "joeynmt", "test", config_path,
-                                         "-o", output], out_dir / f"translate.beam{decode.beam}.log",
-                                        env=thread_env(threads)))
-    seconds = float(GENERATION_LINE.findall(measured.log.read_text(errors="replace"))[-1])
-    hypotheses = Path(f"{output}.test")  # pieces joined by spaces: level "word" adds no post-processing
-    sentences, tokens = count_output(hypotheses)
-    return TranslateResult(NAME, sentences, tokens, seconds, hypotheses, measured)

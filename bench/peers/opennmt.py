@@ -98,12 +98,19 @@ def train(corpus: PieceCorpus, spec: TransformerSpec | RnnSpec, train_spec: Trai
 
 
 def translate(model: Path, source: Path, decode: DecodeSpec, out_dir: Path, threads: int) -> TranslateResult:
-    """Translate ``source`` pieces; time is OpenNMT-py's reported total translation time."""
+    """Translate ``source`` pieces; time is OpenNMT-py's reported total translation time.
+
+    The same rule as every toolkit: at most ``max_length`` pieces (its default
+    ``max_length_ratio`` cap, 1.25 x source, is switched off) and the GNMT penalty
+    (``-length_penalty wu -alpha``). ``onmt_translate`` offers no warm-up, so its time
+    includes the first batch.
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
     hypotheses = out_dir / f"hyp.beam{decode.beam}.txt"
     command = [venv_bin(PEER, "onmt_translate"), "-model", model, "-src", source, "-output", hypotheses,
                "-beam_size", decode.beam, "-batch_size", decode.batch_sentences, "-batch_type", "sents",
-               "-max_length", decode.max_length, "-report_time", "-seed", 1]
+               "-max_length", decode.max_length, "-max_length_ratio", 0,  # 0: no cap at 1.25 x source
+               "-length_penalty", "wu", "-alpha", decode.alpha, "-report_time", "-seed", 1]
     measured = check(NAME, run_measured(command, out_dir / f"translate.beam{decode.beam}.log",
                                         env=thread_env(threads, ENV)))
     sentences, tokens = count_output(hypotheses)

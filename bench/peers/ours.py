@@ -3,9 +3,10 @@
 Training runs ``nmt train`` and reads target tokens/s from ``<run>/metrics.jsonl``
 (first interval dropped as warm-up, median of the rest, validation excluded).
 Translation runs this module as a worker (``python -m peers.ours translate ...`` in
-``bench/``): it loads the checkpoint, then times ``Translator.translate`` over the file in
-length-sorted batches of 32 sentences (model load excluded), like the peers' own
-reported decode times.
+``bench/``): it loads the model with ``load_translator`` (torch, torch int8, or our
+exported model in CTranslate2), translates a warm-up slice, then times ``translate`` over
+the file in length-sorted batches of 32 sentences (model load excluded), like the peers'
+own reported decode times.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import json
 import re
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -71,20 +73,41 @@ def train(prepared: Path, spec: TransformerSpec | RnnSpec, train_spec: TrainSpec
     )
 
 
+@dataclass(frozen=True)
+class Engine:
+    """How nmt-cli decodes: ``torch`` (``quantize`` None or ``int8``) or ``ctranslate2`` (a compute type)."""
+
+    name: str = "torch"
+    quantize: str | None = None
+    use_cache: bool = True
+    workers: int = 1
+
+    def tag(self) -> str:
+        parts = [self.name, self.quantize or "fp32", "" if self.use_cache else "nocache",
+                 "" if self.workers == 1 else f"workers{self.workers}"]
+        return ".".join(part for part in parts if part)
+
+
+WARMUP_SENTENCES = 64
+
+
 def translate(checkpoint: Path, source_text: Path, decode: DecodeSpec, out_dir: Path, threads: int = THREADS,
-              use_cache: bool = True, label: str = NAME, workers: int = 1) -> TranslateResult:
+              label: str = NAME, engine: Engine = Engine()) -> TranslateResult:
     """Translate raw source text in a worker subprocess; output pieces counted from its token ids.
 
-    ``workers`` batches are decoded at once, each on ``threads // workers`` torch threads
-    (``decode.workers``).
+    ``engine.workers`` batches are decoded at once, each on ``threads // workers`` threads
+    (``decode.workers``; CTranslate2's ``inter_threads``). The worker first translates the
+    first sentences once, untimed (warm-up), then times the whole file.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
-    tag = f"beam{decode.beam}{'' if use_cache else '.nocache'}{'' if workers == 1 else f'.workers{workers}'}"
+    tag = f"beam{decode.beam}.{engine.tag()}"
     hypotheses = out_dir / f"hyp.{tag}.txt"
     timing = out_dir / f"timing.{tag}.json"
     command = [sys.executable, "-m", "peers.ours", "translate", checkpoint, source_text, hypotheses,
-               "--beam", decode.beam, "--batch", decode.batch_sentences, "--max-length", decode.max_length,
-               "--threads", threads, "--workers", workers, *([] if use_cache else ["--no-cache"])]
+               "--beam", decode.beam, "--alpha", decode.alpha, "--batch", decode.batch_sentences,
+               "--max-length", decode.max_length, "--threads", threads, "--workers", engine.workers,
+               "--engine", engine.name, *(["--quantize", engine.quantize] if engine.quantize else []),
+               *([] if engine.use_cache else ["--no-cache"])]
     measured = check(label, run_measured(command, out_dir / f"translate.{tag}.log", env=thread_env(threads),
                                          stdout=timing, cwd=BENCH_DIR))
     seconds = json.loads(timing.read_text().splitlines()[-1])["seconds"]
@@ -93,19 +116,21 @@ def translate(checkpoint: Path, source_text: Path, decode: DecodeSpec, out_dir: 
 
 
 def _translate_worker(args: argparse.Namespace) -> None:
-    """Load, then time one ``Translator.translate`` call over the whole file in length-sorted
+    """Load, warm up, then time one ``translate`` call over the whole file in length-sorted
     batches of ``--batch`` sentences (``decode.max_sentences``)."""
     import torch
 
-    from nmt_cli.decoding import Translator
+    from nmt_cli.decoding import load_translator
 
     torch.set_num_threads(args.threads)
-    settings = {"beam_size": args.beam, "max_len_a": 0.0, "max_len_b": args.max_length, "max_tokens": 10**9,
-                "max_sentences": args.batch, "workers": args.workers}
+    settings = {"beam_size": args.beam, "alpha": args.alpha, "max_len_a": 0.0, "max_len_b": args.max_length,
+                "max_tokens": 10**9, "max_sentences": args.batch, "workers": args.workers}
     overrides = {f"decode.{key}": value for key, value in settings.items()}
-    translator = Translator.from_checkpoint(args.checkpoint, device="cpu", overrides=overrides)
-    translator.model.use_cache = not args.no_cache
+    translator = load_translator(args.checkpoint, engine=args.engine, quantize=args.quantize, overrides=overrides)
+    if args.no_cache:
+        translator.model.use_cache = False
     texts = args.source.read_text(encoding="utf-8").splitlines()
+    translator.translate(texts[:WARMUP_SENTENCES])
     started = time.perf_counter()
     hypotheses = translator.translate(texts)
     seconds = time.perf_counter() - started
@@ -122,11 +147,14 @@ def main() -> None:
     worker.add_argument("source", type=Path)
     worker.add_argument("output", type=Path)
     worker.add_argument("--beam", type=int, required=True)
+    worker.add_argument("--alpha", type=float, required=True, help="GNMT length penalty")
     worker.add_argument("--batch", type=int, required=True)
     worker.add_argument("--max-length", type=int, required=True)
     worker.add_argument("--threads", type=int, required=True)
     worker.add_argument("--workers", type=int, default=1, help="batches decoded at once (decode.workers)")
     worker.add_argument("--no-cache", action="store_true", help="Transformer: model.use_cache = False")
+    worker.add_argument("--engine", default="torch", choices=("torch", "ctranslate2"))
+    worker.add_argument("--quantize", default=None, help="torch: int8; ctranslate2: a compute type")
     _translate_worker(parser.parse_args())
 
 

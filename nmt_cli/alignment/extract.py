@@ -27,21 +27,11 @@ import numpy as np
 import torch
 
 from nmt_cli.alignment.reader import HeadSelection
-from nmt_cli.decoding.batching import pad_sources
+from nmt_cli.decoding.batching import Pair, forced_batches
 from nmt_cli.errors import NmtError
 from nmt_cli.models.base import Seq2SeqModel
-from nmt_cli.specials import BOS_ID
 
 __all__ = ["forced_attention"]
-
-Pair = tuple[Sequence[int], Sequence[int]]
-
-
-def _batches(pairs: Sequence[Pair], batch_size: int) -> list[list[int]]:
-    """Pair indices grouped by similar length (less padding), in length order."""
-    order = sorted(range(len(pairs)), key=lambda k: (len(pairs[k][0]) + len(pairs[k][1]), k))
-    return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
-
 
 @torch.inference_mode()
 def forced_attention(
@@ -62,13 +52,11 @@ def forced_attention(
     first_row = 1 if shift else 0
     results = [np.zeros((*heads_shape, len(tgt), len(src)), dtype=np.float32) for src, tgt in pairs]
     runnable = [k for k, (src, tgt) in enumerate(pairs) if len(src) and len(tgt)]
-    for batch in _batches([pairs[k] for k in runnable], batch_size):
-        indices = [runnable[b] for b in batch]
-        src, src_mask = pad_sources([pairs[k][0] for k in indices], device)  # (B, S)
-        tgt_in, tgt_mask = pad_sources([[BOS_ID, *pairs[k][1]] for k in indices], device)  # (B, T+1)
-        _, attention = model(src, src_mask, tgt_in, tgt_mask, need_attention=True)  # (B, L, H, T+1, S)
+    for batch in forced_batches(pairs, runnable, batch_size, device):
+        _, attention = model(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask,
+                             need_attention=True)  # (B, L, H, T+1, S)
         attention = attention.float().cpu().numpy()
-        for row, k in enumerate(indices):
+        for row, k in enumerate(batch.indices):
             src_len, tgt_len = len(pairs[k][0]), len(pairs[k][1])
             weights = attention[row, :, :, first_row : first_row + tgt_len, :src_len]  # (L, H, T, S)
             results[k] = selection.apply(weights) if selection else weights.copy()

@@ -1,8 +1,10 @@
 """The one alignment reader: which attention is read, and how it becomes word links.
 
 Every path from attention to alignments goes through here: ``nmt align`` (forced
-decoding of a given target), ``nmt translate --alignments`` (the attention of the
-model's own translation), ``nmt align sweep`` and the translation service.
+decoding of a given target), ``nmt translate --alignments`` and the translation service
+(the attention of the model's own translation,
+:func:`nmt_cli.translation.hypothesis_alignment`) and ``nmt
+align sweep``.
 
 1. :class:`HeadSelection` picks decoder layers and heads of the piece attention
    (L, H, T, S) and averages them into (T, S). The default, the same for every
@@ -151,3 +153,5 @@ def read_alignment(src_pieces: Sequence[str], tgt_pieces: Sequence[str], attenti
     else:
         matrix = aggregate_to_words(attention, src_pieces, tgt_pieces)  # (T_words, S_words)
     return SentenceAlignment(src_words, tgt_words, matrix, hard_links(matrix, reading.method, reading.threshold))
+
+

@@ -13,7 +13,7 @@ import click
 from sacrebleu.metrics import BLEU
 
 from nmt_cli.cli import cli
-from nmt_cli.cli.options import decode_options
+from nmt_cli.cli.options import checkpoints_option, decode_options
 from nmt_cli.evaluation import BootstrapResult, MetricOptions, corpus_scores, paired_bootstrap, parse_metrics
 from nmt_cli.fileio import atomic_write_text
 from nmt_cli.textio import check_same_length, one_line, read_lines, read_parallel
@@ -36,7 +36,7 @@ def bootstrap_lines(results: list[BootstrapResult], baseline_path: str, samples:
 @cli.command("evaluate")
 @click.option("--hyp", "hyp_path", type=FILE, help="Hypotheses, one per line.")
 @click.option("--ref", "ref_paths", type=FILE, multiple=True, help="References, line-aligned (repeat for several).")
-@click.option("--checkpoint", type=click.Path(), help="Translate --data's split with this checkpoint and score it.")
+@checkpoints_option(required=False)
 @click.option("--data", "prepared_dir", type=click.Path(file_okay=False), help="Prepared directory (nmt prepare).")
 @click.option("--split", type=click.Choice(["train", "valid", "test"]), default="test", show_default=True)
 @click.option("--output", "output_path", type=FILE, help="With --checkpoint: also save the translations here.")
@@ -50,31 +50,32 @@ def bootstrap_lines(results: list[BootstrapResult], baseline_path: str, samples:
 @click.option("--bootstrap-samples", type=click.IntRange(min=1), default=1000, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @decode_options
-def evaluate(hyp_path, ref_paths, checkpoint, prepared_dir, split, output_path, metric_spec, chrf_plus, lowercase,
+def evaluate(hyp_path, ref_paths, checkpoints, prepared_dir, split, output_path, metric_spec, chrf_plus, lowercase,
              tokenize, baseline_path, bootstrap_samples, as_json, translator_options) -> None:
     """Score translations with sacreBLEU (BLEU, chrF, TER)."""
     metrics = parse_metrics(metric_spec)
     options = MetricOptions(chrf_plus=chrf_plus, lowercase=lowercase, tokenize=tokenize)
     report: dict = {}
-    if checkpoint or prepared_dir:
-        if not (checkpoint and prepared_dir) or hyp_path or ref_paths:
+    if checkpoints or prepared_dir:
+        if not (checkpoints and prepared_dir) or hyp_path or ref_paths:
             raise click.UsageError("use either --hyp with --ref, or --checkpoint with --data")
-        from nmt_cli.decoding import Translator  # imports torch; only this mode needs it
+        from nmt_cli.decoding import load_translator  # imports torch; only this mode needs it
         from nmt_cli.evaluation.checkpoint_eval import evaluate_split
 
-        translator = Translator.from_checkpoint(checkpoint, **translator_options)
+        translator = load_translator(checkpoints, **translator_options)
         evaluation = evaluate_split(translator, prepared_dir, split, metrics, options)
         hypotheses, references, scores = evaluation.hypotheses, [evaluation.references], evaluation.scores
-        hypotheses_name = f"{checkpoint} on {split}"
+        hypotheses_name = f"{'+'.join(checkpoints)} on {split}"
         report.update(translation_signature=translator.signature(), references=[str(evaluation.reference_path)])
         if output_path:
-            atomic_write_text(output_path, "".join(one_line(text) + "\n" for text in hypotheses))
+            atomic_write_text(output_path, "".join(one_line(text) + "\n" for text in hypotheses),
+                              inputs=[evaluation.reference_path])
             report["hypotheses"] = output_path
     else:
         if not hyp_path or not ref_paths:
             raise click.UsageError("give --hyp and at least one --ref (or --checkpoint and --data)")
         hypotheses, *references = read_parallel(hyp_path, *ref_paths)
-        scores = corpus_scores(hypotheses, references, metrics, options)
+        scores = corpus_scores(hypotheses, references, metrics, options, source=hyp_path)
         hypotheses_name = hyp_path
         report.update(hypotheses=hyp_path, references=list(ref_paths))
     report["scores"] = [score.to_dict() for score in scores]

@@ -1,6 +1,8 @@
 """Option sets shared by several subcommands, each declared once.
 
 * :func:`config_options` (prepare, train): ``--config FILE`` and ``--set section.key=value``;
+* :func:`checkpoints_option`, :func:`model_options` (translate, evaluate, score): which
+  checkpoints, averaged or not, on which device;
 * :func:`decode_options` (translate, evaluate): search settings on top of a checkpoint's own;
 * :func:`reading_options` (translate, align): which attention becomes alignments, and how;
   :func:`link_options` (align sweep): the hard-link rule alone.
@@ -15,7 +17,10 @@ import click
 
 from nmt_cli.config import Config, load_config, parse_overrides
 
-__all__ = ["DEVICE_HELP", "config_options", "decode_options", "link_options", "reading_options"]
+__all__ = [
+    "DEVICE_HELP", "checkpoints_option", "config_options", "decode_options", "link_options", "model_options",
+    "reading_options",
+]
 
 DEVICE_HELP = "auto (CUDA when present, else CPU), cpu, cuda or cuda:N."
 
@@ -37,12 +42,33 @@ def config_options(func: Command) -> Command:
     return wrapper
 
 
-def decode_options(func: Command) -> Command:
-    """``--beam --alpha --nbest --workers --average --device --set decode.*``.
+def checkpoints_option(required: bool) -> Callable[[Command], Command]:
+    """``--checkpoint`` (repeatable: several make an ensemble); passes ``checkpoints``, a tuple."""
+    return click.option("--checkpoint", "checkpoints", multiple=True, required=required, type=click.Path(),
+                        help="Checkpoint or run directory (its newest); repeat it to decode with an ensemble "
+                             "of models that share a vocabulary.")
 
-    Passes ``translator_options``, the keyword arguments of
-    :meth:`nmt_cli.decoding.Translator.from_checkpoint`: ``device``, ``average`` and
-    ``overrides`` (``{"decode.beam_size": 4, ...}``, applied to the checkpoint's config).
+
+def model_options(func: Command) -> Command:
+    """``--average --device``; passes ``translator_options``, keyword arguments of
+    :meth:`nmt_cli.decoding.Translator.from_checkpoint` and :func:`nmt_cli.decoding.load_translator`."""
+
+    @click.option("--average", metavar="last:N", help="Average the weights of the run's last N checkpoints.")
+    @click.option("--device", default="auto", show_default=True, help=DEVICE_HELP)
+    @functools.wraps(func)
+    def wrapper(*args: Any, average, device, **kwargs: Any) -> Any:
+        return func(*args, translator_options={"device": device, "average": average}, **kwargs)
+
+    return wrapper
+
+
+def decode_options(func: Command) -> Command:
+    """``--beam --alpha --nbest --workers --on-long-line --engine --quantize --set decode.*`` and
+    :func:`model_options`.
+
+    Adds ``engine``, ``quantize`` and ``overrides`` (``{"decode.beam_size": 4, ...}``,
+    applied to the checkpoint's config) to the ``translator_options`` it passes on, the
+    keyword arguments of :func:`nmt_cli.decoding.load_translator`.
     """
 
     @click.option("--beam", type=click.IntRange(min=1), help="Beam size; 1 = greedy [default: the checkpoint's].")
@@ -50,16 +76,26 @@ def decode_options(func: Command) -> Command:
     @click.option("--nbest", type=click.IntRange(min=1), help="Hypotheses per sentence (at most the beam size).")
     @click.option("--workers", type=click.IntRange(min=1),
                   help="CPU: batches decoded at once, sharing the torch threads (decode.workers) [default: 1].")
-    @click.option("--average", metavar="last:N", help="Average the weights of the run's last N checkpoints.")
-    @click.option("--device", default="auto", show_default=True, help=DEVICE_HELP)
+    @click.option("--on-long-line", type=click.Choice(["error", "truncate", "skip"]),
+                  help="A source line longer than the model takes: stop naming it (default), translate its "
+                       "first tokens, or give it an empty translation (decode.on_long_line).")
+    @click.option("--engine", type=click.Choice(["auto", "torch", "ctranslate2"]), default="auto", show_default=True,
+                  help="auto: ctranslate2 for an `nmt export` directory, torch otherwise; ctranslate2 on a "
+                       "checkpoint converts it first (pip install 'nmt-cli[ctranslate2]').")
+    @click.option("--quantize", metavar="TYPE",
+                  help="torch: int8 (dynamic int8 Linear/LSTM/GRU, CPU); ctranslate2: float32, int8, "
+                       "int8_float32, int16, float16 or bfloat16 [default: the export's].")
     @click.option("--set", "overrides", multiple=True, metavar="decode.KEY=VALUE",
                   help="Any decoding setting, e.g. --set decode.max_len_b=50 (repeatable).")
+    @model_options
     @functools.wraps(func)
-    def wrapper(*args: Any, beam, alpha, nbest, workers, average, device, overrides, **kwargs: Any) -> Any:
+    def wrapper(*args: Any, beam, alpha, nbest, workers, on_long_line, engine, quantize, overrides,
+                translator_options, **kwargs: Any) -> Any:
         changes = parse_overrides(overrides)
-        flags = (("beam_size", beam), ("alpha", alpha), ("nbest", nbest), ("workers", workers))
+        flags = (("beam_size", beam), ("alpha", alpha), ("nbest", nbest), ("workers", workers),
+                 ("on_long_line", on_long_line))
         changes.update({f"decode.{key}": value for key, value in flags if value is not None})
-        options = {"device": device, "average": average, "overrides": changes}
+        options = {**translator_options, "engine": engine, "quantize": quantize, "overrides": changes}
         return func(*args, translator_options=options, **kwargs)
 
     return wrapper
@@ -69,8 +105,8 @@ def link_options(func: Command) -> Command:
     """``--method --threshold``: how a soft word matrix becomes hard links."""
     func = click.option("--threshold", type=float, default=0.2, show_default=True,
                         help="Weight threshold for --method threshold.")(func)
-    return click.option("--method", type=click.Choice(["argmax", "threshold"]), default="argmax",
-                        show_default=True, help="Hard links: argmax per target word, or every weight >= --threshold.")(func)
+    return click.option("--method", type=click.Choice(["argmax", "threshold"]), default="argmax", show_default=True,
+                        help="Hard links: argmax per target word, or every weight >= --threshold.")(func)
 
 
 def reading_options(func: Command) -> Command:

@@ -17,12 +17,20 @@ from nmt_cli.data.prepare import prepare
 @click.option("--force", is_flag=True, help="Rebuild even when the directory is up to date.")
 @click.option("--on-invalid", type=click.Choice(["error", "skip"]), default=None,
               help="Bad pairs (invalid UTF-8, unpaired lines, bad records): stop (default) or drop and count.")
+@click.option("--tokenizer-from", type=click.Path(exists=True, file_okay=False), default=None,
+              help="Encode with the SentencePiece model(s) of this prepared directory, run or checkpoint "
+                   "instead of training new ones (data to fine-tune that model on).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
-def prepare_command(config: Config, out_dir: str, force: bool, on_invalid: str | None, quiet: bool) -> None:
+def prepare_command(config: Config, out_dir: str, force: bool, on_invalid: str | None, tokenizer_from: str | None,
+                    quiet: bool) -> None:
     """Read data.source, clean it, train SentencePiece and write token arrays to OUT."""
     if on_invalid:
         config = config_replace(config, "data", on_invalid=on_invalid)
-    manifest = prepare(config, out_dir, force=force, progress=not quiet)
+    if tokenizer_from is not None:
+        from nmt_cli.checkpoint import tokenizer_directory  # a run's checkpoints: loads torch
+
+        tokenizer_from = tokenizer_directory(tokenizer_from)
+    manifest = prepare(config, out_dir, force=force, progress=not quiet, tokenizer_from=tokenizer_from)
     click.echo(format_report(manifest, out_dir))
 
 
@@ -44,7 +52,14 @@ def format_report(manifest: dict, out_dir: str) -> str:
     tok = manifest["tokenizer"]
     vocab = (f"joint {tok['src_vocab_size']}" if tok["joint"]
              else f"src {tok['src_vocab_size']}, tgt {tok['tgt_vocab_size']}")
-    lines.append(f"  vocab {tok['model_type']} {vocab}; token dtype {manifest['token_dtype']}")
+    origin = f" (from {tok['from']})" if tok.get("from") else ""
+    lines.append(f"  vocab {tok['model_type']} {vocab}{origin}; token dtype {manifest['token_dtype']}")
+    requested = tok.get("vocab_size_requested")
+    if requested and min(tok["src_vocab_size"], tok["tgt_vocab_size"]) < requested:
+        lines.append(f"  note: SentencePiece made fewer pieces ({vocab}) than data.vocab_size={requested} asks for: "
+                     "the training text holds no more")
+    for corpus in manifest["splits"]["train"].get("corpora", []):
+        lines.append(f"  train corpus {corpus['name']}: {corpus['pairs']:,} pairs, weight {corpus['weight']:g}")
     when = "built earlier in" if manifest.get("reused") else "time"
     lines.append(f"  {when} {manifest['elapsed_seconds']:.1f}s, {manifest['pairs_per_second']:,.0f} pairs/s")
     return "\n".join(lines)

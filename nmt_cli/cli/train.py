@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from nmt_cli.cli import cli
@@ -18,13 +20,19 @@ from nmt_cli.errors import NmtError
               help="Run directory; one with checkpoints is resumed from its newest.")
 @click.option("--max-tokens", type=int, default=None, help="Tokens per batch (same as --set train.max_tokens=N).")
 @click.option("--restart", is_flag=True, help="Delete the run directory's checkpoints and logs and start over.")
+@click.option("--init-from", type=click.Path(exists=True), default=None,
+              help="Fine-tune: start from this run's (or checkpoint's) weights (same as --set train.init_from=PATH).")
+@click.option("--init-keep", type=click.Choice(["optimizer", "schedule"]), multiple=True,
+              help="With --init-from: also continue its optimizer state or learning-rate schedule (repeatable).")
 @click.option("--device", default="auto", show_default=True, help=DEVICE_HELP)
 @click.option("--dry-run", is_flag=True, help="Build the model, print its summary and parameter count, stop.")
 def train_command(config: Config, prepared_dir: str | None, run_dir: str | None, max_tokens: int | None,
-                  restart: bool, device: str, dry_run: bool) -> None:
+                  restart: bool, init_from: str | None, init_keep: tuple[str, ...], device: str,
+                  dry_run: bool) -> None:
     """Train a model on a prepared directory (multi-GPU: run it under torchrun)."""
-    if max_tokens is not None:
-        config = config_replace(config, "train", max_tokens=max_tokens)
+    changes = {"max_tokens": max_tokens, "init_from": str(Path(init_from).resolve()) if init_from else None,
+               "init_keep": list(init_keep) or None}
+    config = config_replace(config, "train", **{key: value for key, value in changes.items() if value is not None})
     if dry_run:
         click.echo(_model_summary(config, prepared_dir))
         return

@@ -5,11 +5,11 @@ from __future__ import annotations
 import click
 
 from nmt_cli.cli import cli
-from nmt_cli.cli.options import decode_options, reading_options
+from nmt_cli.cli.options import checkpoints_option, decode_options, reading_options
 
 
 @cli.command("translate")
-@click.option("--checkpoint", required=True, type=click.Path(), help="Checkpoint directory or run directory (newest).")
+@checkpoints_option(required=True)
 @click.option("--input", "-i", "input_path", default="-", show_default=True, help="Source text, one sentence a line.")
 @click.option("--output", "-o", "output_path", default="-", show_default=True, help="Where translations go.")
 @click.option("--format", "output_format", type=click.Choice(["text", "jsonl"]), default="text", show_default=True,
@@ -20,7 +20,7 @@ from nmt_cli.cli.options import decode_options, reading_options
 @click.option("--chunk-size", type=click.IntRange(min=1), default=2000, show_default=True,
               help="Lines read and translated at a time.")
 @decode_options
-def translate(checkpoint, input_path, output_path, output_format, alignments, reading, chunk_size,
+def translate(checkpoints, input_path, output_path, output_format, alignments, reading, chunk_size,
               translator_options) -> None:
     """Translate text with a trained checkpoint (stdin to stdout by default).
 
@@ -29,10 +29,10 @@ def translate(checkpoint, input_path, output_path, output_format, alignments, re
     """
     if alignments and output_format == "text" and output_path == "-":
         raise click.UsageError("--alignments with text output needs --output FILE (or use --format jsonl)")
-    from nmt_cli.decoding import Translator
+    from nmt_cli.decoding import load_translator
     from nmt_cli.translation import OutputOptions, translate_file
 
-    translator = Translator.from_checkpoint(checkpoint, **translator_options)
+    translator = load_translator(checkpoints, **translator_options)
     if output_format == "text" and translator.decode.nbest > 1:
         raise click.UsageError("--nbest above 1 needs --format jsonl (text output has one line per input line)")
     click.echo(f"signature: {translator.signature()}", err=True)

@@ -6,10 +6,15 @@ Everything streams, so memory does not grow with the corpus:
    ``<split>.<src_lang>`` / ``<split>.<tgt_lang>``, plus its word links ``<split>.align``
    when it has them (the synthetic corpus's own, or ``data.alignment_path``'s, read in
    step with the pairs by :mod:`nmt_cli.data.links`). Splits are renamed ``train``,
-   ``valid``, ``test``.
+   ``valid``, ``test``. The training split may mix several corpora (``data.corpora``,
+   each with a sampling weight): they are written one after the other,
+   ``train.corpus.npy`` holds each pair's corpus number and the manifest their names,
+   sizes and weights; the batcher samples by weight (:mod:`nmt_cli.training.batching`).
 2. SentencePiece is trained on a uniform sample of at most ``spm_input_sentence_size``
    training sentences, chosen by index once the number of training pairs is known and
-   streamed from the cleaned text (no sentence list in memory).
+   streamed from the cleaned text (no sentence list in memory). Given an existing
+   tokenizer (``--tokenizer-from``: fine-tuning data must be encoded with the pieces
+   of the model it adapts), that one is used instead.
 3. The cleaned text is encoded in batches into token arrays (:mod:`nmt_cli.data.binarized`),
    and word links into piece links (``<split>.links.*``).
 
@@ -22,19 +27,21 @@ the hub); running again with the same fingerprint reuses the directory.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import sys
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 
 from nmt_cli import __version__
-from nmt_cli.config import Config, config_replace
-from nmt_cli.data.binarized import TokenArrayWriter, token_dtype
+from nmt_cli.config import Config, CorpusConfig, DataConfig
+from nmt_cli.data.binarized import TokenArrayWriter, array_files, token_dtype
 from nmt_cli.data.cleaning import PairCleaner
 from nmt_cli.data.links import attach_links, write_piece_links
 from nmt_cli.data.sources import Corpus, file_digest, iter_limited, open_corpus
@@ -53,19 +60,42 @@ ENCODE_BATCH = 10_000
 __all__ = ["prepare", "MANIFEST", "FORMAT", "FORMAT_VERSION"]
 
 
-def prepare(config: Config, out_dir: str | Path, force: bool = False, progress: bool = True) -> dict[str, Any]:
+@dataclass(frozen=True)
+class SplitPart:
+    """One corpus's share of a prepared split: where it comes from and its sampling weight."""
+
+    name: str
+    corpus: Corpus
+    source_split: str
+    limit: int
+    weight: float
+    link_file: Path | None = None  # word links of the pairs (data.alignment_path), read in step with them
+
+
+def prepare(config: Config, out_dir: str | Path, force: bool = False, progress: bool = True,
+            tokenizer_from: str | Path | None = None) -> dict[str, Any]:
     """Build (or reuse) the prepared directory ``out_dir`` and return its manifest.
 
     The returned dict is the manifest plus ``"reused"`` (True when an up-to-date
     directory was found and nothing was rebuilt). ``progress`` shows bars/log lines on stderr.
+    ``tokenizer_from`` is a directory holding SentencePiece models (a prepared directory
+    or a checkpoint) to encode with instead of training new ones.
     """
     out = Path(out_dir).expanduser().resolve()
     corpus = open_corpus(config.data)
     splits = corpus.splits()
     link_files = _link_files(config, splits)
-    inputs = {name: corpus.fingerprint(source_split) for name, source_split in splits.items()}
-    for name, path in link_files.items():
-        inputs[name] = {**inputs[name], path.name: file_digest(path)[0]}
+    parts = {name: [SplitPart("main", corpus, source_split,
+                              config.data.max_train_pairs if name == "train" else config.data.max_eval_pairs,
+                              config.data.weight, link_files.get(name))]
+             for name, source_split in splits.items()}
+    parts["train"] += [SplitPart(spec.name, open_corpus(corpus_data_config(config.data, spec)), spec.split,
+                                 config.data.max_train_pairs, spec.weight) for spec in config.data.corpora]
+    inputs = {_input_name(name, part): part.corpus.fingerprint(part.source_split)
+              for name, split_parts in parts.items() for part in split_parts}
+    given = Tokenizer.from_directory(Path(tokenizer_from)) if tokenizer_from is not None else None
+    if given is not None:
+        inputs["tokenizer"] = {file: hashlib.sha256(data).hexdigest() for file, data in given.model_files().items()}
     fingerprint = _fingerprint(config, inputs)
     existing = _read_manifest(out)
     if existing is not None and existing.get("fingerprint") == fingerprint and not force:
@@ -75,12 +105,15 @@ def prepare(config: Config, out_dir: str | Path, force: bool = False, progress: 
         raise NmtError(f"{out}: exists and is not a prepared directory; choose another --out or remove it")
 
     started = time.monotonic()
-    with atomic_directory(out) as tmp:
-        stats = {name: _write_clean_split(corpus, name, source_split, tmp, config, link_files.get(name), progress)
-                 for name, source_split in splits.items()}
-        tokenizer, tokenizer_info = _train_tokenizer(tmp, config, stats["train"]["kept"], progress)
+    with atomic_directory(out, owned=_prepared_entry) as tmp:
+        stats = {name: _write_clean_split(split_parts, name, tmp, config, progress)
+                 for name, split_parts in parts.items()}
+        if given is not None:
+            tokenizer, tokenizer_info = given, _tokenizer_info(given, config, sampled_pairs=0, origin=tokenizer_from)
+        else:
+            tokenizer, tokenizer_info = _train_tokenizer(tmp, config, stats["train"]["kept"], progress)
         dtype = token_dtype(max(tokenizer.src_vocab_size, tokenizer.tgt_vocab_size))
-        for name in splits:
+        for name in parts:
             stats[name]["tokens"] = _binarize(tmp, name, stats[name]["kept"], config, tokenizer, dtype, progress)
             if (tmp / f"{name}.align").is_file():
                 stats[name]["links"] = write_piece_links(tmp, name, config.data.src_lang, config.data.tgt_lang,
@@ -103,7 +136,8 @@ def prepare(config: Config, out_dir: str | Path, force: bool = False, progress: 
             "tokenizer": tokenizer_info,
             "special_ids": dict(SPECIAL_IDS),
             "token_dtype": dtype.name,
-            "gold_alignments": corpus.kind == "synthetic",
+            "arrays": _array_records(tmp, parts),
+            "gold_alignments": corpus.kind == "synthetic" and not config.data.corpora,
             "alignment_files": {name: str(path) for name, path in link_files.items()},
             "elapsed_seconds": round(elapsed, 2),
             "pairs_per_second": round(pairs_read / max(elapsed, 1e-9), 1),
@@ -113,17 +147,47 @@ def prepare(config: Config, out_dir: str | Path, force: bool = False, progress: 
     return {**manifest, "reused": False}
 
 
+def _prepared_entry(name: str) -> bool:
+    """Whether a file of that name is one ``nmt prepare`` writes (an older version of the
+    directory holding anything else is not replaced)."""
+    return name in (MANIFEST, "config.yaml", "spm.model", "spm.src.model", "spm.tgt.model") or \
+        name.startswith(("train.", "valid.", "test."))
+
+
+def _array_records(directory: Path, splits: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """Size and sha256 of every token file, checked when the directory is read."""
+    records = {}
+    for name in splits:
+        for file in array_files(name):
+            path = directory / file
+            records[file] = {"bytes": path.stat().st_size, "sha256": file_digest(path)[0]}
+    return records
+
+
 def _say(enabled: bool, message: str) -> None:
     if enabled:
         print(message, file=sys.stderr, flush=True)
 
 
+def corpus_data_config(data: DataConfig, spec: CorpusConfig) -> DataConfig:
+    """The data settings that read one of ``data.corpora`` like a source of its own."""
+    return dataclasses.replace(data, source=spec.source, path=spec.path, hf_config=spec.hf_config,
+                               train_split=spec.split, corpora=())
+
+
+def _input_name(split: str, part: SplitPart) -> str:
+    """``train``, or ``train:<corpus>`` for the training corpora beside the main source."""
+    return split if part.name == "main" else f"{split}:{part.name}"
+
+
 def _fingerprint(config: Config, inputs: dict[str, Any]) -> str:
-    """sha256 of what decides the prepared data: data settings (but not where the folder
-    is; its content is in ``inputs``), input fingerprints and the format version."""
+    """sha256 of what decides the prepared data: data settings (but not where local
+    folders are; their content is in ``inputs``), input fingerprints and the format version."""
     settings = {k: v for k, v in config.to_dict()["data"].items() if k not in ("path", "alignment_path")}
     if config.data.source == "hf":
         settings["path"] = config.data.path  # a hub id is part of the identity
+    settings["corpora"] = [{k: v for k, v in spec.items() if k != "path" or spec["source"] == "hf"}
+                           for spec in settings["corpora"]]
     blob = json.dumps({"data": settings, "inputs": inputs, "format_version": FORMAT_VERSION,
                        "tool_version": __version__}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
@@ -138,13 +202,18 @@ def _read_manifest(out: Path) -> dict[str, Any] | None:
 
 
 def _resolved_config(config: Config) -> Config:
-    """The config with a local ``data.path`` and ``data.alignment_path`` made absolute, so it
+    """The config with local paths (``data.path``, ``data.alignment_path``, ``data.corpora``) made absolute, so it
     works from any folder."""
-    paths = {"path": config.data.path if config.data.source != "synthetic" else "",
-             "alignment_path": config.data.alignment_path}
-    absolute = {key: str(Path(path).expanduser().resolve()) for key, path in paths.items()
-                if path and Path(path).expanduser().exists()}
-    return config_replace(config, "data", **absolute)
+
+    def absolute(path: str) -> str:
+        local = Path(path).expanduser()
+        return str(local.resolve()) if path and local.exists() else path
+
+    data = config.data
+    path = absolute(data.path) if data.source != "synthetic" else data.path
+    corpora = tuple(dataclasses.replace(spec, path=absolute(spec.path)) for spec in data.corpora)
+    return dataclasses.replace(config, data=dataclasses.replace(data, path=path, corpora=corpora,
+                                                                alignment_path=absolute(data.alignment_path)))
 
 
 # ---- pass 1: read, clean, write text ------------------------------------------------------
@@ -164,34 +233,50 @@ def _link_files(config: Config, splits: dict[str, str]) -> dict[str, Path]:
     return found
 
 
-def _write_clean_split(corpus: Corpus, name: str, source_split: str, out: Path, config: Config,
-                       link_file: Path | None, progress: bool) -> dict[str, Any]:
+def _write_clean_split(parts: list[SplitPart], name: str, out: Path, config: Config,
+                       progress: bool) -> dict[str, Any]:
+    """Read, clean and write the text of split ``name`` from its parts, one after the other.
+
+    A mixed training split also gets ``train.corpus.npy``: each pair's part number.
+    """
     data = config.data
-    limit = data.max_train_pairs if name == "train" else data.max_eval_pairs
-    total = corpus.size_hint(source_split)
-    if limit:
-        total = min(total, limit) if total is not None else limit
     cleaner = PairCleaner(data, training=name == "train")
-    with_alignment = corpus.kind == "synthetic" or link_file is not None
-    pairs = corpus.pairs(source_split)
-    if link_file is not None:
-        pairs = attach_links(pairs, link_file, data.normalize)
+    with_alignment = all(part.corpus.kind == "synthetic" or part.link_file is not None for part in parts)
     paths = [out / f"{name}.{data.src_lang}", out / f"{name}.{data.tgt_lang}"]
     if with_alignment:
         paths.append(out / f"{name}.align")
-    with (Progress(f"read {name} ({source_split})", total, enabled=progress) as bar,
-          atomic_open(paths[0]) as src, atomic_open(paths[1]) as tgt,
+    kept = []
+    with (atomic_open(paths[0]) as src, atomic_open(paths[1]) as tgt,
           atomic_open(paths[2]) if with_alignment else contextlib.nullcontext() as align):
-        for pair in cleaner.clean(_counted(iter_limited(pairs, limit), bar)):
-            src.write(pair.source + "\n")
-            tgt.write(pair.target + "\n")
-            if with_alignment:
-                align.write(pair.alignment + "\n")
+        for part in parts:
+            before = cleaner.kept
+            total = part.corpus.size_hint(part.source_split)
+            if part.limit:
+                total = min(total, part.limit) if total is not None else part.limit
+            label = part.source_split if part.name == "main" else f"{part.name}: {part.source_split}"
+            with Progress(f"read {name} ({label})", total, enabled=progress) as bar:
+                pairs = part.corpus.pairs(part.source_split)
+                if part.link_file is not None:
+                    pairs = attach_links(pairs, part.link_file, data.normalize)
+                pairs = _counted(iter_limited(pairs, part.limit), bar)
+                for pair in cleaner.clean(pairs):
+                    src.write(pair.source + "\n")
+                    tgt.write(pair.target + "\n")
+                    if with_alignment:
+                        align.write(pair.alignment + "\n")
+            kept.append(cleaner.kept - before)
     stats = cleaner.stats()
     if stats["kept"] == 0:
-        raise NmtError(f"split '{source_split}' has no pairs left after cleaning "
+        raise NmtError(f"split '{parts[0].source_split}' has no pairs left after cleaning "
                        f"(read {stats['read']}, dropped {stats['dropped']})")
-    return {"source_split": source_split, **stats}
+    result = {"source_split": parts[0].source_split, **stats}
+    if len(parts) > 1:
+        result["corpora"] = [{"name": part.name, "source": part.corpus.describe(), "split": part.source_split,
+                              "pairs": count, "weight": part.weight} for part, count in zip(parts, kept)]
+        numbers = np.repeat(np.arange(len(parts), dtype=np.int16), kept)
+        with atomic_open(out / f"{name}.corpus.npy", "wb") as handle:
+            np.save(handle, numbers)
+    return result
 
 
 def _counted(items: Iterator[Any], bar: Progress) -> Iterator[Any]:
@@ -233,19 +318,28 @@ def _train_tokenizer(out: Path, config: Config, train_pairs: int, progress: bool
         tokenizer = Tokenizer(train("src", "tgt"))
     else:
         tokenizer = Tokenizer(train("src"), train("tgt"))
+    return tokenizer, _tokenizer_info(tokenizer, config, sample)
+
+
+def _tokenizer_info(tokenizer: Tokenizer, config: Config, sampled_pairs: int,
+                    origin: str | Path | None = None) -> dict[str, Any]:
+    """The manifest's record of the SentencePiece models (``from``: reused from there)."""
+    data = config.data
     info = {
         "type": "sentencepiece",
         "model_type": data.spm_model_type,
         "joint": tokenizer.joint,
-        "vocab_size_requested": data.vocab_size,
+        "vocab_size_requested": None if origin is not None else data.vocab_size,
         "src_vocab_size": tokenizer.src_vocab_size,
         "tgt_vocab_size": tokenizer.tgt_vocab_size,
         "character_coverage": data.character_coverage,
-        "sampled_pairs": sample,
+        "sampled_pairs": sampled_pairs,
         "seed": data.spm_seed,
         "files": sorted(tokenizer.model_files()),
     }
-    return tokenizer, info
+    if origin is not None:
+        info["from"] = str(Path(origin).resolve())
+    return info
 
 
 # ---- pass 2: token arrays -----------------------------------------------------------------------

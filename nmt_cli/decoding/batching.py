@@ -1,13 +1,17 @@
-"""Decoding batches: length-sorted sentences grouped by a source-token budget."""
+"""Decoding batches: length-sorted sentences grouped by a source-token budget, and pairs
+padded for forced decoding (scoring a given translation, reading its attention)."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Iterator, Sequence
 
 import torch
 from torch import Tensor
 
-from nmt_cli.specials import PAD_ID
+from nmt_cli.specials import BOS_ID, EOS_ID, PAD_ID
+
+Pair = tuple[Sequence[int], Sequence[int]]
 
 
 def token_budget_batches(lengths: Sequence[int], max_tokens: int, max_sentences: int = 0) -> list[list[int]]:
@@ -43,4 +47,29 @@ def pad_sources(sources: Sequence[Sequence[int]], device: torch.device | str) ->
     return tokens.to(device), mask.to(device)
 
 
-__all__ = ["token_budget_batches", "pad_sources"]
+@dataclass
+class ForcedBatch:
+    """Pairs ``indices`` padded for teacher forcing: ``tgt_in = BOS + y``, ``tgt_out = y + EOS``."""
+
+    indices: list[int]
+    src: Tensor  # (B, S)
+    src_mask: Tensor  # (B, S)
+    tgt_in: Tensor  # (B, T + 1)
+    tgt_out: Tensor  # (B, T + 1)
+    tgt_mask: Tensor  # (B, T + 1)
+
+
+def forced_batches(pairs: Sequence[Pair], indices: Sequence[int], batch_size: int,
+                   device: torch.device | str) -> Iterator[ForcedBatch]:
+    """The pairs ``indices`` (source and target piece ids) in batches of ``batch_size``,
+    grouped by similar length so little is padding."""
+    order = sorted(indices, key=lambda k: (len(pairs[k][0]) + len(pairs[k][1]), k))
+    for start in range(0, len(order), batch_size):
+        chosen = order[start : start + batch_size]
+        src, src_mask = pad_sources([pairs[k][0] for k in chosen], device)
+        tgt_in, tgt_mask = pad_sources([[BOS_ID, *pairs[k][1]] for k in chosen], device)
+        tgt_out, _ = pad_sources([[*pairs[k][1], EOS_ID] for k in chosen], device)
+        yield ForcedBatch(chosen, src, src_mask, tgt_in, tgt_out, tgt_mask)
+
+
+__all__ = ["token_budget_batches", "pad_sources", "ForcedBatch", "forced_batches"]

@@ -1,8 +1,9 @@
 """One generation loop for every model family.
 
 The loop only uses the model interface of :mod:`nmt_cli.models.base`: ``encode`` once,
-``reorder_memory`` to give each sentence its rows, then ``decode_step`` per output
-position with ``reorder_state`` after it. The state is whatever the model keeps (RNN
+``reorder_memory`` to give each sentence its rows, then ``step_log_probs`` (the
+log-softmax of ``decode_step``, or an ensemble's mean) per output position with
+``reorder_state`` after it. The state is whatever the model keeps (RNN
 hidden states, a Transformer key/value cache, the linear-attention sums ``S`` and
 ``Z``); the loop never looks inside it. The search strategy decides which rows go on,
 and rows of finished sentences leave the batch so later steps cost less.
@@ -115,6 +116,8 @@ def decode_batch(
     src, src_mask = pad_sources(sources, device)  # (B, S)
     src_lengths = src_mask.sum(dim=1)  # (B,)
     max_lens = max_output_lengths(src_lengths, decode.max_len_a, decode.max_len_b)  # (B,)
+    if model.max_target_length is not None:  # never step past the model's last position
+        max_lens = max_lens.clamp(max=model.max_target_length)
     search = make_search(max_lens, decode, need_attention, generator)
     run_search(model, src, src_mask, search, need_attention)
     shape = (model.attention_layers, model.attention_heads)
@@ -139,8 +142,8 @@ def run_search(model: Seq2SeqModel, src: Tensor, src_mask: Tensor, search: Searc
     state = None
     step = 0
     while True:
-        logits, state, attention = model.decode_step(tokens, memory, state, need_attention)  # (N, V)
-        outcome = search.advance(step, logits.float().log_softmax(dim=-1), attention)
+        log_probs, state, attention = model.step_log_probs(tokens, memory, state, need_attention)  # (N, V)
+        outcome = search.advance(step, log_probs, attention)
         if outcome is None:
             return
         if outcome.state_rows is not None:

@@ -7,10 +7,11 @@ strings and get :class:`~nmt_cli.decoding.hypothesis.Hypothesis` objects back.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import torch
 
@@ -18,11 +19,14 @@ from nmt_cli import __version__
 from nmt_cli.allocator import keep_freed_memory
 from nmt_cli.checkpoint import load_averaged, load_checkpoint
 from nmt_cli.config import Config, DecodeConfig
+from nmt_cli.decoding.ensemble import Ensemble
 from nmt_cli.decoding.generator import generate
 from nmt_cli.decoding.hypothesis import Hypothesis
+from nmt_cli.decoding.scoring import PairScore, score_pairs
 from nmt_cli.device import resolve_device
-from nmt_cli.errors import ConfigError
+from nmt_cli.errors import ConfigError, NmtError
 from nmt_cli.models.base import Seq2SeqModel
+from nmt_cli.models.quantization import quantize_model
 from nmt_cli.precision import Precision
 from nmt_cli.tokenization import Tokenizer
 
@@ -39,6 +43,19 @@ def averaged_label(averaged: Sequence[str]) -> str | None:
     return f"{len(names)}:{names[0]}..{names[-1]}"
 
 
+class LongInputError(NmtError):
+    """Input ``index`` (0-based) has more source tokens than the model takes."""
+
+    def __init__(self, index: int, length: int, limit: int):
+        self.index, self.length, self.limit = index, length, limit
+        super().__init__(f"input {index + 1}: {self.problem}")
+
+    @property
+    def problem(self) -> str:
+        return (f"{self.length} source tokens, more than the model takes ({self.limit}, model.max_positions); "
+                "--on-long-line truncate or skip translates such lines (decode.on_long_line)")
+
+
 class Translator:
     """A model with its tokenizer and search settings; ``translate(list[str])``.
 
@@ -53,8 +70,9 @@ class Translator:
         decode: DecodeConfig,
         device: str | torch.device = "auto",
         checkpoint: str = "",
-        step: int = 0,
+        step: int | str = 0,
         average: str | None = None,
+        quantize: str | None = None,
         config: Config | None = None,
     ):
         keep_freed_memory()
@@ -67,34 +85,55 @@ class Translator:
         self.checkpoint = checkpoint
         self.step = step
         self.average = average
-        #: the checkpoint's config (None: built from parts), e.g. which head reads alignments
+        self.quantize = quantize
+        #: the (first) checkpoint's config (None: built from parts), e.g. which head reads alignments
         self.config = config
 
     @classmethod
     def from_checkpoint(
         cls,
-        path: str | os.PathLike,
+        path: str | os.PathLike | Sequence[str | os.PathLike],
         device: str | torch.device = "auto",
         average: str | None = None,
         decode: DecodeConfig | None = None,
         overrides: Mapping[str, Any] | None = None,
+        quantize: str | None = None,
     ) -> "Translator":
         """Load a checkpoint (or a run's newest one), optionally averaging ``last:N``.
 
-        ``decode`` defaults to the checkpoint's own ``decode`` settings; ``overrides``
+        Several paths make an ensemble (:class:`~nmt_cli.decoding.ensemble.Ensemble`) of
+        models that share one SentencePiece model; ``average`` applies to each. ``decode``
+        defaults to the (first) checkpoint's own ``decode`` settings; ``overrides``
         (``{"decode.beam_size": 1}``, as ``--set`` writes them) are applied on top and
         validated with the rest of the config. Only ``decode.*`` keys may change.
+        ``quantize="int8"``: dynamic int8 quantization of the Linear and LSTM/GRU layers (CPU).
         """
         resolved_device = resolve_device(device)
-        checkpoint = load_averaged(average, path) if average else load_checkpoint(path)
-        other = sorted(key for key in overrides or {} if not key.startswith("decode."))
-        if other:
-            raise ConfigError(f"{other[0]}: only decode.* settings can change when translating")
-        settings = Config(decode=decode or checkpoint.config.decode).with_overrides(overrides or {}).decode
-        model = checkpoint.build_model(resolved_device)
-        return cls(model, checkpoint.tokenizer, settings, resolved_device,
-                   checkpoint=str(checkpoint.path), step=checkpoint.step,
-                   average=averaged_label(checkpoint.state.get("averaged", [])), config=checkpoint.config)
+        paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
+        checkpoints = [load_averaged(average, p) if average else load_checkpoint(p) for p in paths]
+        for other_checkpoint in checkpoints[1:]:
+            if other_checkpoint.tokenizer.model_files() != checkpoints[0].tokenizer.model_files():
+                raise NmtError(f"{other_checkpoint.path}: uses another SentencePiece model than "
+                               f"{checkpoints[0].path}; an ensemble needs one vocabulary")
+        first = checkpoints[0]
+        settings = apply_decode_overrides(decode or first.config.decode, overrides)
+        models = [checkpoint.build_model(resolved_device) for checkpoint in checkpoints]
+        if quantize is not None:
+            models = [quantize_model(model, quantize, resolved_device) for model in models]
+        return cls(models[0] if len(models) == 1 else Ensemble(models), first.tokenizer, settings, resolved_device,
+                   checkpoint="+".join(str(checkpoint.path) for checkpoint in checkpoints),
+                   step="+".join(str(checkpoint.step) for checkpoint in checkpoints),
+                   average=averaged_label(first.state.get("averaged", [])), quantize=quantize,
+                   config=first.config)
+
+    def with_decode(self, overrides: Mapping[str, Any]) -> "Translator":
+        """The same model and tokenizer with other search settings (``{"decode.beam_size": 1}``).
+
+        The settings are validated like ``--set decode.*``; the model is shared, not copied.
+        """
+        variant = copy.copy(self)
+        variant.decode = apply_decode_overrides(self.decode, overrides)
+        return variant
 
     def translate(self, texts: Sequence[str], with_attention: bool = False) -> list[Hypothesis]:
         """One hypothesis per text, in order; blank texts give empty translations.
@@ -102,9 +141,20 @@ class Translator:
         Characters the SentencePiece model does not know become its unknown token.
         """
         sources = [self.tokenizer.encode_src(text) if text.strip() else [] for text in texts]
+        fitted = fit_sources(sources, self.model.max_source_length, self.decode.on_long_line)
         with self.precision.autocast():
-            hypotheses = generate(self.model, sources, self.decode, self.device, with_attention)
-        return [self._with_text(hypothesis) for hypothesis in hypotheses]
+            hypotheses = generate(self.model, [source for source, _ in fitted], self.decode, self.device,
+                                  with_attention)
+        return [dataclasses.replace(self._with_text(hypothesis), long_input=how)
+                for hypothesis, (_, how) in zip(hypotheses, fitted)]
+
+    def score(self, sources: Sequence[str], targets: Sequence[str], batch_size: int = 32) -> list[PairScore | None]:
+        """``log P(target | source)`` of each pair under the model (or the ensemble's mean);
+        a blank source gets None."""
+        pairs = [(self.tokenizer.encode_src(source) if source.strip() else [], self.tokenizer.encode_tgt(target))
+                 for source, target in zip(sources, targets)]
+        with self.precision.autocast():
+            return score_pairs(self.model, pairs, self.device, batch_size)
 
     def translate_stream(
         self, texts: Iterable[str], chunk_size: int = 2000, with_attention: bool = False
@@ -113,32 +163,13 @@ class Translator:
 
         Only one chunk is held in memory, so inputs of any size stream through.
         """
-        chunk: list[str] = []
-        for text in texts:
-            chunk.append(text)
-            if len(chunk) == chunk_size:
-                yield from zip(chunk, self.translate(chunk, with_attention))
-                chunk = []
-        if chunk:
-            yield from zip(chunk, self.translate(chunk, with_attention))
+        return stream_in_chunks(self.translate, texts, chunk_size, with_attention)
 
     def signature(self) -> str:
         """Every setting that changes the output, sacreBLEU-style ``key:value|...``."""
-        decode = self.decode
-        parts = [
-            f"checkpoint:{self.checkpoint or '-'}",
-            f"step:{self.step}",
-            f"average:{self.average or 'no'}",
-            f"beam:{decode.beam_size}",
-            f"alpha:{decode.alpha:g}",
-            f"maxlen:{decode.max_len_a:g}*src+{decode.max_len_b}",
-            f"minlen:{decode.min_len}",
-        ]
-        if decode.sampling != "none":
-            limit = f"top_k:{decode.top_k}" if decode.sampling == "top_k" else f"top_p:{decode.top_p:g}"
-            parts += [f"sampling:{decode.sampling}", limit, f"temperature:{decode.temperature:g}",
-                      f"seed:{decode.seed}"]
-        parts.append(f"version:{__version__}")
+        parts = signature_parts(self.decode, self.checkpoint, self.step, self.average)
+        if self.quantize:
+            parts.insert(-1, f"quantize:{self.quantize}")
         return "|".join(parts)
 
     def _with_text(self, hypothesis: Hypothesis) -> Hypothesis:
@@ -146,4 +177,76 @@ class Translator:
         return dataclasses.replace(hypothesis, text=self.tokenizer.decode_tgt(hypothesis.tokens), nbest=nbest)
 
 
-__all__ = ["Translator"]
+def apply_decode_overrides(decode: DecodeConfig, overrides: Mapping[str, Any] | None) -> DecodeConfig:
+    """``decode`` with ``{"decode.beam_size": 1, ...}`` (as ``--set`` writes them) applied and
+    validated; a key of another section is refused."""
+    other = sorted(key for key in overrides or {} if not key.startswith("decode."))
+    if other:
+        raise ConfigError(f"{other[0]}: only decode.* settings can change when translating")
+    return Config(decode=decode).with_overrides(overrides or {}).decode
+
+
+def signature_parts(decode: DecodeConfig, checkpoint: str, step: int | str, average: str | None) -> list[str]:
+    """The ``key:value`` fields of a translation signature; the version comes last."""
+    parts = [
+        f"checkpoint:{checkpoint or '-'}",
+        f"step:{step}",
+        f"average:{average or 'no'}",
+        f"beam:{decode.beam_size}",
+        f"alpha:{decode.alpha:g}",
+        f"maxlen:{decode.max_len_a:g}*src+{decode.max_len_b}",
+        f"minlen:{decode.min_len}",
+    ]
+    if decode.on_long_line != "error":
+        parts.append(f"long:{decode.on_long_line}")
+    if decode.sampling != "none":
+        limit = f"top_k:{decode.top_k}" if decode.sampling == "top_k" else f"top_p:{decode.top_p:g}"
+        parts += [f"sampling:{decode.sampling}", limit, f"temperature:{decode.temperature:g}", f"seed:{decode.seed}"]
+    parts.append(f"version:{__version__}")
+    return parts
+
+
+def fit_sources(sources: Sequence[list[int]], limit: int | None, on_long_line: str) -> list[tuple[list[int], str]]:
+    """Each source as the model can take it, with what ``decode.on_long_line`` did to it
+    (``"truncated"``, ``"skipped"`` or ``""``); ``error`` raises :class:`LongInputError`."""
+    fitted = []
+    for index, source in enumerate(sources):
+        if limit is None or len(source) <= limit:
+            fitted.append((source, ""))
+        elif on_long_line == "truncate":
+            fitted.append((source[:limit], "truncated"))
+        elif on_long_line == "skip":
+            fitted.append(([], "skipped"))
+        else:
+            raise LongInputError(index, len(source), limit)
+    return fitted
+
+
+def stream_in_chunks(
+    translate: Callable[[Sequence[str], bool], list[Hypothesis]], texts: Iterable[str], chunk_size: int,
+    with_attention: bool,
+) -> Iterator[tuple[str, Hypothesis]]:
+    """``(text, hypothesis)`` pairs in input order, calling ``translate`` on ``chunk_size`` texts at a
+    time; a too-long input is numbered within the whole stream."""
+    chunk: list[str] = []
+    done = 0
+    for text in texts:
+        chunk.append(text)
+        if len(chunk) == chunk_size:
+            yield from zip(chunk, _translate_chunk(translate, chunk, done, with_attention))
+            done += len(chunk)
+            chunk = []
+    if chunk:
+        yield from zip(chunk, _translate_chunk(translate, chunk, done, with_attention))
+
+
+def _translate_chunk(translate: Callable[[Sequence[str], bool], list[Hypothesis]], chunk: list[str], offset: int,
+                     with_attention: bool) -> list[Hypothesis]:
+    try:
+        return translate(chunk, with_attention)
+    except LongInputError as exc:
+        raise LongInputError(offset + exc.index, exc.length, exc.limit) from None
+
+
+__all__ = ["LongInputError", "Translator", "apply_decode_overrides", "averaged_label", "fit_sources", "signature_parts",
+           "stream_in_chunks"]

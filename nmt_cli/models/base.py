@@ -14,6 +14,11 @@ Conventions (all model families):
   (recurrent state, key/value cache, or the linear-attention sums ``S`` and ``Z``).
   ``attention`` is ``None`` unless asked for, then (B, L, H, S): cross-attention weights
   per decoder layer ``L`` and head ``H`` (RNN models: L = H = 1).
+* ``step_log_probs(prev_tokens, memory, state, need_attention) -> (log_probs, state,
+  attention)`` is what the generation loop calls: by default ``log_softmax`` of
+  ``decode_step``'s logits in float32; ``forced_log_probs(src_tokens, src_mask, tgt_in,
+  tgt_mask) -> (B, T, V)`` is the same for a whole given target (scoring). An ensemble
+  (:mod:`nmt_cli.decoding.ensemble`) overrides both.
 * ``reorder_state`` / ``reorder_memory`` select batch rows (beam search); the default
   ``index_select`` of every tensor along dimension 0 is right for all state kept batch first.
 * ``forward(src_tokens, src_mask, tgt_in, tgt_mask, need_attention, features_only)`` is
@@ -53,6 +58,9 @@ class Seq2SeqModel(nn.Module):
     #: number of decoder layers and heads whose cross-attention ``decode_step`` reports
     attention_layers: int = 1
     attention_heads: int = 1
+    #: the longest source and target (tokens, without EOS) the model can take; None: no limit
+    max_source_length: int | None = None
+    max_target_length: int | None = None
 
     def encode(self, src_tokens: Tensor, src_mask: Tensor) -> Memory:  # pragma: no cover
         raise NotImplementedError
@@ -80,6 +88,18 @@ class Seq2SeqModel(nn.Module):
     def output_layer(self) -> nn.Linear:  # pragma: no cover
         """The linear map from decoder features to logits over the target vocabulary."""
         raise NotImplementedError
+
+    def step_log_probs(
+        self, prev_tokens: Tensor, memory: Memory, state: State | None, need_attention: bool = False
+    ) -> tuple[Tensor, State, Tensor | None]:
+        """``decode_step`` with the logits turned into float32 log-probabilities (B, V)."""
+        logits, state, attention = self.decode_step(prev_tokens, memory, state, need_attention)
+        return logits.float().log_softmax(dim=-1), state, attention
+
+    def forced_log_probs(self, src_tokens: Tensor, src_mask: Tensor, tgt_in: Tensor, tgt_mask: Tensor) -> Tensor:
+        """Teacher-forced float32 log-probabilities of every next token: (B, T, V)."""
+        logits, _ = self(src_tokens, src_mask, tgt_in, tgt_mask)
+        return logits.float().log_softmax(dim=-1)
 
     def reorder_state(self, state: State, indices: Tensor) -> State:
         return index_select_tree(state, indices)

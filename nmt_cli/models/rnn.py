@@ -100,7 +100,7 @@ class StackedRNN(nn.Module):
 
     def _run(self, inputs: Tensor | PackedSequence, hidden: TorchState | None) -> tuple[Tensor, TorchState]:
         """``self.rnn``, in float32 under fp16 autocast on CPU, where oneDNN has no fp16 LSTM."""
-        on_cpu = self.rnn.weight_ih_l0.device.type == "cpu"
+        on_cpu = inputs.data.device.type == "cpu"  # .data: a PackedSequence's tensor too
         if not (self.is_lstm and on_cpu and torch.is_autocast_enabled("cpu")
                 and torch.get_autocast_dtype("cpu") == torch.float16):
             return self.rnn(inputs, hidden)
@@ -135,6 +135,8 @@ class AttentionalRNN(Seq2SeqModel):
         # the tables are N(0, 1/E) (token_table); scaled by sqrt(E) the RNNs get unit-variance inputs
         self.embed_scale = math.sqrt(cfg.embed_dim) if cfg.scale_embeddings else 1.0
         sizes = AttentionSizes(cfg.hidden_size, cfg.hidden_size, cfg.hidden_size, cfg.max_positions)
+        if cfg.attention == "location":  # one score per source position
+            self.max_source_length = cfg.max_positions
         self.attention = wrap_local(
             build_score_attention(cfg.attention, sizes), cfg.local_attention, cfg.local_window, sizes
         )

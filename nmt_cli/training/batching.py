@@ -2,25 +2,34 @@
 
 Sentences are sorted by length and cut into batches whose *padded* size stays within
 ``max_tokens`` (fairseq-style): a batch of ``B`` pairs costs ``B * max(S, T)`` where
-``S`` is the longest source and ``T`` the longest target plus one (BOS/EOS). The batches
-are built once; each epoch shuffles their order with a generator seeded by
-``(seed, epoch)``, so the stream depends only on ``(epoch, batch index)`` and a resumed
-run sees exactly the batches an uninterrupted run would.
+``S`` is the longest source and ``T`` the longest target plus one (BOS/EOS). Each epoch
+shuffles the order of its batches with a generator seeded by ``(seed, epoch)``, so the
+stream depends only on ``(epoch, batch index)`` and a resumed run sees exactly the
+batches an uninterrupted run would.
+
+The batches of an epoch come from :class:`FixedBatches` (the same every epoch, built
+once) or, for a training split mixed from several corpora, :class:`WeightedBatches`:
+each epoch draws every corpus's pairs by its weight (weight 3: every pair three times;
+0.5: a seeded half of them) and batches the draw.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from nmt_cli.data.binarized import ParallelSplit
-from nmt_cli.errors import NmtError
+from nmt_cli.data.prepared import PreparedData
+from nmt_cli.errors import InputError, NmtError
+from nmt_cli.models.base import Seq2SeqModel
 from nmt_cli.specials import BOS_ID, EOS_ID, PAD_ID
 
-__all__ = ["Batch", "BatchStream", "collate", "collate_links", "make_batches", "shard_batches"]
+__all__ = ["Batch", "BatchStream", "FixedBatches", "WeightedBatches", "check_fits_model", "collate",
+           "collate_links", "make_batches", "shard_batches"]
 
 
 @dataclass
@@ -53,6 +62,22 @@ class Batch:
         tensors = (self.src, self.src_mask, self.tgt_in, self.tgt_out, self.tgt_mask, self.links, self.link_weights)
         moved = [t if t is None else t.pin_memory().to(device, non_blocking=True) for t in tensors]
         return Batch(*moved[:5], num_tokens=self.num_tokens, links=moved[5], link_weights=moved[6])
+
+
+def check_fits_model(data: PreparedData, splits: list[str], model: Seq2SeqModel) -> None:
+    """Fail before training when a pair of ``splits`` is longer than ``model`` takes
+    (learned positions, location attention), naming its line in the cleaned text."""
+    for name in splits:
+        split = data.split(name)
+        for side, lengths, limit in (("src", split.src.lengths, model.max_source_length),
+                                     ("tgt", split.tgt.lengths, model.max_target_length)):
+            if limit is None or len(lengths) == 0 or int(lengths.max()) <= limit:
+                continue
+            longest = int(np.argmax(lengths))
+            raise InputError(data.text_path(name, side),
+                             f"{int(lengths[longest])} tokens, more than the model takes ({limit}, from "
+                             "model.max_positions); raise model.max_positions or prepare the data with a lower "
+                             "data.max_length", longest + 1)
 
 
 def padded_sizes(src_lengths: np.ndarray, tgt_lengths: np.ndarray) -> np.ndarray:
@@ -95,18 +120,64 @@ def shard_batches(batches: list[np.ndarray], epoch: int, seed: int, rank: int, w
     return [batches[i] for i in order[rank::world_size]]
 
 
+class FixedBatches:
+    """The same batches every epoch: :func:`make_batches` of the whole split, built once."""
+
+    def __init__(self, src_lengths: np.ndarray, tgt_lengths: np.ndarray, max_tokens: int):
+        self.batches = make_batches(src_lengths, tgt_lengths, max_tokens)
+
+    def __call__(self, epoch: int) -> list[np.ndarray]:
+        return self.batches
+
+
+class WeightedBatches:
+    """Each epoch's batches of a draw of the pairs by their corpus's weight.
+
+    ``corpus_numbers`` (N,) gives each pair's corpus, ``weights`` each corpus's expected
+    draws per pair and epoch: the whole part of a weight repeats every pair, the
+    fraction draws that share of the corpus's pairs without replacement, seeded by
+    ``(seed, epoch)``. The draw is then cut by length like :func:`make_batches`.
+    """
+
+    def __init__(self, src_lengths: np.ndarray, tgt_lengths: np.ndarray, corpus_numbers: np.ndarray,
+                 weights: list[float], max_tokens: int, seed: int):
+        self.src_lengths, self.tgt_lengths, self.max_tokens, self.seed = src_lengths, tgt_lengths, max_tokens, seed
+        self.members = [np.flatnonzero(corpus_numbers == number) for number in range(len(weights))]
+        self.weights = weights
+        self._cached: tuple[int, list[np.ndarray]] | None = None
+
+    def draw(self, epoch: int) -> np.ndarray:
+        """The pair indices of ``epoch`` (a pair may appear several times)."""
+        rng = np.random.default_rng([self.seed, epoch, 1])  # not the stream that orders the batches
+        picked = []
+        for members, weight in zip(self.members, self.weights):
+            whole, fraction = int(weight), weight - int(weight)
+            picked += [members] * whole
+            picked.append(rng.choice(members, size=int(round(fraction * len(members))), replace=False))
+        return np.concatenate(picked)
+
+    def __call__(self, epoch: int) -> list[np.ndarray]:
+        if self._cached is None or self._cached[0] != epoch:
+            picked = self.draw(epoch)
+            batches = make_batches(self.src_lengths[picked], self.tgt_lengths[picked], self.max_tokens)
+            self._cached = (epoch, [picked[batch] for batch in batches])
+        return self._cached[1]
+
+
 class BatchStream:
     """Endless per-rank sequence of batch indices, epoch after epoch (epochs count from 1).
 
-    ``position`` (the epoch and index of the *next* batch) is the resumable state.
+    ``epoch_batches(epoch)`` gives the batches of an epoch (:class:`FixedBatches` or
+    :class:`WeightedBatches`). ``position`` (the epoch and index of the *next* batch) is
+    the resumable state.
     """
 
-    def __init__(self, batches: list[np.ndarray], seed: int, rank: int = 0, world_size: int = 1,
-                 epoch: int = 1, index: int = 0):
-        self.batches = batches
+    def __init__(self, epoch_batches: Callable[[int], list[np.ndarray]], seed: int, rank: int = 0,
+                 world_size: int = 1, epoch: int = 1, index: int = 0):
+        self.epoch_batches = epoch_batches
         self.seed, self.rank, self.world_size = seed, rank, world_size
         self.epoch, self.index = epoch, index
-        self._order = shard_batches(batches, epoch, seed, rank, world_size)
+        self._order = shard_batches(epoch_batches(epoch), epoch, seed, rank, world_size)
         self._roll_over()
 
     @property
@@ -129,7 +200,8 @@ class BatchStream:
     def _roll_over(self) -> None:
         if self.index >= len(self._order):
             self.epoch, self.index = self.epoch + 1, 0
-            self._order = shard_batches(self.batches, self.epoch, self.seed, self.rank, self.world_size)
+            self._order = shard_batches(self.epoch_batches(self.epoch), self.epoch, self.seed, self.rank,
+                                        self.world_size)
 
 
 def collate(split: ParallelSplit, indices: np.ndarray) -> Batch:

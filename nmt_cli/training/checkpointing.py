@@ -13,9 +13,9 @@ from nmt_cli.config import Config
 from nmt_cli.errors import NmtError
 from nmt_cli.fileio import atomic_write_json
 from nmt_cli.tokenization import Tokenizer
-from nmt_cli.training.resume import check_same_run
+from nmt_cli.training.resume import check_same_architecture, check_same_run
 
-__all__ = ["CheckpointKeeper", "load_resumable"]
+__all__ = ["CheckpointKeeper", "load_initial", "load_resumable"]
 
 
 class CheckpointKeeper:
@@ -60,6 +60,17 @@ class CheckpointKeeper:
         for path in existing:
             if path.name not in keep:
                 shutil.rmtree(path, ignore_errors=True)
+
+
+def load_initial(path: str, config: Config, tokenizer: Tokenizer, prepared_dir: Path) -> Checkpoint:
+    """The trained checkpoint a fine-tuning run starts from (``train.init_from``), once it is
+    clear that it has the run's architecture and its SentencePiece model encoded the data."""
+    checkpoint = load_checkpoint(path)
+    check_same_architecture(checkpoint.config, config, str(checkpoint.path))
+    if checkpoint.tokenizer.model_files() != tokenizer.model_files():
+        raise NmtError(f"{prepared_dir}: was prepared with another SentencePiece model than {checkpoint.path} "
+                       f"uses; prepare the data with `nmt prepare --tokenizer-from {path}`")
+    return checkpoint
 
 
 def load_resumable(path: Path, config: Config, tokenizer: Tokenizer, run_dir: Path, prepared_dir: Path) -> Checkpoint:

@@ -18,12 +18,14 @@ import torch
 from nmt_cli.config import Config
 from nmt_cli.errors import NmtError
 
-__all__ = ["capture_rng_state", "restore_rng_state", "check_same_run", "RESUMABLE_CHANGES"]
+__all__ = ["capture_rng_state", "restore_rng_state", "check_same_run", "check_same_architecture",
+           "RESUMABLE_CHANGES"]
 
 #: train keys that may change between a run and its resumption
 RESUMABLE_CHANGES = frozenset({
     "max_steps", "max_epochs", "max_minutes", "num_threads", "log_every", "valid_every",
     "save_every", "valid_max_sentences", "patience", "keep_best", "keep_last", "average_last",
+    "init_from", "init_keep",  # they only decide how a run starts
 })
 
 
@@ -71,3 +73,12 @@ def check_same_run(saved: Config, config: Config, run_dir: str) -> None:
                     f"{run_dir}: was trained with {section}.{key}={old!r}, the config now says {new!r}; "
                     "use --restart to start over there, or a new --out directory"
                 )
+
+
+def check_same_architecture(saved: Config, config: Config, source: str) -> None:
+    """Refuse to start from weights of another architecture or size (fine-tuning)."""
+    before, after = saved.to_dict()["model"], config.to_dict()["model"]
+    for key, old in before.items():
+        if old != after[key]:
+            raise NmtError(f"{source}: was trained with model.{key}={old!r}, the config says {after[key]!r}; "
+                           "fine-tuning needs the same architecture (use the model section of its run's config.yaml)")

@@ -27,6 +27,7 @@ class TrainingState:
     elapsed_before: float = 0.0  # training seconds of earlier sessions
     position: dict[str, int] = field(default_factory=lambda: {"epoch": 1, "batch": 0})
     interval: dict[str, Any] | None = None  # the logging interval a checkpoint interrupted
+    init_from: dict[str, Any] | None = None  # fine-tuning: {"checkpoint", "step", "kept"} it started from
 
     @classmethod
     def from_checkpoint(cls, state: dict[str, Any], world_size: int) -> "TrainingState":
@@ -43,6 +44,7 @@ class TrainingState:
             elapsed_before=float(state["elapsed_seconds"]),
             position=position,
             interval=state["interval"],
+            init_from=state.get("init_from"),
         )
 
     @property
@@ -61,4 +63,5 @@ class TrainingState:
             "bad_validations": self.bad_validations,
             "elapsed_seconds": elapsed,
             "interval": interval,
+            "init_from": self.init_from,
         }

@@ -37,7 +37,8 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from nmt_cli.allocator import keep_freed_memory
-from nmt_cli.checkpoint import list_checkpoints, load_optimizer_state, load_weights, save_checkpoint, write_average
+from nmt_cli.checkpoint import (OPTIMIZER, STATE, Checkpoint, list_checkpoints, load_optimizer_state, load_weights,
+                                reading_checkpoint_file, save_checkpoint, write_average)
 from nmt_cli.config import Config
 from nmt_cli.data.binarized import ParallelSplit
 from nmt_cli.data.prepared import PreparedData
@@ -46,8 +47,8 @@ from nmt_cli.fileio import atomic_write_json
 from nmt_cli.models import build_model
 from nmt_cli.precision import Precision
 from nmt_cli.progress import format_duration
-from nmt_cli.training.batching import BatchStream, collate, make_batches
-from nmt_cli.training.checkpointing import CheckpointKeeper, load_resumable
+from nmt_cli.training.batching import BatchStream, FixedBatches, WeightedBatches, check_fits_model, collate
+from nmt_cli.training.checkpointing import CheckpointKeeper, load_initial, load_resumable
 from nmt_cli.training.curves import plot_learning_curve
 from nmt_cli.training.distributed import DistributedContext, init_distributed, sum_gradients_hook
 from nmt_cli.training.meter import IntervalMeter
@@ -77,6 +78,7 @@ class TrainSummary:
     train_seconds: float
     parameters: int
     peak_rss_mb: float  # this process (rank 0 under torchrun), from getrusage
+    init_from: dict[str, Any] | None = None  # fine-tuning: the checkpoint the run started from
 
     def to_json(self) -> dict[str, Any]:
         """The record written to ``<run>/summary.json`` (read by recipes and benchmarks)."""
@@ -91,6 +93,7 @@ class TrainSummary:
             "train_seconds": round(self.train_seconds, 1),
             "parameters": self.parameters,
             "peak_rss_mb": round(self.peak_rss_mb, 1),
+            "init_from": self.init_from,
         }
 
 
@@ -103,17 +106,21 @@ def train(config: Config, prepared_dir: str | Path, run_dir: str | Path, *, rest
     Under ``torchrun`` each process calls this; rank 0 alone writes files and logs.
     """
     context = init_distributed(device)
+    directory = RunDirectory(run_dir)
     try:
-        directory = RunDirectory(run_dir)
-        if restart and context.is_main:
-            directory.clear()
-        context.barrier()
-        trainer = Trainer(config, PreparedData(prepared_dir), directory, context, directory.resume_point(), stream)
-        summary = trainer.run()
-        # rank 0 still writes the last checkpoint and the plot; no rank tears the group down
-        # (and exits) while another is still connected to it. Not on the error path: a rank
-        # that raised would leave the others waiting here for ever.
-        context.barrier()
+        directory.check()
+        data = PreparedData(prepared_dir)
+        data.verify()
+        with directory.session(writer=context.is_main):
+            if restart and context.is_main:
+                directory.clear()
+            context.barrier()
+            trainer = Trainer(config, data, directory, context, directory.resume_point(), stream)
+            summary = trainer.run()
+            # rank 0 still writes the last checkpoint and the plot; no rank tears the group down
+            # (and exits) while another is still connected to it. Not on the error path: a rank
+            # that raised would leave the others waiting here for ever.
+            context.barrier()
         return summary
     finally:
         context.close()
@@ -153,22 +160,32 @@ class Trainer:
             torch.set_num_threads(self.cfg.num_threads)
         self.train_split = data.split("train")
         check_word_links(config, data, self.train_split)
+        if self.cfg.valid_every > 0 and "valid" not in data.split_names:
+            raise NmtError(f"{data.path}: has no validation split to validate on every {self.cfg.valid_every} "
+                           "steps; prepare one (data.valid_split) or set train.valid_every=0")
         self.early_stopping = EarlyStopping(self.cfg)
         seed_everything(self.cfg.seed)
         tokenizer = data.tokenizer
         self.model = build_model(config.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.joint)
+        check_fits_model(data, [name for name in ("train", "valid") if name in data.split_names], self.model)
         self.precision = Precision(self.cfg.precision, context.device, self.cfg.fp16_init_scale)
-        checkpoint = None
+        checkpoint = initial = None
         if resume_from is not None:
             checkpoint = load_resumable(resume_from, config, tokenizer, run_dir.path, data.path)
             load_weights(self.model, checkpoint.weights, source=str(resume_from))
+        elif self.cfg.init_from:
+            initial = load_initial(self.cfg.init_from, config, tokenizer, data.path)
+            load_weights(self.model, initial.weights, source=str(initial.path))
         self.model.to(context.device)
         self.updater = Updater(self.model, self.cfg, self.precision, self.early_stopping.mode)
-        self.state = self._restore(checkpoint) if checkpoint is not None else TrainingState()
+        if checkpoint is not None:
+            self.state = self._restore(checkpoint)
+        else:
+            self.state = TrainingState(init_from=self._start_from(initial) if initial is not None else None)
         self.objective = build_objective(config)
         self.module = self._wrap_model()
-        self.batches = make_batches(self.train_split.src.lengths, self.train_split.tgt.lengths, self.cfg.max_tokens)
-        self.stream_of_batches = BatchStream(self.batches, self.cfg.seed, context.rank, context.world_size,
+        self.epoch_batches = self._epoch_batches()
+        self.stream_of_batches = BatchStream(self.epoch_batches, self.cfg.seed, context.rank, context.world_size,
                                              epoch=self.state.position["epoch"], index=self.state.position["batch"])
         self.keeper = CheckpointKeeper(run_dir.path, self.early_stopping.metric, self.early_stopping.mode,
                                        keep_last=max(self.cfg.keep_last, self.cfg.average_last),
@@ -186,10 +203,36 @@ class Trainer:
         saved = load_optimizer_state(checkpoint.path)
         if saved is None:
             raise NmtError(f"{checkpoint.path}: no optimizer state, cannot resume training from it")
-        self.updater.restore(saved, checkpoint.state["scheduler"])
-        rng = checkpoint.state["rng"]
-        restore_rng_state(rng[self.context.rank] if len(rng) == self.context.world_size else rng[0])
-        return TrainingState.from_checkpoint(checkpoint.state, self.context.world_size)
+        with reading_checkpoint_file(checkpoint.path / STATE):  # a missing or bad field: one line naming it
+            state = TrainingState.from_checkpoint(checkpoint.state, self.context.world_size)
+            schedule_state, rng = checkpoint.state["scheduler"], checkpoint.state["rng"]
+            restore_rng_state(rng[self.context.rank] if len(rng) == self.context.world_size else rng[0])
+        with reading_checkpoint_file(checkpoint.path / OPTIMIZER):
+            self.updater.restore(saved, schedule_state)
+        return state
+
+    def _start_from(self, initial: Checkpoint) -> dict[str, Any]:
+        """Fine-tuning: keep the initial checkpoint's optimizer and/or schedule when asked."""
+        kept = list(self.cfg.init_keep)
+        if "optimizer" in kept:
+            saved = load_optimizer_state(initial.path)
+            if saved is None:
+                raise NmtError(f"{initial.path}: has no optimizer state to keep (train.init_keep); "
+                               "start with a fresh optimizer or use a training checkpoint")
+            self.updater.restore_optimizer(saved)
+        if "schedule" in kept:
+            if "scheduler" not in initial.state:
+                raise NmtError(f"{initial.path}: has no learning-rate schedule to keep (train.init_keep)")
+            self.updater.schedule.load_state_dict(initial.state["scheduler"])
+        return {"checkpoint": str(initial.path), "step": initial.step, "kept": kept}
+
+    def _epoch_batches(self) -> FixedBatches | WeightedBatches:
+        """The same batches every epoch, or a new weighted draw per epoch for a mixed split."""
+        lengths = (self.train_split.src.lengths, self.train_split.tgt.lengths)
+        mix = self.data.corpus_mix()
+        if mix is None:
+            return FixedBatches(*lengths, self.cfg.max_tokens)
+        return WeightedBatches(*lengths, *mix, self.cfg.max_tokens, self.cfg.seed)
 
     def _wrap_model(self) -> torch.nn.Module:
         module: torch.nn.Module = self.model
@@ -287,10 +330,18 @@ class Trainer:
         if self.context.is_main:
             self.run_dir.write_config(self.config)
         params = self.model.num_parameters()
+        batches = len(self.epoch_batches(self.stream_of_batches.epoch))
+        corpora = self.data.manifest["splits"]["train"].get("corpora") or []
+        mixed = "".join(f"{', ' if k else ' (mixed: '}{c['name']} {c['pairs']:,} x{c['weight']:g}"
+                        for k, c in enumerate(corpora)) + (")" if corpora else "")
         where = f"resuming from {self.resumed_from.name}" if self.resumed_from else "fresh start"
+        start = self.state.init_from
+        if start is not None and not self.resumed_from:
+            kept = " and ".join(start["kept"]) or "nothing else"
+            where = f"fine-tuning from {start['checkpoint']} (step {start['step']}; kept {kept})"
         self.log.line(
-            f"{self.config.model.arch}: {params:,} parameters | {len(self.train_split):,} training pairs in "
-            f"{len(self.batches):,} batches of <= {self.cfg.max_tokens} tokens | device {self.context.device} "
+            f"{self.config.model.arch}: {params:,} parameters | {len(self.train_split):,} training pairs{mixed} in "
+            f"{batches:,} batches of <= {self.cfg.max_tokens} tokens | device {self.context.device} "
             f"x {self.context.world_size} | {self.precision.name} | {where}"
         )
         if self.precision.name == "fp16" and self.context.device.type == "cpu":
@@ -411,6 +462,7 @@ class Trainer:
             train_seconds=self._session_seconds,
             parameters=self.model.num_parameters(),
             peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,  # Linux: KiB
+            init_from=self.state.init_from,
         )
         if self.context.is_main:
             atomic_write_json(self.run_dir.path / "summary.json", summary.to_json())

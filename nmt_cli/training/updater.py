@@ -74,7 +74,11 @@ class Updater:
 
     def restore(self, saved: dict[str, Any], schedule_state: dict[str, Any]) -> None:
         """Inverse of :meth:`state`."""
+        self.restore_optimizer(saved)
+        self.schedule.load_state_dict(schedule_state)
+
+    def restore_optimizer(self, saved: dict[str, Any]) -> None:
+        """The optimizer (and fp16 scaler) part of :meth:`state` alone."""
         self.optimizer.load_state_dict(saved["optimizer"])
         if self.precision.scaler is not None and saved.get("grad_scaler"):
             self.precision.scaler.load_state_dict(saved["grad_scaler"])
-        self.schedule.load_state_dict(schedule_state)

@@ -1,0 +1,190 @@
+"""Translation through CTranslate2: the same API, tokenization, batching and scores as the Translator.
+
+:class:`CTranslate2Translator` duck-types :class:`nmt_cli.decoding.Translator`
+(``translate``, ``translate_stream``, ``decode``, ``tokenizer``, ``signature``) over a
+directory written by ``nmt export``. How our search settings map onto CTranslate2's:
+
+* Beam search is the same algorithm (the 2K best extensions, EOS candidates within the
+  top K finish, a sentence stops with K finished hypotheses). CTranslate2 normalises
+  scores by ``|y|^penalty`` (EOS not counted) instead of the GNMT ``((5 + |y|) / 6)^alpha``
+  (EOS counted), and with a penalty of 0 it stops a sentence as soon as its best beam
+  ends. So it runs with a vanishing penalty (it then waits for K hypotheses, as we do),
+  returns all K with their ``log P``, and they are re-ranked here by our GNMT score.
+  A hypothesis cut at the length limit carries no EOS in CTranslate2; its ``log P`` is
+  recomputed with ``score_batch``, which adds ``log p(EOS)`` as our search does when it
+  forces EOS there, so scores and rankings match ours there too.
+* The maximum length ``a * |x| + b`` is per sentence here but per batch in CTranslate2:
+  sentences are grouped by their limit, then batched by ``decode.max_tokens`` /
+  ``decode.max_sentences`` within each group, so every sentence gets exactly its own limit.
+* ``decode.min_len``: CTranslate2's ``min_decoding_length`` (EOS blocked before it).
+* ``decode.workers`` batches run at once (CTranslate2's ``inter_threads``), each on an
+  equal share of torch's intra-op thread count.
+* Alignments: CTranslate2 returns the last decoder layer's cross-attention averaged over
+  its heads, the default reading of :mod:`nmt_cli.alignment.reader`; a hypothesis carries
+  it as (1, 1, T, S), so other ``--layer/--heads`` readings are refused.
+* Sampling (``decode.sampling``) is not offered: CTranslate2 draws from another random stream.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from nmt_cli.config import DecodeConfig
+from nmt_cli.decoding.batching import token_budget_batches
+from nmt_cli.decoding.hypothesis import Hypothesis
+from nmt_cli.decoding.search import length_penalty
+from nmt_cli.decoding.translator import (apply_decode_overrides, averaged_label, fit_sources, signature_parts,
+                                         stream_in_chunks)
+from nmt_cli.device import resolve_device
+from nmt_cli.errors import NmtError
+from nmt_cli.export import read_export_record, require_ctranslate2
+from nmt_cli.export.record import ExportRecord
+from nmt_cli.tokenization import Tokenizer
+
+#: CTranslate2 weight/compute types ``--quantize`` may ask for at load time
+COMPUTE_TYPES = ("default", "float32", "int8", "int8_float32", "int16", "float16", "bfloat16")
+#: a length penalty too small to change any ranking but non-zero, so beam search waits for K hypotheses
+VANISHING_PENALTY = 1e-6
+
+
+class CTranslate2Translator:
+    """An exported model in a ``ctranslate2.Translator``, with our tokenizer and search settings."""
+
+    engine = "ctranslate2"
+
+    def __init__(self, record: ExportRecord, decode: DecodeConfig, device: str = "auto",
+                 compute_type: str = "default", checkpoint: str = ""):
+        _check_supported(decode)
+        if compute_type not in COMPUTE_TYPES:
+            raise NmtError(f"unknown --quantize {compute_type!r} for ctranslate2; choose from {', '.join(COMPUTE_TYPES)}")
+        ctranslate2 = require_ctranslate2()
+        resolved = resolve_device(device)
+        self.record = record
+        self.decode = decode
+        self.device = resolved
+        self.checkpoint = checkpoint or str(record.path)
+        self.tokenizer = _tokenizer(record)
+        self._target_ids = {self.tokenizer.tgt.id_to_piece(i): i for i in range(self.tokenizer.tgt_vocab_size)}
+        workers = decode.workers if resolved.type == "cpu" else 1
+        self._translator = ctranslate2.Translator(
+            str(record.path), device=resolved.type, device_index=resolved.index or 0, compute_type=compute_type,
+            inter_threads=workers, intra_threads=max(1, torch.get_num_threads() // workers))
+        self.compute_type = self._translator.compute_type
+        #: None: alignments read the attention CTranslate2 returns (the default heads), never a guided head
+        self.config = None
+
+    @classmethod
+    def from_export(cls, path: str | os.PathLike, device: str = "auto", compute_type: str | None = None,
+                    overrides: Mapping[str, Any] | None = None, checkpoint: str = "") -> "CTranslate2Translator":
+        """Load ``nmt export``'s directory; decode settings: the run's, then ``overrides``."""
+        record = read_export_record(path)
+        decode = apply_decode_overrides(record.decode_defaults(), overrides)
+        return cls(record, decode, device, compute_type or "default", checkpoint)
+
+    def with_decode(self, overrides: Mapping[str, Any]) -> "CTranslate2Translator":
+        """The same loaded model with other search settings (``{"decode.beam_size": 1}``)."""
+        variant = copy.copy(self)
+        variant.decode = _check_supported(apply_decode_overrides(self.decode, overrides))
+        return variant
+
+    def translate(self, texts: Sequence[str], with_attention: bool = False) -> list[Hypothesis]:
+        """One hypothesis per text, in order; blank texts give empty translations."""
+        fitted = fit_sources([self.tokenizer.encode_src(text) if text.strip() else [] for text in texts],
+                             self.record.positions, self.decode.on_long_line)
+        sources = [source for source, _ in fitted]
+        results = [Hypothesis(tokens=[], score=0.0, log_prob=0.0) for _ in sources]
+        pending = []
+        for batch, limit in self._batches(sources):
+            pieces = [self.tokenizer.src_pieces(sources[i]) for i in batch]
+            pending.append((batch, limit, pieces, self._translator.translate_batch(
+                pieces, asynchronous=True, beam_size=self.decode.beam_size, num_hypotheses=self.decode.beam_size,
+                length_penalty=self._penalty(), max_decoding_length=limit,
+                min_decoding_length=min(self.decode.min_len, limit), max_input_length=0, return_scores=True,
+                return_attention=with_attention)))
+        for batch, limit, pieces, outcomes in pending:
+            for index, source_pieces, outcome in zip(batch, pieces, outcomes):
+                results[index] = self._hypothesis(outcome.result(), source_pieces, limit, with_attention)
+        return [dataclasses.replace(result, long_input=how) for result, (_, how) in zip(results, fitted)]
+
+    def translate_stream(self, texts: Iterable[str], chunk_size: int = 2000,
+                         with_attention: bool = False) -> Iterator[tuple[str, Hypothesis]]:
+        """``(text, hypothesis)`` pairs in input order, ``chunk_size`` texts at a time."""
+        return stream_in_chunks(self.translate, texts, chunk_size, with_attention)
+
+    def signature(self) -> str:
+        """The Translator's signature fields plus the engine and its compute type."""
+        average = averaged_label(self.record.averaged)
+        parts = signature_parts(self.decode, self.checkpoint, self.record.step, average)
+        return "|".join([*parts[:-1], "engine:ctranslate2", f"compute:{self.compute_type}", parts[-1]])
+
+    def output_limits(self, sources: Sequence[Sequence[int]]) -> list[int]:
+        """Each source's output limit ``floor(a * |x| + b)`` (at least 1), within the position
+        table: the decoder reads BOS and the output, so at most ``positions - 1`` tokens, as in
+        the torch engine (``max_target_length``)."""
+        longest = self.record.positions - 1
+        return [min(max(1, int(self.decode.max_len_a * len(source) + self.decode.max_len_b)), longest)
+                for source in sources]
+
+    def _batches(self, sources: Sequence[Sequence[int]]) -> list[tuple[list[int], int]]:
+        """(indices, output limit) batches: non-empty sources grouped by limit, then by token budget."""
+        nonempty = [i for i, source in enumerate(sources) if source]
+        limits = dict(zip(nonempty, self.output_limits([sources[i] for i in nonempty])))
+        batches = []
+        for limit in sorted(set(limits.values()), reverse=True):
+            group = [i for i in nonempty if limits[i] == limit]
+            for batch in token_budget_batches([len(sources[i]) for i in group], self.decode.max_tokens,
+                                              self.decode.max_sentences):
+                batches.append(([group[j] for j in batch], limit))
+        return batches
+
+    def _penalty(self) -> float:
+        return 0.0 if self.decode.beam_size == 1 else VANISHING_PENALTY
+
+    def _hypothesis(self, result: Any, source_pieces: list[str], limit: int, with_attention: bool) -> Hypothesis:
+        """Re-rank CTranslate2's hypotheses by the GNMT score; the best with the n-best list."""
+        log_probs = [float(score) * max(len(pieces), 1) ** self._penalty()
+                     for score, pieces in zip(result.scores, result.hypotheses)]
+        cut = [number for number, pieces in enumerate(result.hypotheses) if len(pieces) == limit]
+        if cut:  # cut at the limit without EOS: add log p(EOS | y), as our search does when it forces EOS
+            scored = self._translator.score_batch([source_pieces] * len(cut),
+                                                  [result.hypotheses[number] for number in cut], max_input_length=0)
+            for number, scoring in zip(cut, scored):
+                log_probs[number] = float(sum(scoring.log_probs))
+        entries = []
+        for number, pieces in enumerate(result.hypotheses):
+            tokens = [self._target_ids[piece] for piece in pieces]
+            attention = None
+            if with_attention:
+                rows = np.asarray(result.attention[number], dtype=np.float32)  # (T, S_padded)
+                attention = (rows[:, :len(source_pieces)] if tokens
+                             else np.zeros((0, len(source_pieces)), np.float32))[None, None]  # (1, 1, T, S)
+            entries.append(Hypothesis(
+                tokens=tokens, log_prob=log_probs[number], attention=attention,
+                score=log_probs[number] / length_penalty(len(tokens) + 1, self.decode.alpha),
+                text=self.tokenizer.decode_tgt(tokens)))
+        entries.sort(key=lambda hypothesis: -hypothesis.score)
+        nbest = entries[: self.decode.nbest]
+        best = nbest[0]
+        return Hypothesis(tokens=best.tokens, score=best.score, log_prob=best.log_prob, text=best.text,
+                          nbest=nbest, attention=best.attention)
+
+
+def _check_supported(decode: DecodeConfig) -> DecodeConfig:
+    """``decode`` unless it asks for what this engine cannot do (sampling)."""
+    if decode.sampling != "none":
+        raise NmtError("decode.sampling is not supported by the ctranslate2 engine; use --engine torch")
+    return decode
+
+
+def _tokenizer(record: ExportRecord) -> Tokenizer:
+    """The SentencePiece model(s) copied into the export (source first when separate)."""
+    return Tokenizer.from_files(*(record.path / name for name in record.tokenizer_files))
+
+
+__all__ = ["CTranslate2Translator", "COMPUTE_TYPES", "VANISHING_PENALTY"]

@@ -1,0 +1,152 @@
+"""Micro-batching: sentences of concurrent requests decoded together, off the event loop.
+
+Requests put jobs (their sentences and search settings) into a bounded queue; one worker
+thread takes the oldest job and every other queued job with the same settings, up to a
+budget of source tokens, waiting at most ``wait_s`` after the oldest job arrived for
+more to come. Jobs with other settings are never mixed into that decode call; they wait
+for a later one. A full queue refuses new jobs (:class:`QueueFull`) instead of growing.
+
+Each job carries a :class:`concurrent.futures.Future`: the request awaits it, a request
+that gives up cancels it, and the worker skips a cancelled job that has not started.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Callable, Hashable, Sequence
+
+from nmt_cli.decoding.hypothesis import Hypothesis
+
+__all__ = ["Job", "MicroBatcher", "QueueFull"]
+
+
+class QueueFull(Exception):
+    """The queue holds as many sentences as it may; the request should come back later."""
+
+
+@dataclass(eq=False)
+class Job:
+    """One request's sentences, decoded by ``engine`` with ``with_attention``; ``key`` groups equal settings."""
+
+    texts: Sequence[str]
+    tokens: int
+    key: Hashable
+    engine: Any
+    with_attention: bool = False
+    future: Future = field(default_factory=Future)
+    queued_at: float = field(default_factory=time.monotonic)
+
+
+class MicroBatcher:
+    """A bounded queue of :class:`Job` and the thread that decodes them in batches.
+
+    ``budget_tokens``: source tokens gathered into one decode call (one job that is
+    longer is decoded alone). ``batching=False`` decodes every job on its own, the
+    baseline that ``bench/serve_load.py`` compares with. ``on_batch(sentences)`` is
+    called after every decode call (for metrics).
+    """
+
+    def __init__(self, capacity: int, budget_tokens: int, wait_s: float, batching: bool = True,
+                 on_batch: Callable[[int], None] | None = None):
+        self.capacity = capacity
+        self.budget_tokens = budget_tokens
+        self.wait_s = wait_s if batching else 0.0
+        self.batching = batching
+        self.on_batch = on_batch or (lambda sentences: None)
+        self._queue: collections.deque[Job] = collections.deque()
+        self._queued_sentences = 0
+        self._condition = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="nmt-serve-decoder", daemon=True)
+        self._thread.start()
+
+    @property
+    def queued_sentences(self) -> int:
+        """Sentences waiting for a decode call (not counting the one running)."""
+        return self._queued_sentences
+
+    def submit(self, job: Job) -> Future:
+        """Queue ``job``; :class:`QueueFull` when its sentences do not fit, RuntimeError once closed."""
+        with self._condition:
+            if self._closed:
+                raise RuntimeError("the batcher is closed")
+            if self._queued_sentences + len(job.texts) > self.capacity:
+                raise QueueFull(f"{self._queued_sentences} sentences are queued (limit {self.capacity})")
+            self._queue.append(job)
+            self._queued_sentences += len(job.texts)
+            self._condition.notify()
+        return job.future
+
+    def close(self) -> None:
+        """Decode what is queued, then stop the worker thread."""
+        with self._condition:
+            self._closed = True
+            self._condition.notify()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            jobs = self._next_batch()
+            if jobs is None:
+                return
+            if jobs:
+                self._decode(jobs)
+
+    def _next_batch(self) -> list[Job] | None:
+        """The jobs of the next decode call ([] when all were cancelled); None once closed and empty."""
+        with self._condition:
+            while not self._drop_cancelled():
+                if self._closed:
+                    return None
+                self._condition.wait()
+            first = self._queue[0]
+            deadline = first.queued_at + self.wait_s
+            while (not self._closed and self._tokens_like(first) < self.budget_tokens
+                   and (remaining := deadline - time.monotonic()) > 0):
+                self._condition.wait(remaining)
+            jobs = self._take_like(first)
+            self._queued_sentences -= sum(len(job.texts) for job in jobs)
+        return [job for job in jobs if job.future.set_running_or_notify_cancel()]
+
+    def _drop_cancelled(self) -> int:
+        """Forget jobs whose request gave up before they started; the number of jobs left."""
+        cancelled = [job for job in self._queue if job.future.cancelled()]
+        if cancelled:
+            self._queue = collections.deque(job for job in self._queue if not job.future.cancelled())
+            self._queued_sentences -= sum(len(job.texts) for job in cancelled)
+        return len(self._queue)
+
+    def _tokens_like(self, first: Job) -> int:
+        return sum(job.tokens for job in self._queue if job.key == first.key)
+
+    def _take_like(self, first: Job) -> list[Job]:
+        """Remove and return ``first`` and the following jobs of its key that fit the budget."""
+        taken, kept, tokens = [], collections.deque(), 0
+        for job in self._queue:
+            fits = not taken or (self.batching and tokens + job.tokens <= self.budget_tokens)
+            if job.key == first.key and fits:
+                taken.append(job)
+                tokens += job.tokens
+            else:
+                kept.append(job)
+        self._queue = kept
+        return taken
+
+    def _decode(self, jobs: list[Job]) -> None:
+        """One engine call for all sentences of ``jobs``; each job gets its own hypotheses back."""
+        texts = [text for job in jobs for text in job.texts]
+        try:
+            hypotheses: list[Hypothesis] = jobs[0].engine.translate(texts, with_attention=jobs[0].with_attention)
+        except Exception as exc:  # the requests report it; the worker goes on
+            for job in jobs:
+                job.future.set_exception(exc)
+            return
+        start = 0
+        for job in jobs:
+            job.future.set_result(hypotheses[start:start + len(job.texts)])
+            start += len(job.texts)
+        self.on_batch(len(texts))

@@ -1,0 +1,149 @@
+"""Micro-batching of `nmt serve`: grouping by settings, token budget, waiting, bounds, cancellation."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from nmt_cli.decoding.hypothesis import Hypothesis
+from nmt_cli.errors import NmtError
+from nmt_cli.serve.batcher import Job, MicroBatcher, QueueFull
+
+
+class RecordingEngine:
+    """Translates a text to itself upper-cased; records each decode call; may wait for a gate."""
+
+    def __init__(self, name: str, calls: list, gate: threading.Event | None = None):
+        self.name, self.calls, self.gate = name, calls, gate
+        self.entered = threading.Event()
+
+    def translate(self, texts, with_attention=False):
+        self.entered.set()
+        if self.gate is not None:
+            self.gate.wait(10)
+        self.calls.append((self.name, list(texts)))
+        return [Hypothesis(tokens=[], score=0.0, log_prob=0.0, text=text.upper()) for text in texts]
+
+
+def texts_of(future) -> list[str]:
+    return [hypothesis.text for hypothesis in future.result(10)]
+
+
+def blocked(batcher: MicroBatcher, calls: list) -> threading.Event:
+    """Occupy the decoder with a job that waits for the returned gate."""
+    gate = threading.Event()
+    engine = RecordingEngine("blocker", calls, gate)
+    batcher.submit(Job(["first"], 1, "blocker", engine))
+    assert engine.entered.wait(10)
+    return gate
+
+
+def test_jobs_with_other_settings_are_never_decoded_in_the_same_call():
+    calls: list = []
+    batcher = MicroBatcher(capacity=100, budget_tokens=1000, wait_s=0.0)
+    gate = blocked(batcher, calls)
+    beam1, beam5 = RecordingEngine("beam1", calls), RecordingEngine("beam5", calls)
+    first = batcher.submit(Job(["a", "b"], 2, ("beam", 1), beam1))
+    other = batcher.submit(Job(["c"], 1, ("beam", 5), beam5))
+    second = batcher.submit(Job(["d"], 1, ("beam", 1), beam1))
+    gate.set()
+    assert texts_of(first) == ["A", "B"] and texts_of(other) == ["C"] and texts_of(second) == ["D"]
+    batcher.close()
+    assert calls == [("blocker", ["first"]), ("beam1", ["a", "b", "d"]), ("beam5", ["c"])]
+
+
+def test_a_batch_holds_at_most_the_token_budget_and_a_longer_job_goes_alone():
+    calls: list = []
+    batcher = MicroBatcher(capacity=100, budget_tokens=12, wait_s=0.0)
+    gate = blocked(batcher, calls)
+    engine = RecordingEngine("e", calls)
+    futures = [batcher.submit(Job([name], tokens, "k", engine))
+               for name, tokens in (("a", 6), ("b", 6), ("c", 6), ("long", 30))]
+    gate.set()
+    assert [texts_of(future) for future in futures] == [["A"], ["B"], ["C"], ["LONG"]]
+    batcher.close()
+    assert [texts for _, texts in calls[1:]] == [["a", "b"], ["c"], ["long"]]
+
+
+def test_without_batching_every_job_is_its_own_decode_call():
+    calls: list = []
+    batcher = MicroBatcher(capacity=100, budget_tokens=1000, wait_s=0.5, batching=False)
+    gate = blocked(batcher, calls)
+    engine = RecordingEngine("e", calls)
+    futures = [batcher.submit(Job([name], 1, "k", engine)) for name in "abc"]
+    gate.set()
+    for future in futures:
+        future.result(10)
+    batcher.close()
+    assert [texts for _, texts in calls[1:]] == [["a"], ["b"], ["c"]]
+
+
+def test_the_oldest_job_waits_for_others_up_to_the_wait_time():
+    calls: list = []
+    sizes: list[int] = []
+    batcher = MicroBatcher(capacity=100, budget_tokens=1000, wait_s=0.3, on_batch=sizes.append)
+    engine = RecordingEngine("e", calls)
+    started = time.monotonic()
+    first = batcher.submit(Job(["a"], 1, "k", engine))
+    time.sleep(0.05)
+    second = batcher.submit(Job(["b"], 1, "k", engine))
+    assert texts_of(first) == ["A"] and texts_of(second) == ["B"]
+    assert time.monotonic() - started >= 0.29  # the first job waited for company
+    batcher.close()
+    assert calls == [("e", ["a", "b"])] and sizes == [2]
+
+
+def test_the_queue_is_bounded_in_sentences():
+    calls: list = []
+    batcher = MicroBatcher(capacity=3, budget_tokens=1000, wait_s=0.0)
+    gate = blocked(batcher, calls)
+    engine = RecordingEngine("e", calls)
+    batcher.submit(Job(["a", "b"], 2, "k", engine))
+    with pytest.raises(QueueFull, match="2 sentences are queued"):
+        batcher.submit(Job(["c", "d"], 2, "k", engine))
+    batcher.submit(Job(["c"], 1, "k", engine))
+    assert batcher.queued_sentences == 3
+    gate.set()
+    batcher.close()
+    assert batcher.queued_sentences == 0
+    with pytest.raises(RuntimeError, match="closed"):
+        batcher.submit(Job(["e"], 1, "k", engine))
+
+
+def test_a_cancelled_job_is_not_decoded_and_frees_its_place():
+    calls: list = []
+    batcher = MicroBatcher(capacity=10, budget_tokens=1000, wait_s=0.0)
+    gate = blocked(batcher, calls)
+    engine = RecordingEngine("e", calls)
+    given_up = batcher.submit(Job(["gone"], 1, "k", engine))
+    kept = batcher.submit(Job(["kept"], 1, "k", engine))
+    assert given_up.cancel()
+    gate.set()
+    assert texts_of(kept) == ["KEPT"]
+    batcher.close()
+    assert calls[1:] == [("e", ["kept"])] and batcher.queued_sentences == 0
+
+
+def test_an_engine_error_goes_to_the_requests_of_that_call_and_the_worker_goes_on():
+    class Failing:
+        def translate(self, texts, with_attention=False):
+            raise NmtError("sequence too long")
+
+    calls: list = []
+    batcher = MicroBatcher(capacity=10, budget_tokens=1000, wait_s=0.0)
+    failed = batcher.submit(Job(["x"], 1, "bad", Failing()))
+    with pytest.raises(NmtError, match="sequence too long"):
+        failed.result(10)
+    assert texts_of(batcher.submit(Job(["y"], 1, "k", RecordingEngine("e", calls)))) == ["Y"]
+    batcher.close()
+
+
+def test_close_decodes_what_is_queued_first():
+    calls: list = []
+    batcher = MicroBatcher(capacity=10, budget_tokens=1000, wait_s=5.0)
+    future = batcher.submit(Job(["late"], 1, "k", RecordingEngine("e", calls)))
+    started = time.monotonic()
+    batcher.close()  # does not sit out the 5 s wait
+    assert texts_of(future) == ["LATE"] and time.monotonic() - started < 2

@@ -1,0 +1,122 @@
+"""The real `nmt serve` process: it binds a port, answers HTTP, and exits 0 on SIGTERM/SIGINT after
+finishing the request in flight."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("uvicorn", reason="nmt serve needs the serve extra (pip install 'nmt-cli[serve]')")
+
+from nmt_cli.decoding import Translator  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+SENTENCES = ["Eine traurige Tante besucht selten seine leeren Küchen .", "Haben Männer keinem Vater gedankt ?"]
+
+
+class ServeProcess:
+    """``python -m nmt_cli serve`` on a free port (``--port 0``), its stderr collected line by line."""
+
+    def __init__(self, checkpoint: Path, *options: str):
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "nmt_cli", "serve", "--checkpoint", str(checkpoint), "--port", "0", *options],
+            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        self.url = self._wait_for_url()
+
+    def _read(self) -> None:
+        for line in self.process.stderr:
+            self.lines.append(line.rstrip("\n"))
+
+    def _wait_for_url(self) -> str:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and self.process.poll() is None:
+            for line in self.lines:
+                match = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
+                if match:
+                    return match.group(1)
+            time.sleep(0.05)
+        self.process.kill()
+        raise AssertionError("nmt serve did not start:\n" + "\n".join(self.lines))
+
+    def request(self, path: str, body: dict | None = None, timeout: float = 30) -> tuple[int, dict]:
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(self.url + path, data=data, headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as error:
+            return error.code, json.loads(error.read())
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.request("/health")[0] == 200:
+                return
+            time.sleep(0.1)
+        raise AssertionError("never ready:\n" + "\n".join(self.lines))
+
+    def stop(self, sig: int) -> int:
+        self.process.send_signal(sig)
+        code = self.process.wait(timeout=30)
+        self._reader.join(timeout=5)
+        return code
+
+
+def test_real_server_translates_and_finishes_the_request_in_flight_on_sigterm(tiny_trained_run):
+    # every request waits 1.5 s for company, so one is surely in flight when the signal comes
+    server = ServeProcess(tiny_trained_run, "--batch-wait-ms", "1500")
+    try:
+        server.wait_ready()
+        status, body = server.request("/v1/translate", {"text": SENTENCES})
+        expected = [h.text for h in Translator.from_checkpoint(tiny_trained_run).translate(SENTENCES)]
+        assert status == 200 and [t["text"] for t in body["translations"]] == expected
+        in_flight: dict = {}
+        thread = threading.Thread(target=lambda: in_flight.update(
+            answer=server.request("/v1/translate", {"text": SENTENCES[1]})))
+        thread.start()
+        time.sleep(0.5)
+        server.process.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        with pytest.raises(OSError):  # no longer accepting
+            socket.create_connection(("127.0.0.1", int(server.url.rsplit(":", 1)[1])), timeout=2).close()
+        thread.join(30)
+        status, alone = in_flight["answer"]
+        assert status == 200 and alone["signature"] == body["signature"]
+        # decoded alone rather than beside another sentence: same output, the score equal up to float rounding
+        (translation,) = alone["translations"]
+        assert translation["tokens"] == body["translations"][1]["tokens"]
+        assert translation["score"] == pytest.approx(body["translations"][1]["score"], rel=1e-6)
+        assert server.process.wait(timeout=30) == 0
+    finally:
+        if server.process.poll() is None:
+            server.process.kill()
+    server._reader.join(timeout=5)
+    log = "\n".join(server.lines)
+    assert re.search(r"POST /v1/translate 200 2 sentences \d+\.\d ms", log), log
+    assert "SIGTERM received" in log and "Traceback" not in log
+
+
+def test_sigint_exits_0_and_a_missing_checkpoint_is_one_line_and_exit_1(tiny_trained_run, tmp_path):
+    server = ServeProcess(tiny_trained_run)
+    server.wait_ready()
+    assert server.stop(signal.SIGINT) == 0
+    missing = subprocess.run([sys.executable, "-m", "nmt_cli", "serve", "--checkpoint", str(tmp_path / "none"),
+                              "--port", "0"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 1
+    assert missing.stderr.splitlines()[-1] == f"error: the model could not be loaded: {tmp_path / 'none'}: " \
+                                              "checkpoint not found"
+    assert "Traceback" not in missing.stderr
