@@ -15,19 +15,21 @@ else from JSON, and the optimizer file through ``torch.load(weights_only=True)``
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import pickle
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
 
 from nmt_cli import __version__
 from nmt_cli.config import Config
-from nmt_cli.errors import NmtError
+from nmt_cli.errors import ConfigError, NmtError
 from nmt_cli.fileio import atomic_directory
 from nmt_cli.models import Seq2SeqModel, build_model
 from nmt_cli.tokenization import Tokenizer
@@ -37,6 +39,9 @@ STEP_DIR = re.compile(r"^step-(\d+)$")
 WEIGHTS = "model.safetensors"
 OPTIMIZER = "optimizer.pt"
 STATE = "state.json"
+TOKENIZER_FILES = ("spm.model", "spm.src.model", "spm.tgt.model")
+#: every file a checkpoint directory holds (a directory holding anything else is not replaced)
+CHECKPOINT_FILES = frozenset({WEIGHTS, OPTIMIZER, STATE, *TOKENIZER_FILES})
 
 
 @dataclass
@@ -91,11 +96,14 @@ def save_checkpoint(
     tokenizer: Tokenizer,
     state: dict[str, Any],
     optimizer_state: dict[str, Any] | None = None,
+    inputs: Sequence[str | os.PathLike] = (),
 ) -> Path:
     """Write a complete checkpoint directory atomically and return its path.
 
     ``weights`` is a state dict (``model.state_dict()``); tensors sharing storage are
     stored once. ``state`` must be JSON-serialisable; it should hold at least ``step``.
+    An existing directory is replaced only if it holds checkpoint files alone, and never
+    when it is (or contains) one of ``inputs``.
     """
     directory = Path(directory)
     unique, aliases = _split_tied(weights)
@@ -107,10 +115,12 @@ def save_checkpoint(
         "tokenizer_files": sorted(tokenizer.model_files()),
         **state,
     }
-    with atomic_directory(directory) as tmp:
-        save_file(unique, str(tmp / WEIGHTS))
+    with atomic_directory(directory, owned=CHECKPOINT_FILES.__contains__, inputs=inputs) as tmp:
+        # through Python file objects: a failed write then raises the OSError saying why
+        (tmp / WEIGHTS).write_bytes(save(unique))
         if optimizer_state is not None:
-            torch.save(optimizer_state, tmp / OPTIMIZER)
+            with open(tmp / OPTIMIZER, "wb") as handle:
+                torch.save(optimizer_state, handle)
         for name, data in tokenizer.model_files().items():
             (tmp / name).write_bytes(data)
         (tmp / STATE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
@@ -166,33 +176,54 @@ def _upgraded_config(state: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
-def _read_state(path: Path) -> dict[str, Any]:
-    """``state.json`` of a resolved checkpoint directory, its format checked."""
+@contextlib.contextmanager
+def reading_checkpoint_file(path: str | os.PathLike) -> Iterator[None]:
+    """Any failure to read or use ``path`` (a file of a checkpoint) becomes one line that
+    names it and says it is not a valid checkpoint file."""
     try:
+        yield
+    except ConfigError as exc:
+        raise NmtError("\n".join(f"{path}: not a valid checkpoint file ({problem})"
+                                  for problem in str(exc).splitlines())) from None
+    except NmtError:
+        raise
+    except pickle.UnpicklingError:
+        raise NmtError(f"{path}: not a valid checkpoint file (it holds objects other than tensors and plain "
+                       "data; refused without running them)") from None
+    except Exception as exc:
+        lines = str(exc).strip().splitlines()
+        reason = f"{type(exc).__name__}: {lines[0][:200]}" if lines else type(exc).__name__
+        raise NmtError(f"{path}: not a valid checkpoint file ({reason})") from None
+
+
+def _read_state(path: Path) -> tuple[dict[str, Any], Config]:
+    """``state.json`` of a resolved checkpoint directory and the config in it, checked."""
+    with reading_checkpoint_file(path / STATE):
         state = json.loads((path / STATE).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise NmtError(f"{path / STATE}: unreadable checkpoint state ({exc})") from None
-    if state.get("format") not in (1, FORMAT_VERSION):
-        raise NmtError(f"{path / STATE}: unsupported checkpoint format {state.get('format')!r}")
-    return state
+        if not isinstance(state, dict) or not isinstance(state.get("config"), dict):
+            raise ValueError("no config object")
+        if state.get("format") not in (1, FORMAT_VERSION):
+            raise ValueError(f"unsupported checkpoint format {state.get('format')!r}")
+        return state, Config.from_dict(_upgraded_config(state))
 
 
 def load_checkpoint_config(path: str | os.PathLike) -> Config:
     """The config a checkpoint (or a run's newest one) was trained with; the weights are not read."""
-    return Config.from_dict(_upgraded_config(_read_state(resolve_checkpoint(path))))
+    return _read_state(resolve_checkpoint(path))[1]
 
 
 def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
     """Read a checkpoint (weights on CPU) without executing any code from it."""
     path = resolve_checkpoint(path)
-    state = _read_state(path)
-    config = Config.from_dict(_upgraded_config(state))
-    weights = _with_aliases(_read_weights(path), state)
+    state, config = _read_state(path)
     files = state.get("tokenizer_files") or []
-    if files == ["spm.model"]:
-        tokenizer = Tokenizer.from_files(path / "spm.model")
-    else:
-        tokenizer = Tokenizer.from_files(path / "spm.src.model", path / "spm.tgt.model")
+    weights = _with_aliases(_read_weights(path), state, path)
+    models = [path / name for name in (["spm.model"] if files == ["spm.model"] else ["spm.src.model", "spm.tgt.model"])]
+    for model in models:  # one at a time, so that an error names the file
+        with reading_checkpoint_file(model):
+            tokenizer = Tokenizer.from_files(model)
+    if len(models) > 1:
+        tokenizer = Tokenizer.from_files(*models)
     return Checkpoint(path=path, config=config, weights=weights, state=state, tokenizer=tokenizer)
 
 
@@ -201,7 +232,11 @@ def load_optimizer_state(path: str | os.PathLike) -> dict[str, Any] | None:
     file = resolve_checkpoint(path) / OPTIMIZER
     if not file.is_file():
         return None
-    return torch.load(file, map_location="cpu", weights_only=True)
+    with reading_checkpoint_file(file):
+        saved = torch.load(file, map_location="cpu", weights_only=True)
+        if not isinstance(saved, dict) or not isinstance(saved.get("optimizer"), dict):
+            raise ValueError("no optimizer state in it")
+    return saved
 
 
 def load_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor], source: str) -> None:
@@ -225,16 +260,15 @@ def load_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor], sourc
 
 def _read_weights(path: Path) -> dict[str, torch.Tensor]:
     """The tensors stored in ``path/model.safetensors`` (tied aliases not yet restored)."""
-    try:
+    with reading_checkpoint_file(path / WEIGHTS):
         return load_file(str(path / WEIGHTS))
-    except Exception as exc:  # safetensors raises its own error types
-        raise NmtError(f"{path / WEIGHTS}: unreadable weights ({exc})") from None
 
 
-def _with_aliases(weights: dict[str, torch.Tensor], state: dict[str, Any]) -> dict[str, torch.Tensor]:
+def _with_aliases(weights: dict[str, torch.Tensor], state: dict[str, Any], path: Path) -> dict[str, torch.Tensor]:
     """Give every tied name (stored once) its tensor back, as ``load_state_dict`` expects."""
-    for alias, target in state.get("tied_weights", {}).items():
-        weights[alias] = weights[target]
+    with reading_checkpoint_file(path / STATE):
+        for alias, target in state.get("tied_weights", {}).items():
+            weights[alias] = weights[target]
     return weights
 
 
@@ -260,7 +294,7 @@ def average_checkpoints(paths: Sequence[str | os.PathLike]) -> Checkpoint:
             total[name] += tensor.double()
     averaged = {name: (total[name] / len(paths)).to(tensor.dtype) if name in total else tensor
                 for name, tensor in stored.items()}
-    newest.weights = _with_aliases(averaged, newest.state)
+    newest.weights = _with_aliases(averaged, newest.state, paths[-1])
     newest.state = {**newest.state, "averaged": [str(path) for path in paths]}
     return newest
 
@@ -282,10 +316,11 @@ def checkpoints_to_average(inputs: Sequence[str | os.PathLike], last: int | None
 
 
 def write_average(paths: Sequence[str | os.PathLike], out_dir: str | os.PathLike) -> Path:
-    """Save :func:`average_checkpoints` of ``paths`` as a checkpoint at ``out_dir``."""
+    """Save :func:`average_checkpoints` of ``paths`` as a checkpoint at ``out_dir`` (never
+    over a directory that holds the inputs or anything but a checkpoint)."""
     averaged = average_checkpoints(paths)
     state = {"step": averaged.step, "averaged": averaged.state["averaged"]}
-    return save_checkpoint(out_dir, averaged.weights, averaged.config, averaged.tokenizer, state)
+    return save_checkpoint(out_dir, averaged.weights, averaged.config, averaged.tokenizer, state, inputs=paths)
 
 
 def load_averaged(spec: str, path: str | os.PathLike) -> Checkpoint:
@@ -305,6 +340,7 @@ __all__ = [
     "load_checkpoint",
     "load_checkpoint_config",
     "load_optimizer_state",
+    "reading_checkpoint_file",
     "load_weights",
     "list_checkpoints",
     "resolve_checkpoint",

@@ -23,6 +23,7 @@ from typing import Any, Mapping
 import yaml
 
 from nmt_cli.errors import ConfigError
+from nmt_cli.textio import read_lines
 
 __all__ = [
     "Config",
@@ -352,6 +353,11 @@ class DecodeConfig(Validated):
         1, "CPU: batches decoded at once, each in its own thread with an equal share of torch's threads",
         at_least=1,
     )
+    on_long_line: str = choice(
+        "error", "error", "truncate", "skip",
+        help="a source longer than the model takes (learned positions, location attention): stop with an "
+        "error naming its line, translate its first tokens only, or give it an empty translation",
+    )
 
     def rules(self) -> list[str]:
         if self.nbest > self.beam_size:
@@ -397,7 +403,7 @@ class Config:
         raw = dict(raw or {})
         sections = {f.name: f for f in fields(cls)}
         problems = [f"unknown config section {name!r}; valid sections: {', '.join(sections)}"
-                    for name in sorted(set(raw) - set(sections))]
+                    for name in sorted(set(raw) - set(sections), key=str)]
         built = {}
         for name, section_field in sections.items():
             section_cls = section_field.default_factory  # type: ignore[misc]
@@ -512,7 +518,7 @@ def parse_overrides(items: typing.Iterable[str]) -> dict[str, Any]:
             raise ConfigError(f"bad --set {item!r}: expected <section>.<key>=<value>")
         try:
             value = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError:
+        except (yaml.YAMLError, RecursionError):
             value = raw
         overrides[key.strip()] = value
     return overrides
@@ -526,11 +532,13 @@ def load_config(path: str | Path | None = None, overrides: Mapping[str, Any] | N
         if not path.is_file():
             raise ConfigError(f"{path}: config file not found")
         try:
-            raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            raw = yaml.safe_load("\n".join(read_lines(path))) or {}  # invalid UTF-8: an error naming the line
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             line = f":{mark.line + 1}" if mark is not None else ""
             raise ConfigError(f"{path}{line}: invalid YAML ({getattr(exc, 'problem', exc)})") from None
+        except RecursionError:
+            raise ConfigError(f"{path}: invalid YAML (nested too deeply)") from None
         if not isinstance(raw, dict):
             raise ConfigError(f"{path}: a config file must be a mapping of sections")
         try:

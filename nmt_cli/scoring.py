@@ -57,7 +57,7 @@ def score_file(translator: Translator, src_path: str | os.PathLike, tgt_path: st
                output_path: str | os.PathLike = "-", output_format: str = "text", progress: bool = True) -> int:
     """Score every (source, target) line pair; returns the number of pairs."""
     counter = Progress("score", unit="pairs", enabled=progress)
-    with open_output(output_path) as out:
+    with open_output(output_path, inputs=[src_path, tgt_path]) as out:
         for chunk in _chunks(_paired(src_path, tgt_path)):
             scores = translator.score([source for source, _ in chunk], [target for _, target in chunk])
             for score in scores:
@@ -89,7 +89,7 @@ def score_nbest_file(translator: Translator, src_path: str | os.PathLike, nbest_
     counter = Progress("score", unit="lists", enabled=progress)
     numbered = ((source, _candidates(text, nbest_path, number))
                 for number, (source, text) in enumerate(_paired(src_path, nbest_path), start=1))
-    with open_output(output_path) as out:
+    with open_output(output_path, inputs=[src_path, nbest_path]) as out:
         for chunk in _chunks(numbered):
             flat = [(source, candidate) for source, candidates in chunk for candidate in candidates]
             scores = iter(translator.score([source for source, _ in flat], [candidate for _, candidate in flat]))

@@ -7,7 +7,10 @@ translation never contains a line break. Input is read and translated
 appears atomically when the translation succeeds, with the signature (checkpoint,
 step, search settings, version) in ``<output>.signature``. Word alignments, on
 request, are read by the one alignment reader (:mod:`nmt_cli.alignment.reader`); the
-translation service builds its answers with :func:`output_record` too.
+translation service builds its answers with :func:`output_record` too. A line longer
+than the model takes stops the job with an error naming it, unless
+``decode.on_long_line`` says to truncate or skip such lines (each one is reported on
+stderr, and its JSONL record says ``"long_input"``).
 """
 
 from __future__ import annotations
@@ -15,14 +18,16 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 from dataclasses import dataclass
 
 from nmt_cli.alignment.pharaoh import format_links
 from nmt_cli.alignment.reader import AttentionReading, hypothesis_alignment
-from nmt_cli.decoding import Hypothesis, Translator
-from nmt_cli.fileio import atomic_write_text, open_output
+from nmt_cli.decoding import Hypothesis, LongInputError, Translator
+from nmt_cli.errors import InputError, NmtError
+from nmt_cli.fileio import atomic_write_text, open_output, writes_in_place
 from nmt_cli.progress import Progress
-from nmt_cli.textio import STDIN, iter_lines, one_line
+from nmt_cli.textio import STDIN, display_name, iter_lines, one_line
 from nmt_cli.tokenization import Tokenizer
 
 __all__ = ["OutputOptions", "output_record", "translate_file"]
@@ -46,6 +51,8 @@ def output_record(source: str, hypothesis: Hypothesis, tokenizer: Tokenizer,
         return {"text": one_line(hyp.text), "score": hyp.score, "tokens": tokenizer.tgt_pieces(hyp.tokens)}
 
     record = {**entry(hypothesis), "nbest": [entry(hyp) for hyp in hypothesis.nbest]}
+    if hypothesis.long_input:
+        record["long_input"] = hypothesis.long_input
     if reading is not None:
         record["alignment"] = format_links(hypothesis_alignment(source, hypothesis, tokenizer, reading).links)
     return record
@@ -56,13 +63,17 @@ def translate_file(translator: Translator, input_path: str | os.PathLike = STDIN
                    progress: bool = True) -> int:
     """Translate ``input_path`` (``-``: stdin) into ``output_path`` (``-``: stdout); return the line count."""
     reading = options.reading
+    to_file = str(output_path) != STDIN and not writes_in_place(output_path)
     align_path = f"{output_path}.align" if reading is not None and options.format == "text" else None
+    if align_path and not to_file:
+        raise NmtError(f"{output_path}: text alignments go to <output>.align, which needs a file as --output")
     counter = Progress("translate", unit="sentences", enabled=progress)
-    with open_output(output_path) as out, \
-            (open_output(align_path) if align_path else contextlib.nullcontext()) as align_out:
+    long_lines = _LongLines(display_name(input_path))
+    with open_output(output_path, inputs=[input_path]) as out, \
+            (open_output(align_path, inputs=[input_path]) if align_path else contextlib.nullcontext()) as align_out:
         pairs = translator.translate_stream(iter_lines(input_path), options.chunk_size,
                                             with_attention=reading is not None)
-        for source, hypothesis in pairs:
+        for source, hypothesis in long_lines.named(pairs):
             if options.format == "jsonl":
                 line = json.dumps(output_record(source, hypothesis, translator.tokenizer, reading),
                                   ensure_ascii=False)
@@ -73,10 +84,41 @@ def translate_file(translator: Translator, input_path: str | os.PathLike = STDIN
                 links = hypothesis_alignment(source, hypothesis, translator.tokenizer, reading).links
                 align_out.write((format_links(links) + "\n").encode("utf-8"))
             counter.update()
+            long_lines.note(counter.count, hypothesis)
             if counter.count % options.chunk_size == 0:
                 out.flush()  # a reader at the end of a pipe gets each chunk as soon as it is done
         out.flush()
     counter.close()
-    if str(output_path) != STDIN:
+    long_lines.close()
+    if to_file:
         atomic_write_text(f"{output_path}.signature", translator.signature() + "\n")
     return counter.count
+
+
+class _LongLines:
+    """Names the input line of a source longer than the model takes: in the error that
+    stops the job, or in a warning on stderr for each one truncated or skipped (the
+    first few, then a count)."""
+
+    SHOWN = 5
+
+    def __init__(self, input_name: str):
+        self.input_name, self.count, self.how = input_name, 0, ""
+
+    def named(self, pairs):
+        try:
+            yield from pairs
+        except LongInputError as exc:
+            raise InputError(self.input_name, exc.problem, exc.index + 1) from None
+
+    def note(self, line: int, hypothesis: Hypothesis) -> None:
+        if not hypothesis.long_input:
+            return
+        self.count, self.how = self.count + 1, hypothesis.long_input
+        if self.count <= self.SHOWN:
+            print(f"warning: {self.input_name}:{line}: longer than the model takes; {hypothesis.long_input}",
+                  file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.count > self.SHOWN:
+            print(f"warning: {self.count} lines longer than the model takes were {self.how}", file=sys.stderr)

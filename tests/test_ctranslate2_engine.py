@@ -125,5 +125,10 @@ def test_engine_mismatches_are_one_line_errors(trained_transformer, exports) -> 
     assert wrong_engine.exit_code == 1 and "runs only with --engine ctranslate2" in wrong_engine.output
     sampling = run("--checkpoint", str(exports["float32"]), "--set", "decode.sampling=top_k", input="x\n")
     assert sampling.exit_code == 1 and "not supported by the ctranslate2 engine" in sampling.output
-    with pytest.raises(NmtError, match="exceeds the 1024 positions"):
-        load_translator(exports["float32"]).translate([" ".join(["ein hund"] * 1000)])
+    too_long = " ".join(["ein hund"] * 1000)
+    with pytest.raises(NmtError, match=r"input 2: \d+ source tokens, more than the model takes \(1024"):
+        load_translator(exports["float32"]).translate(["ein hund", too_long])
+    # the same choice as the torch engine: a long line can be truncated (or skipped) instead
+    truncated = load_translator(exports["float32"], overrides={"decode.on_long_line": "truncate"})
+    short, long = truncated.translate(["ein hund", too_long])
+    assert short.long_input == "" and long.long_input == "truncated" and long.tokens

@@ -124,6 +124,8 @@ def score_files(
     gold = read_alignments(gold_path)
     hypotheses = [pair.possible for pair in read_alignments(hyp_path)]
     check_same_length(gold_path, len(gold), hyp_path, len(hypotheses))
+    if not any(pair.possible for pair in gold):
+        raise InputError(gold_path, "no gold links (an empty file?): the alignment error rate is undefined")
     lengths = None
     if (src_path is None) != (tgt_path is None):
         raise InputError(src_path or tgt_path, "give both --src and --tgt (the tokenised sentences), or neither")

@@ -20,7 +20,7 @@ from nmt_cli.textio import iter_lines
 __all__ = ["Link", "GoldAlignment", "parse_links", "format_links", "read_alignments", "write_alignments"]
 
 Link = tuple[int, int]
-_LINK = re.compile(r"^(\d+)([-p?])(\d+)$")
+_LINK = re.compile(r"([0-9]{1,9})([-p?])([0-9]{1,9})")  # word indices: ASCII digits, a sane size
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ def parse_links(text: str, path: str | os.PathLike = "<string>", line: int | Non
     sure: set[Link] = set()
     possible: set[Link] = set()
     for token in text.split():
-        match = _LINK.match(token)
+        match = _LINK.fullmatch(token)
         if match is None:
             raise InputError(path, f"bad alignment link {token!r} (expected i-j, ipj or i?j)", line)
         link = (int(match.group(1)), int(match.group(3)))

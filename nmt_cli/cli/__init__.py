@@ -2,14 +2,22 @@
 
 Each subcommand lives in its own module here and registers itself on :data:`cli`; the
 module is imported only when its command runs (see :data:`COMMAND_MODULES`), so
-``nmt prepare`` never pays for importing torch. Errors the user can fix
-(:class:`~nmt_cli.errors.NmtError`) print one line and exit 1.
+``nmt prepare`` never pays for importing torch.
+
+Every failure ends here as one ``error:`` line and a non-zero exit, never a traceback:
+errors the user can fix (:class:`~nmt_cli.errors.NmtError`) and operating-system errors
+(a full disk, a read-only folder) exit 1; Ctrl-C and SIGTERM exit 130; anything else is
+a bug, reported in one line with a hint. ``nmt --debug`` (or ``NMT_DEBUG=1``) shows the
+traceback as well.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+import signal
 import sys
+import traceback
 
 import click
 
@@ -33,7 +41,7 @@ COMMAND_MODULES = {
 
 
 class NmtGroup(click.Group):
-    """Loads subcommands lazily; turns :class:`NmtError` into one line and a non-zero exit."""
+    """Loads subcommands lazily; turns every failure into one line and an exit status."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(set(COMMAND_MODULES) | set(self.commands))
@@ -46,24 +54,58 @@ class NmtGroup(click.Group):
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
-        except NmtError as exc:
-            for line in str(exc).splitlines():  # a config can have several problems: a line each
-                click.echo(f"error: {line}", err=True)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except KeyboardInterrupt:
+            _report(ctx, "interrupted", shown=False)
+            ctx.exit(130)
+        except BrokenPipeError:  # the reader of our standard output went away: nothing to tell it
+            _silence_stdout()
             ctx.exit(1)
+        except NmtError as exc:
+            _report(ctx, str(exc))  # a config can have several problems: a line each
+        except OSError as exc:
+            where = f"{exc.filename}: " if exc.filename else ""
+            _report(ctx, f"{where}{exc.strerror or exc}")
+        except Exception as exc:  # a bug: still one line, with the way to see more
+            first = (str(exc).strip().splitlines() or [""])[0]
+            _report(ctx, f"unexpected {type(exc).__name__}: {first} (a bug in nmt; rerun with --debug "
+                         "or NMT_DEBUG=1 for the traceback)")
+        ctx.exit(1)
+
+
+def _report(ctx: click.Context, message: str, shown: bool = True) -> None:
+    """``error: <line>`` for each line of ``message`` (``message`` alone when not ``shown``
+    as an error); with ``--debug`` the traceback first."""
+    if ctx.params.get("debug"):
+        traceback.print_exc()
+    for line in message.splitlines():
+        click.echo(f"error: {line}" if shown else line, err=True)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so flushing it at exit raises nothing more."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 @click.group(cls=NmtGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="nmt")
-def cli() -> None:
+@click.option("--debug", is_flag=True, envvar="NMT_DEBUG",
+              help="Show the Python traceback of an error too (also: NMT_DEBUG=1).")
+def cli(debug: bool) -> None:
     """Neural machine translation: prepare, train, translate, evaluate, align."""
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> None:
-    try:
-        cli.main(args=argv, prog_name="nmt", standalone_mode=True)
-    except KeyboardInterrupt:  # pragma: no cover - interactive
-        click.echo("interrupted", err=True)
-        sys.exit(130)
+    """The ``nmt`` executable: SIGTERM stops a command as Ctrl-C does (outputs left whole or absent)."""
+    signal.signal(signal.SIGTERM, _interrupt)
+    cli.main(args=argv, prog_name="nmt", standalone_mode=True)
 
 
 __all__ = ["cli", "main"]

@@ -68,13 +68,14 @@ def evaluate(hyp_path, ref_paths, checkpoints, prepared_dir, split, output_path,
         hypotheses_name = f"{'+'.join(checkpoints)} on {split}"
         report.update(translation_signature=translator.signature(), references=[str(evaluation.reference_path)])
         if output_path:
-            atomic_write_text(output_path, "".join(one_line(text) + "\n" for text in hypotheses))
+            atomic_write_text(output_path, "".join(one_line(text) + "\n" for text in hypotheses),
+                              inputs=[evaluation.reference_path])
             report["hypotheses"] = output_path
     else:
         if not hyp_path or not ref_paths:
             raise click.UsageError("give --hyp and at least one --ref (or --checkpoint and --data)")
         hypotheses, *references = read_parallel(hyp_path, *ref_paths)
-        scores = corpus_scores(hypotheses, references, metrics, options)
+        scores = corpus_scores(hypotheses, references, metrics, options, source=hyp_path)
         hypotheses_name = hyp_path
         report.update(hypotheses=hyp_path, references=list(ref_paths))
     report["scores"] = [score.to_dict() for score in scores]

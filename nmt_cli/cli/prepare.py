@@ -49,6 +49,10 @@ def format_report(manifest: dict, out_dir: str) -> str:
              else f"src {tok['src_vocab_size']}, tgt {tok['tgt_vocab_size']}")
     origin = f" (from {tok['from']})" if tok.get("from") else ""
     lines.append(f"  vocab {tok['model_type']} {vocab}{origin}; token dtype {manifest['token_dtype']}")
+    requested = tok.get("vocab_size_requested")
+    if requested and min(tok["src_vocab_size"], tok["tgt_vocab_size"]) < requested:
+        lines.append(f"  note: SentencePiece made fewer pieces ({vocab}) than data.vocab_size={requested} asks for: "
+                     "the training text holds no more")
     for corpus in manifest["splits"]["train"].get("corpora", []):
         lines.append(f"  train corpus {corpus['name']}: {corpus['pairs']:,} pairs, weight {corpus['weight']:g}")
     when = "built earlier in" if manifest.get("reused") else "time"

@@ -8,7 +8,8 @@ Layout of a side (``<prefix>`` = ``<dir>/<split>.<src|tgt>``):
   ``bin[idx[i]:idx[i + 1]]``.
 
 Writers stream to temporary files and rename on ``close`` so a kill never leaves a
-half-written split behind.
+half-written split behind. Readers check that the index and the ids agree (a truncated
+or replaced file fails when it is opened, naming it, not in the middle of training).
 """
 
 from __future__ import annotations
@@ -19,7 +20,15 @@ from pathlib import Path
 
 import numpy as np
 
+from nmt_cli.errors import NmtError
 from nmt_cli.fileio import atomic_open
+
+SIDES = ("src", "tgt")
+
+
+def array_files(split: str) -> list[str]:
+    """Names of the files holding the token ids of ``split`` (both sides)."""
+    return [f"{split}.{side}{suffix}" for side in SIDES for suffix in (".bin", ".idx.npy")]
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -77,13 +86,23 @@ class TokenArray:
 
     def __init__(self, prefix: str | os.PathLike, dtype: np.dtype | str):
         prefix = Path(prefix)
-        self.offsets = np.load(prefix.with_name(prefix.name + ".idx.npy"))
+        dtype = np.dtype(dtype)
+        index_path = prefix.with_name(prefix.name + ".idx.npy")
         bin_path = prefix.with_name(prefix.name + ".bin")
-        if self.offsets[-1] == 0:
-            self.data = np.zeros(0, dtype=dtype)
-        else:
-            self.data = np.memmap(bin_path, dtype=np.dtype(dtype), mode="r")
+        try:
+            self.offsets = np.load(index_path, allow_pickle=False)
+        except (OSError, ValueError, EOFError) as exc:
+            raise NmtError(f"{index_path}: not a token index ({exc}); prepare the data again") from None
         self.lengths = np.diff(self.offsets)
+        if self.offsets.ndim != 1 or len(self.offsets) == 0 or self.offsets[0] != 0 or (self.lengths < 0).any():
+            raise NmtError(f"{index_path}: not a token index (offsets must rise from 0); prepare the data again")
+        expected = int(self.offsets[-1]) * dtype.itemsize
+        size = bin_path.stat().st_size if bin_path.is_file() else None
+        if size != expected:
+            found = "is missing" if size is None else f"has {size:,} bytes"
+            raise NmtError(f"{bin_path}: {found} but its index needs {expected:,} (truncated or changed since "
+                           "nmt prepare); prepare the data again")
+        self.data = np.zeros(0, dtype=dtype) if expected == 0 else np.memmap(bin_path, dtype=dtype, mode="r")
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -101,7 +120,8 @@ class ParallelSplit:
         self.src = TokenArray(directory / f"{split}.src", dtype)
         self.tgt = TokenArray(directory / f"{split}.tgt", dtype)
         if len(self.src) != len(self.tgt):
-            raise ValueError(f"{directory}: split {split} has {len(self.src)} source and {len(self.tgt)} target sentences")
+            raise NmtError(f"{directory}: split {split} has {len(self.src)} source and {len(self.tgt)} target "
+                           "sentences; prepare the data again")
 
     def __len__(self) -> int:
         return len(self.src)

@@ -33,15 +33,15 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 
 from nmt_cli import __version__
 from nmt_cli.config import Config, CorpusConfig, DataConfig
-from nmt_cli.data.binarized import TokenArrayWriter, token_dtype
+from nmt_cli.data.binarized import TokenArrayWriter, array_files, token_dtype
 from nmt_cli.data.cleaning import PairCleaner
-from nmt_cli.data.sources import Corpus, iter_limited, open_corpus
+from nmt_cli.data.sources import Corpus, file_digest, iter_limited, open_corpus
 from nmt_cli.errors import NmtError
 from nmt_cli.fileio import atomic_directory, atomic_open, atomic_write_bytes, atomic_write_json, atomic_write_text
 from nmt_cli.progress import Progress
@@ -99,7 +99,7 @@ def prepare(config: Config, out_dir: str | Path, force: bool = False, progress: 
         raise NmtError(f"{out}: exists and is not a prepared directory; choose another --out or remove it")
 
     started = time.monotonic()
-    with atomic_directory(out) as tmp:
+    with atomic_directory(out, owned=_prepared_entry) as tmp:
         stats = {name: _write_clean_split(split_parts, name, tmp, config, progress)
                  for name, split_parts in parts.items()}
         if given is not None:
@@ -127,6 +127,7 @@ def prepare(config: Config, out_dir: str | Path, force: bool = False, progress: 
             "tokenizer": tokenizer_info,
             "special_ids": dict(SPECIAL_IDS),
             "token_dtype": dtype.name,
+            "arrays": _array_records(tmp, parts),
             "gold_alignments": corpus.kind == "synthetic" and not config.data.corpora,
             "elapsed_seconds": round(elapsed, 2),
             "pairs_per_second": round(pairs_read / max(elapsed, 1e-9), 1),
@@ -134,6 +135,23 @@ def prepare(config: Config, out_dir: str | Path, force: bool = False, progress: 
         atomic_write_json(tmp / MANIFEST, manifest)
         atomic_write_text(tmp / "config.yaml", _resolved_config(config).to_yaml())
     return {**manifest, "reused": False}
+
+
+def _prepared_entry(name: str) -> bool:
+    """Whether a file of that name is one ``nmt prepare`` writes (an older version of the
+    directory holding anything else is not replaced)."""
+    return name in (MANIFEST, "config.yaml", "spm.model", "spm.src.model", "spm.tgt.model") or \
+        name.startswith(("train.", "valid.", "test."))
+
+
+def _array_records(directory: Path, splits: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """Size and sha256 of every token file, checked when the directory is read."""
+    records = {}
+    for name in splits:
+        for file in array_files(name):
+            path = directory / file
+            records[file] = {"bytes": path.stat().st_size, "sha256": file_digest(path)[0]}
+    return records
 
 
 def _say(enabled: bool, message: str) -> None:
@@ -283,7 +301,7 @@ def _tokenizer_info(tokenizer: Tokenizer, config: Config, sampled_pairs: int,
         "type": "sentencepiece",
         "model_type": data.spm_model_type,
         "joint": tokenizer.joint,
-        "vocab_size_requested": data.vocab_size,
+        "vocab_size_requested": None if origin is not None else data.vocab_size,
         "src_vocab_size": tokenizer.src_vocab_size,
         "tgt_vocab_size": tokenizer.tgt_vocab_size,
         "character_coverage": data.character_coverage,

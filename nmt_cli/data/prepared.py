@@ -1,7 +1,9 @@
 """Read access to a prepared directory (the output of ``nmt prepare``).
 
-``PreparedData(path)`` checks the manifest once; token arrays are memory-mapped only when
-a split is asked for, so opening a WMT-size directory costs nothing.
+``PreparedData(path)`` checks the manifest once, and that every token file has the size
+the manifest records (a ``stat`` each); token arrays are memory-mapped only when a split
+is asked for, so opening a WMT-size directory costs nothing. :meth:`PreparedData.verify`
+also checks the sha256 sums the manifest records (``nmt train`` does, before it starts).
 """
 
 from __future__ import annotations
@@ -14,12 +16,11 @@ from typing import Any
 import numpy as np
 
 from nmt_cli.config import Config, load_config
-from nmt_cli.data.binarized import ParallelSplit
+from nmt_cli.data.binarized import SIDES, ParallelSplit, array_files
 from nmt_cli.data.prepare import FORMAT, FORMAT_VERSION, MANIFEST
+from nmt_cli.data.sources import file_digest
 from nmt_cli.errors import NmtError
 from nmt_cli.tokenization import Tokenizer
-
-SIDES = ("src", "tgt")
 
 
 class PreparedData:
@@ -42,8 +43,32 @@ class PreparedData:
         self.manifest: dict[str, Any] = manifest
         self.src_lang: str = manifest["src_lang"]
         self.tgt_lang: str = manifest["tgt_lang"]
+        self._check_sizes()
         self.tokenizer = Tokenizer.from_directory(self.path)
         self.config: Config = load_config(self.path / "config.yaml")
+
+    def _recorded_arrays(self) -> dict[str, dict[str, Any]]:
+        """Size and sha256 of each token file (manifests written before they were recorded: none)."""
+        return self.manifest.get("arrays", {})
+
+    def _check_sizes(self) -> None:
+        for name, record in self._recorded_arrays().items():
+            path = self.path / name
+            size = path.stat().st_size if path.is_file() else None
+            if size != record["bytes"]:
+                found = "is missing" if size is None else f"has {size:,} bytes"
+                raise NmtError(f"{path}: {found} but the manifest records {record['bytes']:,} (truncated or "
+                               "changed since nmt prepare); prepare the data again")
+
+    def verify(self) -> None:
+        """Open every split and compare each token file with the sha256 the manifest records."""
+        for name in self.split_names:
+            self.split(name)
+            for file in array_files(name):
+                record = self._recorded_arrays().get(file)
+                if record is not None and file_digest(self.path / file)[0] != record["sha256"]:
+                    raise NmtError(f"{self.path / file}: its content differs from what nmt prepare wrote "
+                                   "(sha256 mismatch); prepare the data again")
 
     @property
     def split_names(self) -> list[str]:
@@ -56,10 +81,12 @@ class PreparedData:
     def split(self, name: str) -> ParallelSplit:
         """Token ids of ``train``, ``valid`` or ``test`` (memory-mapped)."""
         self._check_split(name)
-        try:
-            return ParallelSplit(self.path, name, self.manifest["token_dtype"])
-        except (OSError, ValueError) as exc:
-            raise NmtError(f"{self.path}: split '{name}' is damaged ({exc})") from None
+        split = ParallelSplit(self.path, name, self.manifest["token_dtype"])
+        kept = self.manifest["splits"][name].get("kept")
+        if kept is not None and len(split) != kept:
+            raise NmtError(f"{self.path / array_files(name)[1]}: indexes {len(split):,} sentences but the manifest "
+                           f"records {kept:,}; prepare the data again")
+        return split
 
     def corpus_mix(self) -> tuple[np.ndarray, list[float]] | None:
         """For a training split mixed from several corpora (``data.corpora``): each pair's

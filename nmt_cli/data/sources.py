@@ -267,6 +267,9 @@ class JsonlCorpus(_LocalFilesCorpus):
             except json.JSONDecodeError as exc:
                 yield RawPair.invalid(line, "bad_record", path, f"invalid JSON ({exc.msg})")
                 continue
+            except (ValueError, RecursionError) as exc:  # a number of thousands of digits, deep nesting
+                yield RawPair.invalid(line, "bad_record", path, f"unreadable JSON ({str(exc).split(':')[0]})")
+                continue
             yield _pair_from_record(record, line, path, self.src_lang, self.tgt_lang)
 
 

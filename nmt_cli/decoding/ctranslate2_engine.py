@@ -28,6 +28,7 @@ directory written by ``nmt export``. How our search settings map onto CTranslate
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
@@ -38,7 +39,8 @@ from nmt_cli.config import DecodeConfig
 from nmt_cli.decoding.batching import token_budget_batches
 from nmt_cli.decoding.hypothesis import Hypothesis
 from nmt_cli.decoding.search import length_penalty
-from nmt_cli.decoding.translator import apply_decode_overrides, averaged_label, signature_parts, stream_in_chunks
+from nmt_cli.decoding.translator import (apply_decode_overrides, averaged_label, fit_sources, signature_parts,
+                                         stream_in_chunks)
 from nmt_cli.device import resolve_device
 from nmt_cli.errors import NmtError
 from nmt_cli.export import read_export_record, require_ctranslate2
@@ -91,7 +93,9 @@ class CTranslate2Translator:
 
     def translate(self, texts: Sequence[str], with_attention: bool = False) -> list[Hypothesis]:
         """One hypothesis per text, in order; blank texts give empty translations."""
-        sources = [self.tokenizer.encode_src(text) if text.strip() else [] for text in texts]
+        fitted = fit_sources([self.tokenizer.encode_src(text) if text.strip() else [] for text in texts],
+                             self.record.positions, self.decode.on_long_line)
+        sources = [source for source, _ in fitted]
         results = [Hypothesis(tokens=[], score=0.0, log_prob=0.0) for _ in sources]
         pending = []
         for batch, limit in self._batches(sources):
@@ -104,7 +108,7 @@ class CTranslate2Translator:
         for batch, limit, pieces, outcomes in pending:
             for index, source_pieces, outcome in zip(batch, pieces, outcomes):
                 results[index] = self._hypothesis(outcome.result(), source_pieces, limit, with_attention)
-        return results
+        return [dataclasses.replace(result, long_input=how) for result, (_, how) in zip(results, fitted)]
 
     def translate_stream(self, texts: Iterable[str], chunk_size: int = 2000,
                          with_attention: bool = False) -> Iterator[tuple[str, Hypothesis]]:
@@ -118,15 +122,12 @@ class CTranslate2Translator:
         return "|".join([*parts[:-1], "engine:ctranslate2", f"compute:{self.compute_type}", parts[-1]])
 
     def output_limits(self, sources: Sequence[Sequence[int]]) -> list[int]:
-        """Each source's output limit ``floor(a * |x| + b)`` (at least 1), within the position table."""
-        positions = self.record.positions
-        limits = []
-        for source in sources:
-            if len(source) > positions:
-                raise NmtError(f"{self.record.path}: a source of {len(source)} pieces exceeds the "
-                               f"{positions} positions of this exported model")
-            limits.append(min(max(1, int(self.decode.max_len_a * len(source) + self.decode.max_len_b)), positions))
-        return limits
+        """Each source's output limit ``floor(a * |x| + b)`` (at least 1), within the position
+        table: the decoder reads BOS and the output, so at most ``positions - 1`` tokens, as in
+        the torch engine (``max_target_length``)."""
+        longest = self.record.positions - 1
+        return [min(max(1, int(self.decode.max_len_a * len(source) + self.decode.max_len_b)), longest)
+                for source in sources]
 
     def _batches(self, sources: Sequence[Sequence[int]]) -> list[tuple[list[int], int]]:
         """(indices, output limit) batches: non-empty sources grouped by limit, then by token budget."""

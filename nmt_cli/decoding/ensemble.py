@@ -15,12 +15,18 @@ member's. An ensemble decodes and scores; it is not trained.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import torch
 from torch import Tensor, nn
 
 from nmt_cli.models.base import Memory, Seq2SeqModel, State
+
+def _shortest(limits: Iterable[int | None]) -> int | None:
+    """The tightest of the members' length limits (None: no member has one)."""
+    known = [limit for limit in limits if limit is not None]
+    return min(known) if known else None
+
 
 __all__ = ["Ensemble"]
 
@@ -33,6 +39,8 @@ class Ensemble(Seq2SeqModel):
         self.members = nn.ModuleList(members)
         self.attention_layers = members[0].attention_layers
         self.attention_heads = members[0].attention_heads
+        self.max_source_length = _shortest(member.max_source_length for member in members)
+        self.max_target_length = _shortest(member.max_target_length for member in members)
 
     def encode(self, src_tokens: Tensor, src_mask: Tensor) -> Memory:
         return {"src_mask": src_mask, "members": [member.encode(src_tokens, src_mask) for member in self.members]}

@@ -116,6 +116,8 @@ def decode_batch(
     src, src_mask = pad_sources(sources, device)  # (B, S)
     src_lengths = src_mask.sum(dim=1)  # (B,)
     max_lens = max_output_lengths(src_lengths, decode.max_len_a, decode.max_len_b)  # (B,)
+    if model.max_target_length is not None:  # never step past the model's last position
+        max_lens = max_lens.clamp(max=model.max_target_length)
     search = make_search(max_lens, decode, need_attention, generator)
     run_search(model, src, src_mask, search, need_attention)
     shape = (model.attention_layers, model.attention_heads)

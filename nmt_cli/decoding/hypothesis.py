@@ -18,7 +18,8 @@ class Hypothesis:
     cross-attention of every decoder layer and head: row ``t`` is the distribution over
     the S source tokens while predicting token ``t`` (the EOS step is not included);
     :mod:`nmt_cli.alignment.reader` reads alignments from it. ``text`` is filled by the
-    :class:`Translator`.
+    :class:`Translator`. ``long_input`` says what happened to a source longer than the
+    model takes (``decode.on_long_line``): ``"truncated"``, ``"skipped"`` or ``""``.
     """
 
     tokens: list[int]
@@ -27,6 +28,7 @@ class Hypothesis:
     text: str = ""
     nbest: list["Hypothesis"] = field(default_factory=list)
     attention: np.ndarray | None = None
+    long_input: str = ""
 
 
 __all__ = ["Hypothesis"]

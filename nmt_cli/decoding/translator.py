@@ -43,6 +43,19 @@ def averaged_label(averaged: Sequence[str]) -> str | None:
     return f"{len(names)}:{names[0]}..{names[-1]}"
 
 
+class LongInputError(NmtError):
+    """Input ``index`` (0-based) has more source tokens than the model takes."""
+
+    def __init__(self, index: int, length: int, limit: int):
+        self.index, self.length, self.limit = index, length, limit
+        super().__init__(f"input {index + 1}: {self.problem}")
+
+    @property
+    def problem(self) -> str:
+        return (f"{self.length} source tokens, more than the model takes ({self.limit}, model.max_positions); "
+                "--on-long-line truncate or skip translates such lines (decode.on_long_line)")
+
+
 class Translator:
     """A model with its tokenizer and search settings; ``translate(list[str])``.
 
@@ -124,9 +137,12 @@ class Translator:
         Characters the SentencePiece model does not know become its unknown token.
         """
         sources = [self.tokenizer.encode_src(text) if text.strip() else [] for text in texts]
+        fitted = fit_sources(sources, self.model.max_source_length, self.decode.on_long_line)
         with self.precision.autocast():
-            hypotheses = generate(self.model, sources, self.decode, self.device, with_attention)
-        return [self._with_text(hypothesis) for hypothesis in hypotheses]
+            hypotheses = generate(self.model, [source for source, _ in fitted], self.decode, self.device,
+                                  with_attention)
+        return [dataclasses.replace(self._with_text(hypothesis), long_input=how)
+                for hypothesis, (_, how) in zip(hypotheses, fitted)]
 
     def score(self, sources: Sequence[str], targets: Sequence[str], batch_size: int = 32) -> list[PairScore | None]:
         """``log P(target | source)`` of each pair under the model (or the ensemble's mean);
@@ -177,6 +193,8 @@ def signature_parts(decode: DecodeConfig, checkpoint: str, step: int | str, aver
         f"maxlen:{decode.max_len_a:g}*src+{decode.max_len_b}",
         f"minlen:{decode.min_len}",
     ]
+    if decode.on_long_line != "error":
+        parts.append(f"long:{decode.on_long_line}")
     if decode.sampling != "none":
         limit = f"top_k:{decode.top_k}" if decode.sampling == "top_k" else f"top_p:{decode.top_p:g}"
         parts += [f"sampling:{decode.sampling}", limit, f"temperature:{decode.temperature:g}", f"seed:{decode.seed}"]
@@ -184,19 +202,47 @@ def signature_parts(decode: DecodeConfig, checkpoint: str, step: int | str, aver
     return parts
 
 
+def fit_sources(sources: Sequence[list[int]], limit: int | None, on_long_line: str) -> list[tuple[list[int], str]]:
+    """Each source as the model can take it, with what ``decode.on_long_line`` did to it
+    (``"truncated"``, ``"skipped"`` or ``""``); ``error`` raises :class:`LongInputError`."""
+    fitted = []
+    for index, source in enumerate(sources):
+        if limit is None or len(source) <= limit:
+            fitted.append((source, ""))
+        elif on_long_line == "truncate":
+            fitted.append((source[:limit], "truncated"))
+        elif on_long_line == "skip":
+            fitted.append(([], "skipped"))
+        else:
+            raise LongInputError(index, len(source), limit)
+    return fitted
+
+
 def stream_in_chunks(
     translate: Callable[[Sequence[str], bool], list[Hypothesis]], texts: Iterable[str], chunk_size: int,
     with_attention: bool,
 ) -> Iterator[tuple[str, Hypothesis]]:
-    """``(text, hypothesis)`` pairs in input order, calling ``translate`` on ``chunk_size`` texts at a time."""
+    """``(text, hypothesis)`` pairs in input order, calling ``translate`` on ``chunk_size`` texts at a
+    time; a too-long input is numbered within the whole stream."""
     chunk: list[str] = []
+    done = 0
     for text in texts:
         chunk.append(text)
         if len(chunk) == chunk_size:
-            yield from zip(chunk, translate(chunk, with_attention))
+            yield from zip(chunk, _translate_chunk(translate, chunk, done, with_attention))
+            done += len(chunk)
             chunk = []
     if chunk:
-        yield from zip(chunk, translate(chunk, with_attention))
+        yield from zip(chunk, _translate_chunk(translate, chunk, done, with_attention))
 
 
-__all__ = ["Translator", "apply_decode_overrides", "averaged_label", "signature_parts", "stream_in_chunks"]
+def _translate_chunk(translate: Callable[[Sequence[str], bool], list[Hypothesis]], chunk: list[str], offset: int,
+                     with_attention: bool) -> list[Hypothesis]:
+    try:
+        return translate(chunk, with_attention)
+    except LongInputError as exc:
+        raise LongInputError(offset + exc.index, exc.length, exc.limit) from None
+
+
+__all__ = ["LongInputError", "Translator", "apply_decode_overrides", "averaged_label", "fit_sources", "signature_parts",
+           "stream_in_chunks"]

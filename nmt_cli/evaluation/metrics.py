@@ -71,8 +71,14 @@ def corpus_scores(
     references: Sequence[Sequence[str]],
     metrics: Sequence[str] = METRICS,
     options: MetricOptions = MetricOptions(),
+    source: str = "hypotheses",
 ) -> list[MetricResult]:
-    """Score ``hypotheses`` against one or more reference streams (each as long as them)."""
+    """Score ``hypotheses`` against one or more reference streams (each as long as them).
+
+    No hypotheses at all is an error naming ``source`` (an empty file has no score).
+    """
+    if not hypotheses:
+        raise NmtError(f"{source}: empty, nothing to score")
     results = []
     for name in metrics:
         metric = build_metric(name, options)

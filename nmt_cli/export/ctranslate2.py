@@ -71,13 +71,20 @@ def export_ctranslate2(checkpoint: str | os.PathLike, out_dir: str | os.PathLike
     spec = transformer_spec(model, loaded)
     spec.validate()
     spec.optimize(quantization=quantization)
-    with atomic_directory(out_dir) as tmp:
+    with atomic_directory(out_dir, owned=_export_entry, inputs=[loaded.path]) as tmp:
         spec.save(str(tmp))
         for name, data in loaded.tokenizer.model_files().items():
             (tmp / name).write_bytes(data)
         atomic_write_json(tmp / EXPORT_RECORD, export_record(loaded, quantization, positions_of(model),
                                                              ctranslate2.__version__))
     return out_dir
+
+
+def _export_entry(name: str) -> bool:
+    """Whether a file of that name is one ``nmt export`` writes (an earlier export holding
+    anything else is not replaced)."""
+    return name in (EXPORT_RECORD, "model.bin", "config.json") or name.endswith((".model", "_vocabulary.json",
+                                                                                 "_vocabulary.txt"))
 
 
 def export_record(loaded: Checkpoint, quantization: str, positions: int, ctranslate2_version: str) -> dict:

@@ -58,6 +58,9 @@ class Seq2SeqModel(nn.Module):
     #: number of decoder layers and heads whose cross-attention ``decode_step`` reports
     attention_layers: int = 1
     attention_heads: int = 1
+    #: the longest source and target (tokens, without EOS) the model can take; None: no limit
+    max_source_length: int | None = None
+    max_target_length: int | None = None
 
     def encode(self, src_tokens: Tensor, src_mask: Tensor) -> Memory:  # pragma: no cover
         raise NotImplementedError

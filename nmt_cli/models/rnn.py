@@ -135,6 +135,8 @@ class AttentionalRNN(Seq2SeqModel):
         # the tables are N(0, 1/E) (token_table); scaled by sqrt(E) the RNNs get unit-variance inputs
         self.embed_scale = math.sqrt(cfg.embed_dim) if cfg.scale_embeddings else 1.0
         sizes = AttentionSizes(cfg.hidden_size, cfg.hidden_size, cfg.hidden_size, cfg.max_positions)
+        if cfg.attention == "location":  # one score per source position
+            self.max_source_length = cfg.max_positions
         self.attention = wrap_local(
             build_score_attention(cfg.attention, sizes), cfg.local_attention, cfg.local_window, sizes
         )

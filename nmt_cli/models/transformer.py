@@ -194,6 +194,8 @@ class Transformer(Seq2SeqModel):
         _check_vocabulary(src_vocab_size, tgt_vocab_size, joint_vocab)
         self.attention_layers = cfg.decoder_layers
         self.attention_heads = cfg.heads
+        if cfg.positions == "learned":  # the decoder's inputs are BOS + the target
+            self.max_source_length, self.max_target_length = cfg.max_positions, cfg.max_positions - 1
         #: False: decode by re-running the decoder over the whole prefix (see module docstring)
         self.use_cache = True
 

@@ -23,10 +23,13 @@ import torch
 from torch import Tensor
 
 from nmt_cli.data.binarized import ParallelSplit
-from nmt_cli.errors import NmtError
+from nmt_cli.data.prepared import PreparedData
+from nmt_cli.errors import InputError, NmtError
+from nmt_cli.models.base import Seq2SeqModel
 from nmt_cli.specials import BOS_ID, EOS_ID, PAD_ID
 
-__all__ = ["Batch", "BatchStream", "FixedBatches", "WeightedBatches", "collate", "make_batches", "shard_batches"]
+__all__ = ["Batch", "BatchStream", "FixedBatches", "WeightedBatches", "check_fits_model", "collate", "make_batches",
+           "shard_batches"]
 
 
 @dataclass
@@ -50,6 +53,22 @@ class Batch:
         tensors = (self.src, self.src_mask, self.tgt_in, self.tgt_out, self.tgt_mask)
         moved = [t.pin_memory().to(device, non_blocking=True) for t in tensors]
         return Batch(*moved, num_tokens=self.num_tokens)
+
+
+def check_fits_model(data: PreparedData, splits: list[str], model: Seq2SeqModel) -> None:
+    """Fail before training when a pair of ``splits`` is longer than ``model`` takes
+    (learned positions, location attention), naming its line in the cleaned text."""
+    for name in splits:
+        split = data.split(name)
+        for side, lengths, limit in (("src", split.src.lengths, model.max_source_length),
+                                     ("tgt", split.tgt.lengths, model.max_target_length)):
+            if limit is None or len(lengths) == 0 or int(lengths.max()) <= limit:
+                continue
+            longest = int(np.argmax(lengths))
+            raise InputError(data.text_path(name, side),
+                             f"{int(lengths[longest])} tokens, more than the model takes ({limit}, from "
+                             "model.max_positions); raise model.max_positions or prepare the data with a lower "
+                             "data.max_length", longest + 1)
 
 
 def padded_sizes(src_lengths: np.ndarray, tgt_lengths: np.ndarray) -> np.ndarray:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from nmt_cli.errors import NmtError
 from nmt_cli.fileio import atomic_write_bytes
-from nmt_cli.training.progress import read_metrics
+from nmt_cli.training.progress import METRICS, read_metrics
 
 __all__ = ["plot_learning_curve", "CURVE"]
 
@@ -49,5 +49,5 @@ def plot_learning_curve(run_dir: str | os.PathLike, out: str | os.PathLike | Non
     figure.savefig(image, format="png", dpi=100)
     plt.close(figure)
     target = Path(out) if out is not None else run_dir / CURVE
-    atomic_write_bytes(target, image.getvalue())
+    atomic_write_bytes(target, image.getvalue(), inputs=[run_dir / METRICS])
     return target

@@ -88,6 +88,19 @@ def sum_gradients_hook(process_group, bucket):  # DDP checks real annotations; o
     return work.get_future().then(lambda done: done.value()[0])
 
 
+def _import_before_the_group() -> None:
+    """Import ``torch.distributed.nn.functional`` while no process group exists.
+
+    Its functions take ``group=group.WORLD`` as a default argument, bound when the module is
+    first imported. DDP's constructor imports it; imported after ``init_process_group`` it
+    pins the world group for the life of the interpreter, so ``destroy_process_group``
+    frees nothing and the gloo threads (``gloo_tcp_loop``, ``pt_gloo_runloop``) are still
+    running while the process exits, torn down in whatever order interpreter shutdown
+    reaches them: the cause of rare aborts at the end of a torchrun job.
+    """
+    import torch.distributed.nn.functional  # noqa: F401
+
+
 def init_distributed(device_name: str | None = None) -> DistributedContext:
     """Join the ``torchrun`` process group when ``WORLD_SIZE > 1``; pick this rank's device."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
@@ -98,5 +111,6 @@ def init_distributed(device_name: str | None = None) -> DistributedContext:
         if device.type == "cuda":
             torch.cuda.set_device(device)
         backend = "nccl" if device.type == "cuda" else "gloo"
+        _import_before_the_group()
         dist.init_process_group(backend=backend, rank=rank, world_size=world_size)
     return DistributedContext(rank=rank, world_size=world_size, device=device)

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from nmt_cli.fileio import atomic_write_text
+from nmt_cli.fileio import atomic_write_text, write_failure
 from nmt_cli.progress import format_duration
 
 __all__ = ["RunLog", "read_metrics", "format_metric", "progress_line"]
@@ -68,10 +68,14 @@ class _AppendOnlyFile:
     """One ``os.write`` per line on an ``O_APPEND`` descriptor."""
 
     def __init__(self, path: Path):
-        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self.path = path
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)  # less the umask
 
     def write_line(self, text: str) -> None:
-        os.write(self.fd, (text.rstrip("\n") + "\n").encode("utf-8"))
+        try:
+            os.write(self.fd, (text.rstrip("\n") + "\n").encode("utf-8"))
+        except OSError as exc:  # a full disk: one line naming the log
+            raise write_failure(self.path, exc) from None
 
     def close(self) -> None:
         os.close(self.fd)

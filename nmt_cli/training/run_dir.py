@@ -6,12 +6,16 @@ Layout (docs/ARCHITECTURE.md): ``config.yaml``, ``train.log``, ``metrics.jsonl``
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from pathlib import Path
+from typing import ContextManager
 
-from nmt_cli.checkpoint import list_checkpoints
+from nmt_cli.checkpoint import STATE, WEIGHTS, list_checkpoints
 from nmt_cli.config import Config
-from nmt_cli.fileio import atomic_write_text
+from nmt_cli.data.prepare import MANIFEST
+from nmt_cli.errors import NmtError
+from nmt_cli.fileio import atomic_write_text, output_lock
 
 __all__ = ["RunDirectory", "RUN_OUTPUTS"]
 
@@ -24,6 +28,26 @@ class RunDirectory:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
+
+    def check(self) -> None:
+        """Refuse a directory that holds something other than a run: prepared data, a
+        checkpoint, or a ``config.yaml`` that no run wrote (a run writes ``train.log`` first)."""
+        if self.path.exists() and not self.path.is_dir():
+            raise NmtError(f"{self.path}: exists and is not a directory; choose another --out for the run")
+        names = {entry.name for entry in self.path.iterdir()} if self.path.is_dir() else set()
+        if MANIFEST in names:
+            raise NmtError(f"{self.path}: holds prepared data ({MANIFEST}); choose another --out for the run")
+        if names & {STATE, WEIGHTS}:
+            raise NmtError(f"{self.path}: is a checkpoint directory ({', '.join(sorted(names & {STATE, WEIGHTS}))}), "
+                           "not a run directory; choose another --out for the run")
+        if "config.yaml" in names and "train.log" not in names:
+            raise NmtError(f"{self.path}: holds a config.yaml that no training run wrote (no train.log); "
+                           "choose another --out for the run")
+
+    def session(self, writer: bool) -> ContextManager:
+        """Hold the directory while a session trains into it (the ``writer``, rank 0): a second
+        ``nmt train`` into it fails at once, naming the first one's pid."""
+        return output_lock(self.path) if writer else contextlib.nullcontext()
 
     def clear(self) -> None:
         """Remove what earlier sessions of the run wrote (``--restart``), and nothing else."""

@@ -37,8 +37,8 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from nmt_cli.allocator import keep_freed_memory
-from nmt_cli.checkpoint import (Checkpoint, list_checkpoints, load_optimizer_state, load_weights, save_checkpoint,
-                                write_average)
+from nmt_cli.checkpoint import (OPTIMIZER, STATE, Checkpoint, list_checkpoints, load_optimizer_state, load_weights,
+                                reading_checkpoint_file, save_checkpoint, write_average)
 from nmt_cli.config import Config
 from nmt_cli.data.prepared import PreparedData
 from nmt_cli.errors import NmtError
@@ -46,7 +46,7 @@ from nmt_cli.fileio import atomic_write_json
 from nmt_cli.models import build_model
 from nmt_cli.precision import Precision
 from nmt_cli.progress import format_duration
-from nmt_cli.training.batching import BatchStream, FixedBatches, WeightedBatches, collate
+from nmt_cli.training.batching import BatchStream, FixedBatches, WeightedBatches, check_fits_model, collate
 from nmt_cli.training.checkpointing import CheckpointKeeper, load_initial, load_resumable
 from nmt_cli.training.curves import plot_learning_curve
 from nmt_cli.training.distributed import DistributedContext, init_distributed, sum_gradients_hook
@@ -105,17 +105,21 @@ def train(config: Config, prepared_dir: str | Path, run_dir: str | Path, *, rest
     Under ``torchrun`` each process calls this; rank 0 alone writes files and logs.
     """
     context = init_distributed(device)
+    directory = RunDirectory(run_dir)
     try:
-        directory = RunDirectory(run_dir)
-        if restart and context.is_main:
-            directory.clear()
-        context.barrier()
-        trainer = Trainer(config, PreparedData(prepared_dir), directory, context, directory.resume_point(), stream)
-        summary = trainer.run()
-        # rank 0 still writes the last checkpoint and the plot; no rank tears the group down
-        # (and exits) while another is still connected to it. Not on the error path: a rank
-        # that raised would leave the others waiting here for ever.
-        context.barrier()
+        directory.check()
+        data = PreparedData(prepared_dir)
+        data.verify()
+        with directory.session(writer=context.is_main):
+            if restart and context.is_main:
+                directory.clear()
+            context.barrier()
+            trainer = Trainer(config, data, directory, context, directory.resume_point(), stream)
+            summary = trainer.run()
+            # rank 0 still writes the last checkpoint and the plot; no rank tears the group down
+            # (and exits) while another is still connected to it. Not on the error path: a rank
+            # that raised would leave the others waiting here for ever.
+            context.barrier()
         return summary
     finally:
         context.close()
@@ -148,6 +152,7 @@ class Trainer:
         seed_everything(self.cfg.seed)
         tokenizer = data.tokenizer
         self.model = build_model(config.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.joint)
+        check_fits_model(data, [name for name in ("train", "valid") if name in data.split_names], self.model)
         self.precision = Precision(self.cfg.precision, context.device, self.cfg.fp16_init_scale)
         checkpoint = initial = None
         if resume_from is not None:
@@ -183,10 +188,13 @@ class Trainer:
         saved = load_optimizer_state(checkpoint.path)
         if saved is None:
             raise NmtError(f"{checkpoint.path}: no optimizer state, cannot resume training from it")
-        self.updater.restore(saved, checkpoint.state["scheduler"])
-        rng = checkpoint.state["rng"]
-        restore_rng_state(rng[self.context.rank] if len(rng) == self.context.world_size else rng[0])
-        return TrainingState.from_checkpoint(checkpoint.state, self.context.world_size)
+        with reading_checkpoint_file(checkpoint.path / STATE):  # a missing or bad field: one line naming it
+            state = TrainingState.from_checkpoint(checkpoint.state, self.context.world_size)
+            schedule_state, rng = checkpoint.state["scheduler"], checkpoint.state["rng"]
+            restore_rng_state(rng[self.context.rank] if len(rng) == self.context.world_size else rng[0])
+        with reading_checkpoint_file(checkpoint.path / OPTIMIZER):
+            self.updater.restore(saved, schedule_state)
+        return state
 
     def _start_from(self, initial: Checkpoint) -> dict[str, Any]:
         """Fine-tuning: keep the initial checkpoint's optimizer and/or schedule when asked."""
