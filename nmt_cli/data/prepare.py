@@ -83,19 +83,9 @@ def prepare(config: Config, out_dir: str | Path, force: bool = False, progress: 
     """
     out = Path(out_dir).expanduser().resolve()
     corpus = open_corpus(config.data)
-    splits = corpus.splits()
-    link_files = _link_files(config, splits)
-    parts = {name: [SplitPart("main", corpus, source_split,
-                              config.data.max_train_pairs if name == "train" else config.data.max_eval_pairs,
-                              config.data.weight, link_files.get(name))]
-             for name, source_split in splits.items()}
-    parts["train"] += [SplitPart(spec.name, open_corpus(corpus_data_config(config.data, spec)), spec.split,
-                                 config.data.max_train_pairs, spec.weight) for spec in config.data.corpora]
-    inputs = {_input_name(name, part): part.corpus.fingerprint(part.source_split)
-              for name, split_parts in parts.items() for part in split_parts}
+    parts = _split_parts(config, corpus)
     given = Tokenizer.from_directory(Path(tokenizer_from)) if tokenizer_from is not None else None
-    if given is not None:
-        inputs["tokenizer"] = {file: hashlib.sha256(data).hexdigest() for file, data in given.model_files().items()}
+    inputs = _input_fingerprints(parts, given)
     fingerprint = _fingerprint(config, inputs)
     existing = _read_manifest(out)
     if existing is not None and existing.get("fingerprint") == fingerprint and not force:
@@ -112,14 +102,7 @@ def prepare(config: Config, out_dir: str | Path, force: bool = False, progress: 
             tokenizer, tokenizer_info = given, _tokenizer_info(given, config, sampled_pairs=0, origin=tokenizer_from)
         else:
             tokenizer, tokenizer_info = _train_tokenizer(tmp, config, stats["train"]["kept"], progress)
-        dtype = token_dtype(max(tokenizer.src_vocab_size, tokenizer.tgt_vocab_size))
-        for name in parts:
-            stats[name]["tokens"] = _binarize(tmp, name, stats[name]["kept"], config, tokenizer, dtype, progress)
-            if (tmp / f"{name}.align").is_file():
-                stats[name]["links"] = write_piece_links(tmp, name, config.data.src_lang, config.data.tgt_lang,
-                                                         tokenizer, stats[name]["kept"], progress)
-        for name, model in tokenizer.model_files().items():
-            atomic_write_bytes(tmp / name, model)
+        dtype = _encode_splits(tmp, stats, config, tokenizer, progress)
         elapsed = time.monotonic() - started
         pairs_read = sum(s["read"] for s in stats.values())
         manifest = {
@@ -138,13 +121,41 @@ def prepare(config: Config, out_dir: str | Path, force: bool = False, progress: 
             "token_dtype": dtype.name,
             "arrays": _array_records(tmp, parts),
             "gold_alignments": corpus.kind == "synthetic" and not config.data.corpora,
-            "alignment_files": {name: str(path) for name, path in link_files.items()},
+            "alignment_files": {name: str(part.link_file) for name, split_parts in parts.items()
+                                for part in split_parts if part.link_file is not None},
             "elapsed_seconds": round(elapsed, 2),
             "pairs_per_second": round(pairs_read / max(elapsed, 1e-9), 1),
         }
         atomic_write_json(tmp / MANIFEST, manifest)
         atomic_write_text(tmp / "config.yaml", _resolved_config(config).to_yaml())
     return {**manifest, "reused": False}
+
+
+def _split_parts(config: Config, corpus: Corpus) -> dict[str, list[SplitPart]]:
+    """Each prepared split's parts: the main source's split (with its word links, if
+    ``data.alignment_path`` has them), then, for ``train``, the ``data.corpora``."""
+    data = config.data
+    splits = corpus.splits()
+    link_files = _link_files(config, splits)
+    parts = {name: [SplitPart("main", corpus, source_split,
+                              data.max_train_pairs if name == "train" else data.max_eval_pairs, data.weight,
+                              link_files.get(name))]
+             for name, source_split in splits.items()}
+    parts["train"] += [SplitPart(spec.name, open_corpus(corpus_data_config(data, spec)), spec.split,
+                                 data.max_train_pairs, spec.weight) for spec in data.corpora]
+    return parts
+
+
+def _input_fingerprints(parts: dict[str, list[SplitPart]], given: Tokenizer | None) -> dict[str, Any]:
+    """What the prepared data is made of: every part's input (and word links), and a given tokenizer."""
+    inputs = {}
+    for name, split_parts in parts.items():
+        for part in split_parts:
+            links = {part.link_file.name: file_digest(part.link_file)[0]} if part.link_file is not None else {}
+            inputs[_input_name(name, part)] = {**part.corpus.fingerprint(part.source_split), **links}
+    if given is not None:
+        inputs["tokenizer"] = {file: hashlib.sha256(data).hexdigest() for file, data in given.model_files().items()}
+    return inputs
 
 
 def _prepared_entry(name: str) -> bool:
@@ -343,6 +354,21 @@ def _tokenizer_info(tokenizer: Tokenizer, config: Config, sampled_pairs: int,
 
 
 # ---- pass 2: token arrays -----------------------------------------------------------------------
+
+
+def _encode_splits(out: Path, stats: dict[str, dict[str, Any]], config: Config, tokenizer: Tokenizer,
+                   progress: bool) -> np.dtype:
+    """Token arrays (and piece links, where a split has word links) of every split, and the
+    SentencePiece models beside them; adds ``tokens`` (and ``links``) to each split's stats."""
+    dtype = token_dtype(max(tokenizer.src_vocab_size, tokenizer.tgt_vocab_size))
+    for name, split_stats in stats.items():
+        split_stats["tokens"] = _binarize(out, name, split_stats["kept"], config, tokenizer, dtype, progress)
+        if (out / f"{name}.align").is_file():
+            split_stats["links"] = write_piece_links(out, name, config.data.src_lang, config.data.tgt_lang,
+                                                     tokenizer, split_stats["kept"], progress)
+    for name, model in tokenizer.model_files().items():
+        atomic_write_bytes(out / name, model)
+    return dtype
 
 
 def _binarize(out: Path, name: str, pairs: int, config: Config, tokenizer: Tokenizer, dtype: np.dtype,
