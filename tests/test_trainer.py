@@ -74,8 +74,9 @@ def test_transformer_run_learns_and_writes_its_files(tiny_prepared, tmp_path):
     assert load_checkpoint(tmp_path / "run").step == 40
     # a validation line and the last line round the best BLEU as the validation's own BLEU (2 decimals)
     best_text = f"best bleu {best_valid['bleu']:.2f} at step {best_valid['step']}"
+    aer = f"aer {valid[-1]['aer']:.4f} | "  # the synthetic validation split has word links
     assert lines[-2] == (f"valid step 40 | loss {valid[-1]['loss']:.4f} | ppl {valid[-1]['ppl']:.2f} | "
-                         f"bleu {valid[-1]['bleu']:.2f} | {best_text}"
+                         f"bleu {valid[-1]['bleu']:.2f} | {aer}{best_text}"
                          + ("" if best_valid["step"] == 40 else " (1 without improvement)"))
     assert lines[-1].startswith("stopped (max_steps) at step 40") and lines[-1].endswith(best_text)
 
