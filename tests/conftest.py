@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,12 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("NMT_SHARED_DATA", REPO.parent / "shared" / "data"))
 
 torch.set_num_threads(1)
+
+# A shell starts background jobs (`make test &`, `nohup ...`) with SIGINT ignored, and an ignored
+# signal stays ignored through exec: the tests that press Ctrl-C on an nmt process would send a
+# signal it never sees. With a handler here, every child process starts with the default.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")
