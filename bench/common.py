@@ -45,6 +45,11 @@ sys.path.insert(0, str(REPO))  # bench scripts run as files; make the project im
 from nmt_cli.fileio import atomic_write_json  # noqa: E402  (after the path fix above)
 
 
+def absolute_path(value: str) -> Path:
+    """A path option made absolute: the scripts run their tools from other folders."""
+    return Path(value).expanduser().resolve()
+
+
 def bench_arguments(description: str) -> argparse.ArgumentParser:
     """An argument parser with the options every bench script takes."""
     parser = argparse.ArgumentParser(description=description)
@@ -52,9 +57,9 @@ def bench_arguments(description: str) -> argparse.ArgumentParser:
                         help="tiny data slice, a few steps, installed peers only (for tests)")
     parser.add_argument("--repeats", type=int, default=None,
                         help="runs per figure; the median is reported (default 3, 1 with --quick)")
-    parser.add_argument("--json", type=Path, default=None, metavar="FILE",
+    parser.add_argument("--json", type=absolute_path, default=None, metavar="FILE",
                         help="also write the report as JSON (read by run_all.py)")
-    parser.add_argument("--work", type=Path, default=WORK_DIR,
+    parser.add_argument("--work", type=absolute_path, default=WORK_DIR,
                         help=f"scratch folder (default {WORK_DIR.relative_to(REPO)})")
     return parser
 
