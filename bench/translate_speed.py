@@ -62,7 +62,7 @@ def train_once(out_dir: Path, train: Callable[[Path], object]) -> Path:
     if not marker.is_file():
         result = train(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
-        marker.write_text(str(result.model))
+        marker.write_text(str(Path(result.model).resolve()))
     return Path(marker.read_text())
 
 
