@@ -38,7 +38,8 @@ from nmt_cli.models.attention.multihead import MultiHeadAttention, SoftmaxAttent
 from nmt_cli.models.base import Memory, Seq2SeqModel, State
 from nmt_cli.models.dropout import Dropout
 from nmt_cli.models.embeddings import token_table
-from nmt_cli.models.transformer import Encoder, FeedForward, Residual, _check_vocabulary, _embedding
+from nmt_cli.models.transformer import (Encoder, FeedForward, Residual, _check_vocabulary, _embedding,
+                                        _output_projection)
 from nmt_cli.specials import EOS_ID, PAD_ID
 
 __all__ = ["MaskAlign"]
@@ -100,11 +101,7 @@ class MaskAlign(Seq2SeqModel):
         self.layers = nn.ModuleList(MaskedLayer(cfg, cross=k == cfg.decoder_layers - 1)
                                     for k in range(cfg.decoder_layers))
         self.final_norm = nn.LayerNorm(cfg.d_model) if cfg.norm_position == "pre" else nn.Identity()
-        self.output_projection = nn.Linear(cfg.d_model, tgt_vocab_size, bias=False)
-        if cfg.tie_embeddings:
-            self.output_projection.weight = tgt_table.weight
-        else:
-            nn.init.normal_(self.output_projection.weight, mean=0.0, std=cfg.d_model**-0.5)
+        self.output_projection = _output_projection(cfg, tgt_table, tgt_vocab_size)
 
     @classmethod
     def from_config(cls, cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, joint_vocab: bool):

@@ -217,11 +217,7 @@ class Transformer(Seq2SeqModel):
             _embedding(cfg, tgt_table),
             [DecoderLayer(cfg, kernel("decoder_self"), kernel("cross")) for _ in range(cfg.decoder_layers)],
         )
-        self.output_projection = nn.Linear(cfg.d_model, tgt_vocab_size, bias=False)
-        if cfg.tie_embeddings:
-            self.output_projection.weight = tgt_table.weight
-        else:
-            nn.init.normal_(self.output_projection.weight, mean=0.0, std=cfg.d_model**-0.5)
+        self.output_projection = _output_projection(cfg, tgt_table, tgt_vocab_size)
 
     @classmethod
     def from_config(cls, cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, joint_vocab: bool):
@@ -280,6 +276,17 @@ class LinearTransformer(Transformer):
     @classmethod
     def from_config(cls, cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, joint_vocab: bool):
         return cls(cfg, src_vocab_size, tgt_vocab_size, joint_vocab, linear_sites=frozenset(cfg.linear_sites))
+
+
+def _output_projection(cfg: ModelConfig, tgt_table: nn.Embedding, tgt_vocab_size: int) -> nn.Linear:
+    """Decoder states to target logits: the target embedding itself when tied, else its own
+    matrix drawn from N(0, d^-1/2)."""
+    projection = nn.Linear(cfg.d_model, tgt_vocab_size, bias=False)
+    if cfg.tie_embeddings:
+        projection.weight = tgt_table.weight
+    else:
+        nn.init.normal_(projection.weight, mean=0.0, std=cfg.d_model**-0.5)
+    return projection
 
 
 def _embedding(cfg: ModelConfig, table: nn.Embedding) -> TransformerEmbedding:
