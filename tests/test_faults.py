@@ -677,7 +677,9 @@ from nmt_cli.config import load_config
 from nmt_cli.training import train
 train(load_config(sys.argv[1]), sys.argv[2], sys.argv[3] + os.environ["RANK"], stream=io.StringIO())
 threads = [open(f"/proc/self/task/{task}/comm").read().strip() for task in os.listdir("/proc/self/task")]
-print("rank", os.environ["RANK"], "gloo threads left:", sorted(name for name in threads if "gloo" in name))
+left = sorted(name for name in threads if "gloo" in name)
+with open(sys.argv[3] + ".report" + os.environ["RANK"], "w") as report:  # one file a rank: printed lines interleave
+    report.write(f"rank {os.environ['RANK']} gloo threads left: {left}")
 """
 
 
@@ -694,7 +696,7 @@ def test_case14_training_under_torchrun_leaves_no_gloo_threads_running_into_exit
                           cwd=REPO, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": str(REPO)})
     assert done.returncode == 0, done.stderr[-3000:]
-    reports = sorted(line for line in done.stdout.splitlines() if line.startswith("rank "))
+    reports = [(tmp_path / f"run.report{rank}").read_text() for rank in (0, 1)]
     assert reports == ["rank 0 gloo threads left: []", "rank 1 gloo threads left: []"]
 
 
