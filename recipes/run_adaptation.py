@@ -30,7 +30,7 @@ from pathlib import Path
 
 import yaml
 
-from run_recipe import CHECK_OVERRIDES, RECIPES, nmt, recipe_path, run as run_recipe
+from run_recipe import CHECK_OVERRIDES, RECIPES, nmt, recipe_path, run as run_recipe, stage_minutes
 
 ADAPTATIONS = RECIPES / "adaptation"
 BEGIN, END = "<!-- adaptation:begin -->", "<!-- adaptation:end -->"
@@ -67,15 +67,6 @@ def translate_and_score(checkpoint: Path, data: Path, out: Path, label: str, log
     entries = {entry["name"].split()[0]: entry for entry in json.loads(scores.read_text())["scores"]}
     return {"bleu": round(entries["BLEU"]["score"], 1), "chrf": round(entries["chrF2"]["score"], 1),
             "signature": entries["BLEU"]["signature"]}
-
-
-def stage_minutes(data: Path, run_dir: Path) -> float:
-    """Minutes of one stage: its ``nmt prepare`` (the manifest's) plus its training, from the
-    run's own clock, which spans the sessions of a resumed run."""
-    prepared = json.loads((data / "manifest.json").read_text(encoding="utf-8"))["elapsed_seconds"]
-    records = (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
-    trained = max(json.loads(line).get("elapsed", 0.0) for line in records if line.strip())
-    return round((prepared + trained) / 60, 1)
 
 
 def trained(run_dir: Path) -> Path:

@@ -24,7 +24,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import yaml
@@ -125,12 +124,10 @@ def run(name: str, out_root: Path, check: bool, extra: list[str], hub_root: str 
     sets = [f"{k}={v}" for k, v in overrides.items()] + extra
     set_args = [arg for item in sets for arg in ("--set", item)]
     data, run_dir = out / "data", out / "run"
-    started = time.time()
     nmt("prepare", "--config", str(config), *set_args, "--out", str(data), log=log)
     manifest = json.loads((data / "manifest.json").read_text(encoding="utf-8"))
     src_lang, tgt_lang = manifest["src_lang"], manifest["tgt_lang"]
     nmt("train", "--config", str(config), *set_args, "--data", str(data), "--out", str(run_dir), log=log)
-    train_seconds = time.time() - started
     average_last = int(raw.get("train", {}).get("average_last", 0) or 0)
     checkpoint = run_dir
     if average_last > 1:
@@ -152,7 +149,7 @@ def run(name: str, out_root: Path, check: bool, extra: list[str], hub_root: str 
     if gold.is_file():
         nmt("align", "score", "--gold", str(gold), "--hyp", str(out / "align" / "alignments.align"), "--json",
             log=log, stdout=out / "aer.json")
-    write_summary(name, out, raw, train_seconds, extra)
+    write_summary(name, out, raw, stage_minutes(data, run_dir), extra)
     show_samples(data / f"test.{src_lang}", ref, hyp)
     print(open(out / "summary.md", encoding="utf-8").read())
     heatmaps = sorted((out / "align").glob("heatmaps/*.png"))
@@ -169,7 +166,16 @@ def show_samples(source: Path, reference: Path, hypothesis: Path, count: int = 3
     print()
 
 
-def write_summary(name: str, out: Path, raw: dict, train_seconds: float, overrides: list[str]) -> None:
+def stage_minutes(data: Path, run_dir: Path) -> float:
+    """Minutes of ``nmt prepare`` (its manifest's clock) plus training (the run's own clock,
+    which spans the sessions of a resumed run and leaves out the time between them)."""
+    prepared = json.loads((data / "manifest.json").read_text(encoding="utf-8"))["elapsed_seconds"]
+    records = (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    trained = max(json.loads(line).get("elapsed", 0.0) for line in records if line.strip())
+    return round((prepared + trained) / 60, 1)
+
+
+def write_summary(name: str, out: Path, raw: dict, minutes: float, overrides: list[str]) -> None:
     """Write the run's one-row summary; ``overrides`` (the ``--set`` items) are kept so a
     shortened run is never mistaken for the recipe as written."""
     score = json.loads((out / "score.json").read_text(encoding="utf-8"))
@@ -185,7 +191,7 @@ def write_summary(name: str, out: Path, raw: dict, train_seconds: float, overrid
         "chrf": _rounded(_metric(score, "chrF"), 1),
         "signature": _signature(score, "BLEU"),
         "params": state.get("parameters"),
-        "prepare_train_minutes": round(train_seconds / 60, 1),
+        "prepare_train_minutes": minutes,
         "steps": state.get("step"),
         "peak_rss_mb": state.get("peak_rss_mb"),
         "aer": _rounded(aer.get("aer"), 3),
