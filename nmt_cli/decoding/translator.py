@@ -26,6 +26,7 @@ from nmt_cli.decoding.scoring import PairScore, score_pairs
 from nmt_cli.device import resolve_device
 from nmt_cli.errors import ConfigError, NmtError
 from nmt_cli.models.base import Seq2SeqModel
+from nmt_cli.models.packed import can_pack, pack_linear_layers
 from nmt_cli.models.quantization import quantize_model
 from nmt_cli.precision import Precision
 from nmt_cli.tokenization import Tokenizer
@@ -106,7 +107,8 @@ class Translator:
         defaults to the (first) checkpoint's own ``decode`` settings; ``overrides``
         (``{"decode.beam_size": 1}``, as ``--set`` writes them) are applied on top and
         validated with the rest of the config. Only ``decode.*`` keys may change.
-        ``quantize="int8"``: dynamic int8 quantization of the Linear and LSTM/GRU layers (CPU).
+        ``quantize="int8"``: dynamic int8 quantization of the Linear and LSTM/GRU layers (CPU);
+        otherwise, on the CPU, float32 Linear layers are packed for oneDNN (:mod:`nmt_cli.models.packed`).
         """
         resolved_device = resolve_device(device)
         paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
@@ -120,6 +122,8 @@ class Translator:
         models = [checkpoint.build_model(resolved_device) for checkpoint in checkpoints]
         if quantize is not None:
             models = [quantize_model(model, quantize, resolved_device) for model in models]
+        elif can_pack(resolved_device):
+            models = [pack_linear_layers(model.eval()) for model in models]
         return cls(models[0] if len(models) == 1 else Ensemble(models), first.tokenizer, settings, resolved_device,
                    checkpoint="+".join(str(checkpoint.path) for checkpoint in checkpoints),
                    step="+".join(str(checkpoint.step) for checkpoint in checkpoints),
