@@ -34,22 +34,23 @@ def max_output_lengths(src_lengths: Tensor, a: float, b: int) -> Tensor:
     return (a * src_lengths.double() + b).floor().long().clamp(min=1)  # (B,)
 
 
-def apply_length_limits_(log_probs: Tensor, step: int, min_len: int, max_lens: Tensor) -> Tensor:
+def apply_length_limits_(log_probs: Tensor, step: int, min_len: int, max_lens: Tensor, shortest: int = 0) -> Tensor:
     """Mask, in place, the next-token distribution of each row for output position ``step``.
 
     Rows that already hold ``max_lens`` tokens may only emit EOS (with the model's own
     EOS probability); before ``min_len`` tokens EOS is forbidden. The maximum wins when
     the two disagree, so every row ends. ``log_probs`` (N, V), ``max_lens`` (N,);
     returns ``log_probs`` with blocked entries at ``-inf``. Writing in place spares a
-    copy of the (N, V) array at every step.
+    copy of the (N, V) array at every step. ``shortest``, a lower bound of ``max_lens``
+    the caller knows, spares the search for rows at their limit in the steps before it.
     """
-    eos = log_probs[:, EOS_ID].clone()  # (N,)
+    at_limit = (max_lens <= step).nonzero().squeeze(1) if step >= shortest else max_lens[:0]  # (R,) rows that must end
+    eos = log_probs[at_limit, EOS_ID] if at_limit.numel() else None  # (R,), a copy
     if step < min_len:
         log_probs[:, EOS_ID] = NEG_INF
-    at_limit = (max_lens <= step).nonzero().squeeze(1)  # (R,) rows that must end now
-    if at_limit.numel():
+    if eos is not None:
         forced = torch.full_like(log_probs[at_limit], NEG_INF)  # (R, V)
-        forced[:, EOS_ID] = eos[at_limit]
+        forced[:, EOS_ID] = eos
         log_probs[at_limit] = forced
     return log_probs
 

@@ -90,10 +90,12 @@ class History:
 class Search:
     """Bookkeeping shared by the strategies: finished hypotheses per sentence."""
 
-    def __init__(self, num_sentences: int, decode: DecodeConfig, keep_attention: bool):
+    def __init__(self, max_lens: Tensor, decode: DecodeConfig, keep_attention: bool):
         self.decode = decode
-        self.finished: list[list[Finished]] = [[] for _ in range(num_sentences)]
+        self.finished: list[list[Finished]] = [[] for _ in range(len(max_lens))]
         self.history = History(keep_attention)
+        #: the shortest output limit of the batch: before it no row can be at its limit
+        self.shortest = int(max_lens.min()) if len(max_lens) else 0
 
     def initial_rows(self) -> Tensor | None:
         """Encoder rows to repeat for the first step (``None``: one row per sentence)."""
@@ -123,7 +125,7 @@ class GreedySearch(Search):
 
     def __init__(self, max_lens: Tensor, decode: DecodeConfig, choose: TokenChooser,
                  keep_attention: bool, copies: int = 1):
-        super().__init__(len(max_lens), decode, keep_attention)
+        super().__init__(max_lens, decode, keep_attention)
         self.copies = copies
         self.choose = choose
         self.max_lens = max_lens.repeat_interleave(copies)  # (N,)
@@ -137,7 +139,7 @@ class GreedySearch(Search):
 
     def advance(self, step: int, log_probs: Tensor, attention: Tensor | None) -> StepOutcome | None:
         self.history.add_attention(attention)
-        log_probs = apply_length_limits_(log_probs, step, self.decode.min_len, self.max_lens)  # (N, V)
+        log_probs = apply_length_limits_(log_probs, step, self.decode.min_len, self.max_lens, self.shortest)  # (N, V)
         tokens = self.choose(log_probs)  # (N,)
         self.scores = self.scores + log_probs.gather(1, tokens[:, None]).squeeze(1).double()  # (N,)
         ended = tokens == EOS_ID  # (N,)
@@ -165,28 +167,34 @@ class BeamSearch(Search):
     Each step takes the 2K best extensions of a sentence's beams; those ending in EOS
     within the top K are finished, the K best others continue. A sentence is done once
     it has K finished hypotheses or no live beam (at its maximum length only EOS is
-    allowed), and its rows leave the batch. Beams with a ``-inf`` score are unused (first step, tiny vocabularies).
+    allowed), and its rows leave the batch. The first step runs on one row per sentence
+    (every beam would hold the same BOS prefix) and its 2K best tokens start the K beams,
+    so the decoder state and memory are expanded to K rows after it, not before
+    (CTranslate2 does the same). Beams with a ``-inf`` score are unused (tiny vocabularies).
     """
 
     def __init__(self, max_lens: Tensor, decode: DecodeConfig, keep_attention: bool):
-        super().__init__(len(max_lens), decode, keep_attention)
+        super().__init__(max_lens, decode, keep_attention)
         self.beam = decode.beam_size
-        device = max_lens.device
-        self.active = list(range(len(max_lens)))  # sentence of each block of K rows
-        self.max_lens = max_lens.repeat_interleave(self.beam)  # (N,)
-        self.scores = torch.full((len(max_lens), self.beam), NEG_INF, dtype=torch.float64, device=device)
-        self.scores[:, 0] = 0.0  # (A, K): only the first beam is live at the start
+        self.active = list(range(len(max_lens)))  # sentence of each block of rows
+        self.max_lens = max_lens  # (N,): one row per sentence until the first step expands them
+        self.scores = torch.zeros((len(max_lens), 1), dtype=torch.float64, device=max_lens.device)  # (A, width)
 
     def initial_rows(self) -> Tensor | None:
-        return torch.arange(len(self.active), device=self.max_lens.device).repeat_interleave(self.beam)
+        return None
 
     def advance(self, step: int, log_probs: Tensor, attention: Tensor | None) -> StepOutcome | None:
         self.history.add_attention(attention)
-        beam, active = self.beam, len(self.active)
-        log_probs = apply_length_limits_(log_probs, step, self.decode.min_len, self.max_lens)  # (N, V)
+        beam, active, width = self.beam, len(self.active), self.scores.size(1)  # width: 1 at the first step, then K
+        log_probs = apply_length_limits_(log_probs, step, self.decode.min_len, self.max_lens, self.shortest)  # (N, V)
         cand_scores, cand_tokens, cand_beams = beam_step(
-            log_probs.view(active, beam, -1), self.scores, 2 * beam)  # (A, C), scores in float64
-        block_start = beam * torch.arange(active, device=cand_beams.device)[:, None]  # (A, 1)
+            log_probs.view(active, width, -1), self.scores, 2 * beam)  # (A, C), scores in float64
+        if cand_scores.size(1) < 2 * beam:  # fewer extensions than 2K (a tiny vocabulary): unused candidates
+            missing = 2 * beam - cand_scores.size(1)
+            cand_scores = torch.nn.functional.pad(cand_scores, (0, missing), value=NEG_INF)
+            cand_tokens = torch.nn.functional.pad(cand_tokens, (0, missing), value=EOS_ID)
+            cand_beams = torch.nn.functional.pad(cand_beams, (0, missing))
+        block_start = width * torch.arange(active, device=cand_beams.device)[:, None]  # (A, 1)
         cand_rows = cand_beams + block_start  # (A, C): rows of this step
         cand_eos = cand_tokens == EOS_ID  # (A, C)
         self._finish_candidates(cand_scores, cand_rows, cand_eos)
@@ -203,11 +211,13 @@ class BeamSearch(Search):
         if not open_blocks:
             return None
         memory_rows = None
-        if len(open_blocks) < active:
+        if len(open_blocks) < active or width != beam:
             keep = torch.tensor(open_blocks, device=rows.device)  # (A',)
             scores, tokens, rows = scores[keep], tokens[keep], rows[keep]
-            offsets = torch.arange(beam, device=rows.device)
-            memory_rows = (keep[:, None] * beam + offsets).flatten()  # (A' * K,)
+            offsets = torch.arange(width, device=rows.device)
+            memory_rows = (keep[:, None] * width + offsets).flatten()  # (A' * width,)
+            if width != beam:  # the first step: each sentence's one memory row serves its K beams
+                memory_rows = memory_rows.repeat_interleave(beam)  # (A' * K,)
             self.active = [self.active[i] for i in open_blocks]
         self.scores = scores
         state_rows = rows.flatten()  # (A' * K,)
