@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -25,6 +24,7 @@ from nmt_cli.decoding.batching import pad_sources, token_budget_batches
 from nmt_cli.decoding.hypothesis import Hypothesis
 from nmt_cli.decoding.search import greedy_tokens, max_output_lengths, sample_tokens
 from nmt_cli.decoding.strategies import BeamSearch, Finished, GreedySearch, Search
+from nmt_cli.decoding.workers import map_in_processes
 from nmt_cli.models.base import Seq2SeqModel
 from nmt_cli.specials import BOS_ID
 
@@ -60,8 +60,8 @@ def generate(
     gives an empty hypothesis. The model decodes in evaluation mode (no dropout) and gets
     its own mode back afterwards.
 
-    On CPU, ``decode.workers`` batches are decoded at once, each in its own thread with
-    an equal share of torch's intra-op threads: the many small operations of a decoding
+    On CPU, ``decode.workers`` batches are decoded at once, each in a forked process with
+    one thread (:mod:`nmt_cli.decoding.workers`): the many small operations of a decoding
     step keep two single-threaded workers busier than one two-threaded one (the
     ``inter_threads`` of CTranslate2). Sampling seeds a generator per batch from
     ``decode.seed`` and the batch number, so outputs never depend on the worker count.
@@ -84,9 +84,7 @@ def generate(
         if workers <= 1:
             decoded = [decode_numbered(number, indices) for number, indices in enumerate(batches)]
         else:
-            share = max(1, torch.get_num_threads() // workers)
-            with ThreadPoolExecutor(workers, initializer=torch.set_num_threads, initargs=(share,)) as pool:
-                decoded = list(pool.map(decode_numbered, range(len(batches)), batches))
+            decoded = map_in_processes(decode_numbered, batches, workers)
     for indices, hypotheses in zip(batches, decoded):
         for index, hypothesis in zip(indices, hypotheses):
             results[index] = hypothesis
