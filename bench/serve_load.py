@@ -4,7 +4,7 @@ Model: the tiny Transformer of ``translate_speed.py`` (2+2 layers, d 128, traine
 Multi30k), reused when that script trained it already. The server is the real ``nmt serve``
 process on 2 torch threads with the checkpoint's search settings (beam 5, alpha 0.6, at
 most 1.2 x source + 10 output pieces), ``--queue-size 128`` and ``--max-sentences 1``;
-once with micro-batching (``--batch-wait-ms 5``, ``--batch-tokens 2048``) and once with
+once with micro-batching (``--batch-wait-ms 30 --batch-idle-ms 2``, ``--batch-tokens 2048``) and once with
 ``--no-batching`` (every request decoded on its own).
 
 Clients: 1, 8, 32 and 128 keep-alive HTTP/1.1 connections from this process (asyncio), each
@@ -46,6 +46,10 @@ from translate_speed import FULL_TRAINING, QUICK_TRAINING, train_once
 
 from nmt_cli.data.prepared import PreparedData
 
+#: micro-batching settings of the batching server: ``nmt serve``'s defaults
+BATCH_WAIT_MS, BATCH_IDLE_MS = 30, 2
+
+
 @dataclass(frozen=True)
 class Plan:
     """Client counts, the server's queue and micro-batch budget, sentences a round, and decode
@@ -59,7 +63,8 @@ class Plan:
 
     def modes(self) -> dict[str, list[str]]:
         """``nmt serve`` options of the two servers compared."""
-        return {"on": ["--batch-wait-ms", "5", "--batch-tokens", str(self.batch_tokens)], "off": ["--no-batching"]}
+        return {"on": ["--batch-wait-ms", str(BATCH_WAIT_MS), "--batch-idle-ms", str(BATCH_IDLE_MS),
+                       "--batch-tokens", str(self.batch_tokens)], "off": ["--no-batching"]}
 
     def capacity(self, mean_source_pieces: float) -> int:
         """Requests of one sentence the batching server holds at once: its queue and one decode call."""
@@ -337,7 +342,9 @@ def main() -> None:
         f"commit {commit}; {machine['cpu']} ({machine['vector extensions']}), {machine['cores']} cores; "
         f"server on {THREADS} torch threads, the clients in the bench process on the same cores",
         f"search: {quality.search}; model: {TINY_TRANSFORMER.describe()}, trained {training.steps} steps",
-        f"batching on: --batch-wait-ms 5 (the oldest sentence waits at most 5 ms for others), --batch-tokens "
+        f"batching on: --batch-wait-ms {BATCH_WAIT_MS} --batch-idle-ms {BATCH_IDLE_MS} (the defaults: once the "
+        f"decoder is free a micro-batch stays open until as many sentences came as it last answered and then "
+        f"none for {BATCH_IDLE_MS} ms, at most {BATCH_WAIT_MS} ms), --batch-tokens "
         f"{plan.batch_tokens}; off: --no-batching, one request per decode call; both --queue-size "
         f"{plan.queue_size}, requests of one sentence; each figure the median of {repeats} round(s) after a "
         "warm-up round",

@@ -118,7 +118,7 @@ def test_concurrent_requests_are_batched_and_each_gets_its_own_translation(serve
     translator = Translator.from_checkpoint(tiny_trained_run)
     expected_beam2 = [h.text for h in translator.translate(SENTENCES)]
     expected_greedy = [h.text for h in translator.with_decode({"decode.beam_size": 1}).translate(SENTENCES)]
-    with serving(served, batch_wait_ms=300) as client:
+    with serving(served, batch_wait_ms=300, batch_idle_ms=300) as client:
         def ask(index: int) -> tuple[int, str]:
             beam = 1 if index % 2 else 2
             response = client.post("/v1/translate", json={"text": SENTENCES[index // 2], "beam_size": beam})

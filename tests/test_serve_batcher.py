@@ -147,3 +147,77 @@ def test_close_decodes_what_is_queued_first():
     started = time.monotonic()
     batcher.close()  # does not sit out the 5 s wait
     assert texts_of(future) == ["LATE"] and time.monotonic() - started < 2
+
+
+def test_a_batch_waits_for_arrivals_after_the_decoder_is_free_even_when_its_oldest_job_is_old():
+    # Under load the jobs queued during a decode call are old when it ends, while the clients it
+    # answered are only now sending their next request: those must share the next call.
+    calls: list = []
+    batcher = MicroBatcher(capacity=100, budget_tokens=1000, wait_s=0.4, idle_s=0.3)
+    gate = threading.Event()
+    blocking = RecordingEngine("e", calls, gate)
+    blocker = batcher.submit(Job(["first"], 1, "k", blocking))
+    assert blocking.entered.wait(10)
+    old = batcher.submit(Job(["old"], 1, "k", RecordingEngine("e", calls)))
+    time.sleep(0.5)  # older than wait_s
+    gate.set()
+    texts_of(blocker)
+    time.sleep(0.1)  # the answered client comes back
+    new = batcher.submit(Job(["new"], 1, "k", RecordingEngine("e", calls)))
+    assert texts_of(old) == ["OLD"] and texts_of(new) == ["NEW"]
+    batcher.close()
+    assert calls == [("e", ["first"]), ("e", ["old", "new"])]
+
+
+def test_a_lone_job_waits_only_the_idle_gap_not_the_whole_wait():
+    calls: list = []
+    batcher = MicroBatcher(capacity=10, budget_tokens=1000, wait_s=5.0, idle_s=0.05)
+    started = time.monotonic()
+    assert texts_of(batcher.submit(Job(["alone"], 1, "k", RecordingEngine("e", calls)))) == ["ALONE"]
+    assert time.monotonic() - started < 2
+    batcher.close()
+
+
+def test_a_steady_stream_cannot_hold_a_batch_open_beyond_the_wait():
+    calls: list = []
+    batcher = MicroBatcher(capacity=1000, budget_tokens=10_000, wait_s=0.3, idle_s=0.2)
+    engine = RecordingEngine("e", calls)
+    started = time.monotonic()
+    first = batcher.submit(Job(["0"], 1, "k", engine))
+    stop = threading.Event()
+
+    def stream() -> None:
+        index = 1
+        while not stop.wait(0.02):  # arrivals closer than the idle gap, for longer than the wait
+            batcher.submit(Job([str(index)], 1, "k", engine))
+            index += 1
+
+    feeder = threading.Thread(target=stream)
+    feeder.start()
+    try:
+        texts_of(first)
+        assert time.monotonic() - started < 1.0
+        time.sleep(0.1)  # the stream goes on into the next call
+    finally:
+        stop.set()
+        feeder.join()
+        batcher.close()
+    assert len(calls) >= 2 and len(calls[0][1]) > 1
+
+
+def test_after_answering_n_jobs_a_batch_waits_for_n_arrivals_even_across_idle_gaps():
+    # closed-loop clients: the two answered come back with a gap longer than the idle gap
+    calls: list = []
+    batcher = MicroBatcher(capacity=100, budget_tokens=1000, wait_s=2.0, idle_s=0.05)
+    engine = RecordingEngine("e", calls)
+    first = [batcher.submit(Job([text], 1, "k", engine)) for text in ("a", "b")]
+    assert [texts_of(future) for future in first] == [["A"], ["B"]]
+    time.sleep(0.1)
+    third = batcher.submit(Job(["c"], 1, "k", engine))
+    time.sleep(0.15)
+    started = time.monotonic()
+    fourth = batcher.submit(Job(["d"], 1, "k", engine))
+    assert texts_of(third) == ["C"] and texts_of(fourth) == ["D"]
+    assert time.monotonic() - started < 1.0  # closed by the idle gap after d, not by the 2 s wait
+    batcher.close()
+    assert calls == [("e", ["a", "b"]), ("e", ["c", "d"])]

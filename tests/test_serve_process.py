@@ -78,7 +78,7 @@ class ServeProcess:
 
 def test_real_server_translates_and_finishes_the_request_in_flight_on_sigterm(tiny_trained_run):
     # every request waits 1.5 s for company, so one is surely in flight when the signal comes
-    server = ServeProcess(tiny_trained_run, "--batch-wait-ms", "1500")
+    server = ServeProcess(tiny_trained_run, "--batch-wait-ms", "1500", "--batch-idle-ms", "1500")
     try:
         server.wait_ready()
         status, body = server.request("/v1/translate", {"text": SENTENCES})

@@ -34,8 +34,10 @@ INSTALL_HINT = "nmt serve needs the serve extra: pip install 'nmt-cli[serve]'"
               help="Open connections; beyond it uvicorn answers 503.")
 @click.option("--request-timeout", default=30.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
               help="Seconds a request may wait for its translation before 503.")
-@click.option("--batch-wait-ms", default=5.0, show_default=True, type=click.FloatRange(min=0),
-              help="How long the oldest queued sentence waits for others to share its decode call.")
+@click.option("--batch-wait-ms", default=30.0, show_default=True, type=click.FloatRange(min=0),
+              help="Longest a micro-batch is held open for more sentences once the decoder is free.")
+@click.option("--batch-idle-ms", default=2.0, show_default=True, type=click.FloatRange(min=0),
+              help="Close a micro-batch sooner when no sentence has arrived for this long.")
 @click.option("--batch-tokens", type=click.IntRange(min=1),
               help="Source tokens per micro-batch [default: decode.max_tokens].")
 @click.option("--batching/--no-batching", default=True, show_default=True,
@@ -55,5 +57,5 @@ def serve(checkpoint, translator_options, **options) -> None:
         max_sentences=options["max_sentences"], max_chars=options["max_chars"], max_beam=options["max_beam"],
         queue_size=options["queue_size"], max_connections=options["max_connections"],
         request_timeout_s=options["request_timeout"], batching=options["batching"],
-        batch_wait_ms=options["batch_wait_ms"], batch_tokens=options["batch_tokens"])
+        batch_wait_ms=options["batch_wait_ms"], batch_idle_ms=options["batch_idle_ms"], batch_tokens=options["batch_tokens"])
     run_server(lambda: load_served_model(checkpoint, **translator_options), settings)

@@ -2,9 +2,21 @@
 
 Requests put jobs (their sentences and search settings) into a bounded queue; one worker
 thread takes the oldest job and every other queued job with the same settings, up to a
-budget of source tokens, waiting at most ``wait_s`` after the oldest job arrived for
-more to come. Jobs with other settings are never mixed into that decode call; they wait
-for a later one. A full queue refuses new jobs (:class:`QueueFull`) instead of growing.
+budget of source tokens. Before it starts a decode call it holds the batch open for more:
+until the budget is full, or ``wait_s`` has passed since the decoder was free with a job
+waiting, or, once as many jobs have arrived since the decoder became free as its last call
+answered (at least one), none has followed for ``idle_s``.
+
+Counting from when the decoder is free matters under load: the jobs queued during the last
+call are old by then, while the clients that call answered are only starting to send their
+next requests (the event loop hands out the answers first, then reads about one request a
+millisecond), and a deadline counted from the oldest job closed the batch before they came:
+two cohorts of half the clients alternated. Waiting for as many arrivals as were answered
+keeps those clients in one batch; the idle gap keeps a lone client from waiting the whole
+``wait_s``. A burst of one-off requests whose clients never come back costs the next batch
+at most ``wait_s``.
+Jobs with other settings are never mixed into that decode call; they wait for a later one.
+A full queue refuses new jobs (:class:`QueueFull`) instead of growing.
 
 Each job carries a :class:`concurrent.futures.Future`: the request awaits it, a request
 that gives up cancels it, and the worker skips a cancelled job that has not started.
@@ -45,20 +57,27 @@ class MicroBatcher:
     """A bounded queue of :class:`Job` and the thread that decodes them in batches.
 
     ``budget_tokens``: source tokens gathered into one decode call (one job that is
-    longer is decoded alone). ``batching=False`` decodes every job on its own, the
-    baseline that ``bench/serve_load.py`` compares with. ``on_batch(sentences)`` is
-    called after every decode call (for metrics).
+    longer is decoded alone). ``wait_s``: the longest a batch is held open; ``idle_s``
+    (None: no idle rule) closes it sooner once arrivals stop. ``batching=False`` decodes
+    every job on its own, the baseline that ``bench/serve_load.py`` compares with.
+    ``on_batch(sentences)`` is called after every decode call (for metrics).
     """
 
     def __init__(self, capacity: int, budget_tokens: int, wait_s: float, batching: bool = True,
-                 on_batch: Callable[[int], None] | None = None):
+                 idle_s: float | None = None, on_batch: Callable[[int], None] | None = None):
         self.capacity = capacity
         self.budget_tokens = budget_tokens
         self.wait_s = wait_s if batching else 0.0
+        self.idle_s = self.wait_s if idle_s is None else min(idle_s, self.wait_s)
         self.batching = batching
         self.on_batch = on_batch or (lambda sentences: None)
         self._queue: collections.deque[Job] = collections.deque()
         self._queued_sentences = 0
+        self._last_arrival = 0.0
+        self._free_at = 0.0  # when the last decode call finished computing
+        self._arrivals = 0  # jobs submitted so far
+        self._arrivals_when_free = 0  # ... when the last decode call finished
+        self._answered = 0  # jobs the last decode call answered
         self._condition = threading.Condition()
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="nmt-serve-decoder", daemon=True)
@@ -78,6 +97,8 @@ class MicroBatcher:
                 raise QueueFull(f"{self._queued_sentences} sentences are queued (limit {self.capacity})")
             self._queue.append(job)
             self._queued_sentences += len(job.texts)
+            self._last_arrival = time.monotonic()
+            self._arrivals += 1
             self._condition.notify()
         return job.future
 
@@ -99,14 +120,20 @@ class MicroBatcher:
     def _next_batch(self) -> list[Job] | None:
         """The jobs of the next decode call ([] when all were cancelled); None once closed and empty."""
         with self._condition:
+            free_at = self._free_at
             while not self._drop_cancelled():
                 if self._closed:
                     return None
                 self._condition.wait()
             first = self._queue[0]
-            deadline = first.queued_at + self.wait_s
-            while (not self._closed and self._tokens_like(first) < self.budget_tokens
-                   and (remaining := deadline - time.monotonic()) > 0):
+            deadline = max(free_at, first.queued_at) + self.wait_s
+            while not self._closed and self._tokens_like(first) < self.budget_tokens:
+                until = deadline
+                if self._arrivals - self._arrivals_when_free >= max(self._answered, 1):
+                    until = min(deadline, self._last_arrival + self.idle_s)  # as many came as were answered
+                remaining = until - time.monotonic()
+                if remaining <= 0:
+                    break
                 self._condition.wait(remaining)
             jobs = self._take_like(first)
             self._queued_sentences -= sum(len(job.texts) for job in jobs)
@@ -136,15 +163,21 @@ class MicroBatcher:
         self._queue = kept
         return taken
 
+    def _note_free(self, answered: int) -> None:
+        with self._condition:
+            self._free_at, self._arrivals_when_free, self._answered = time.monotonic(), self._arrivals, answered
+
     def _decode(self, jobs: list[Job]) -> None:
         """One engine call for all sentences of ``jobs``; each job gets its own hypotheses back."""
         texts = [text for job in jobs for text in job.texts]
         try:
             hypotheses: list[Hypothesis] = jobs[0].engine.translate(texts, with_attention=jobs[0].with_attention)
         except Exception as exc:  # the requests report it; the worker goes on
+            self._note_free(0)
             for job in jobs:
                 job.future.set_exception(exc)
             return
+        self._note_free(len(jobs))  # before any answer: its client may come back at once
         start = 0
         for job in jobs:
             job.future.set_result(hypotheses[start:start + len(job.texts)])

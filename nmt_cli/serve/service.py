@@ -49,7 +49,7 @@ class TranslationService:
         self.settings = settings
         budget = settings.batch_tokens or model.engine.decode.max_tokens
         self.batcher = MicroBatcher(settings.queue_size, budget, settings.batch_wait_ms / 1000,
-                                    settings.batching, on_batch)
+                                    settings.batching, settings.batch_idle_ms / 1000, on_batch)
 
     def close(self) -> None:
         """Finish the queued work and stop the decoding thread."""

@@ -15,8 +15,9 @@ class ServeSettings:
 
     ``queue_size`` counts sentences waiting for a decode call; ``batch_tokens`` (None:
     the checkpoint's ``decode.max_tokens``) is the source-token budget of one
-    micro-batch and ``batch_wait_ms`` how long the oldest waiting sentence may wait for
-    others to join it.
+    micro-batch; ``batch_wait_ms`` is the longest a micro-batch is held open for more
+    sentences once the decoder is free, ``batch_idle_ms`` closes it sooner when no
+    sentence has arrived for that long.
     """
 
     host: str = "127.0.0.1"
@@ -31,7 +32,8 @@ class ServeSettings:
     max_connections: int = 1024
     request_timeout_s: float = 30.0
     batching: bool = True
-    batch_wait_ms: float = 5.0
+    batch_wait_ms: float = 30.0
+    batch_idle_ms: float = 2.0
     batch_tokens: int | None = None
     retry_after_s: int = 1
 
@@ -43,8 +45,9 @@ class ServeSettings:
         for name, value in positive.items():
             if value <= 0:
                 raise ConfigError(f"serve: {name} must be positive, got {value}")
-        if self.batch_wait_ms < 0:
-            raise ConfigError(f"serve: batch_wait_ms must be >= 0, got {self.batch_wait_ms}")
+        for name, value in {"batch_wait_ms": self.batch_wait_ms, "batch_idle_ms": self.batch_idle_ms}.items():
+            if value < 0:
+                raise ConfigError(f"serve: {name} must be >= 0, got {value}")
         if self.batch_tokens is not None and self.batch_tokens < 1:
             raise ConfigError(f"serve: batch_tokens must be at least 1, got {self.batch_tokens}")
         if self.queue_size < self.max_sentences:
