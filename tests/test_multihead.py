@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from nmt_cli.models.attention.multihead import MultiHeadAttention, SoftmaxAttention, fused_attention
+from nmt_cli.models.attention.multihead import MultiHeadAttention, SoftmaxAttention, fused_attention, short_softmax
 
 B, H, T, S, DK = 3, 2, 4, 6, 5
 
@@ -179,3 +179,13 @@ def test_single_query_step_path_equals_naive_attention(qkv):
     unmasked = single_query_attention(step_query, k.float(), v.float())
     everything, _ = naive_attention(q[:, :, :1], k, v, lambda b, i, j: True)
     torch.testing.assert_close(unmasked.double(), everything, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("length", [1, 5, 15, 16, 40])
+def test_short_softmax_equals_softmax_below_and_above_the_short_row_length(length):
+    scores = torch.randn(6, 4, 1, length) * 5
+    scores[0, 0, 0, 0] = float("-inf")  # a masked position
+    if length == 1:
+        scores[0, 0, 0, 0] = 0.0
+    torch.testing.assert_close(short_softmax(scores), scores.softmax(dim=-1), rtol=1e-6, atol=1e-7)
+

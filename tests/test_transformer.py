@@ -231,3 +231,15 @@ def test_bad_linear_sites_list_the_valid_ones(sites):
 def test_registry_builds_both_architectures():
     assert MODELS.get("transformer") is Transformer
     assert MODELS.get("linear_transformer") is LinearTransformer
+
+
+@pytest.mark.parametrize("variant", [SOFTMAX_VARIANTS[0], LINEAR_VARIANTS[0]], ids=variant_id)
+def test_step_log_probs_is_the_log_softmax_of_decode_step_logits(variant):
+    model = build(variant).float()
+    src, src_mask, _, _ = batch([5, 3], [2, 2])
+    prev = torch.full((2,), BOS_ID)
+    with torch.no_grad():
+        memory = model.encode(src, src_mask)
+        logits, _, _ = model.decode_step(prev, memory, None)
+        log_probs, _, _ = model.step_log_probs(prev, memory, None)
+    torch.testing.assert_close(log_probs, logits.log_softmax(dim=-1))

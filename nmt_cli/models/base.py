@@ -92,9 +92,16 @@ class Seq2SeqModel(nn.Module):
     def step_log_probs(
         self, prev_tokens: Tensor, memory: Memory, state: State | None, need_attention: bool = False
     ) -> tuple[Tensor, State, Tensor | None]:
-        """``decode_step`` with the logits turned into float32 log-probabilities (B, V)."""
+        """``decode_step`` with the logits turned into float32 log-probabilities (B, V).
+
+        The log-softmax overwrites the logits, which nothing else holds, instead of filling a
+        new (B, V) array at every step.
+        """
         logits, state, attention = self.decode_step(prev_tokens, memory, state, need_attention)
-        return logits.float().log_softmax(dim=-1), state, attention
+        logits = logits.float()
+        if logits.requires_grad:
+            return logits.log_softmax(dim=-1), state, attention
+        return torch.log_softmax(logits, dim=-1, out=logits), state, attention
 
     def forced_log_probs(self, src_tokens: Tensor, src_mask: Tensor, tgt_in: Tensor, tgt_mask: Tensor) -> Tensor:
         """Teacher-forced float32 log-probabilities of every next token: (B, T, V)."""
