@@ -43,30 +43,47 @@ def cpu_seconds(translator, texts: list[str]) -> float:
     return elapsed
 
 
+def read_multi30k(name: str, count: int) -> list[str]:
+    return (MULTI30K / name).read_text(encoding="utf-8").splitlines()[:count]
+
+
+def shared_tokenizer() -> Tokenizer:
+    """The 8,000-piece joint SentencePiece model every shape uses, trained on Multi30k."""
+    return Tokenizer(train_sentencepiece(read_multi30k("train.de", 20000) + read_multi30k("train.en", 20000),
+                                         vocab_size=8000))
+
+
+#: beam 5, batches of 32, every output exactly LENGTH pieces
+FORCED_LENGTH = {f"decode.{key}": value for key, value in {
+    "beam_size": 5, "max_len_a": 0, "max_len_b": LENGTH, "min_len": LENGTH, "max_sentences": 32,
+    "max_tokens": 10**9}.items()}
+
+
+def random_engines(model_config: ModelConfig, tokenizer: Tokenizer, engines=ENGINES) -> dict:
+    """A random-weight model of ``model_config`` loaded by each of ``engines`` (name, engine, quantize)."""
+    torch.manual_seed(0)
+    model = build_model(model_config, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, True)
+    with tempfile.TemporaryDirectory() as scratch:
+        checkpoint = save_checkpoint(Path(scratch) / "step-00000001", model.state_dict(),
+                                     Config(model=model_config), tokenizer, {"step": 1})
+        return {name: load_translator(checkpoint, engine=engine, quantize=quantize, overrides=FORCED_LENGTH)
+                for name, engine, quantize in engines}
+
+
 def main() -> None:
     parser = bench_arguments(__doc__.splitlines()[0])
     args = parser.parse_args()
     torch.set_num_threads(1)
     keep_freed_memory()
     repeats = repeats_of(args)
-    read = lambda name, count: (MULTI30K / name).read_text(encoding="utf-8").splitlines()[:count]  # noqa: E731
-    tokenizer = Tokenizer(train_sentencepiece(read("train.de", 20000) + read("train.en", 20000), vocab_size=8000))
-    settings = {"beam_size": 5, "max_len_a": 0, "max_len_b": LENGTH, "min_len": LENGTH, "max_sentences": 32,
-                "max_tokens": 10**9}
-    overrides = {f"decode.{key}": value for key, value in settings.items()}
+    tokenizer = shared_tokenizer()
     report = Report("engine_ratio", "Decoding engines on identical work (beam 5, 1 thread, forced length)",
                     ["shape", "engine", "out tok/s (CPU time)", "vs CTranslate2 float32"], quick=args.quick)
     for shape, (model_config, sentences) in SHAPES.items():
         if args.quick and shape == "base":
             continue
-        texts = read("test2016.de", 16 if args.quick else sentences)
-        torch.manual_seed(0)
-        model = build_model(model_config, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, True)
-        with tempfile.TemporaryDirectory() as scratch:
-            checkpoint = save_checkpoint(Path(scratch) / "step-00000001", model.state_dict(),
-                                         Config(model=model_config), tokenizer, {"step": 1})
-            engines = {name: load_translator(checkpoint, engine=engine, quantize=quantize, overrides=overrides)
-                       for name, engine, quantize in ENGINES}
+        texts = read_multi30k("test2016.de", 16 if args.quick else sentences)
+        engines = random_engines(model_config, tokenizer)
         for translator in engines.values():
             translator.translate(texts[:8])  # warm-up
         runs = {name: [] for name in engines}

@@ -381,7 +381,7 @@ class DecodeConfig(Validated):
     max_tokens: int = setting(6000, "source tokens per decoding batch", at_least=1)
     max_sentences: int = setting(0, "sentences per decoding batch (0 = no limit besides max_tokens)", at_least=0)
     workers: int = setting(
-        1, "CPU: batches decoded at once, each in its own thread with an equal share of torch's threads",
+        1, "CPU: batches decoded at once, each in a forked process of one torch thread",
         at_least=1,
     )
     on_long_line: str = choice(

@@ -97,6 +97,19 @@ def test_engine_ratio_quick_compares_engines_on_forced_equal_work(work: Path) ->
     assert rows["CTranslate2 float32"]["vs CTranslate2 float32"] == "1.00x"
 
 
+def test_decode_profile_quick_splits_the_decode_into_parts_and_states_the_ceiling(work: Path) -> None:
+    report = run_bench("decode_profile", work)
+    rows = {row[1]: dict(zip(report["columns"], row)) for row in report["rows"] if row[0] == "tiny"}
+    parts = [row for name, row in rows.items() if not name.startswith(("whole", "ceiling", "CTranslate2", "kernel"))]
+    whole = figure(rows["whole decode"]["seconds"])
+    assert len(parts) == 7 and whole > 0
+    # the parts are the whole decode taken apart: they add up to it (to the rounding of each)
+    assert abs(sum(figure(row["seconds"]) for row in parts) - whole) <= 0.001 * len(parts) + 0.02 * whole
+    ceiling = rows["ceiling: Linear FLOPs at the packed product's best rate, nothing else"]
+    assert 0 < figure(ceiling["seconds"]) < whole
+    assert any(name.startswith("kernel:") and "packed (oneDNN)" in row["note"] for name, row in rows.items())
+
+
 def test_serve_load_quick_answers_every_sentence_and_refuses_the_overload_cleanly(work: Path) -> None:
     pytest.importorskip("uvicorn", reason="nmt serve needs the serve extra (pip install 'nmt-cli[serve]')")
     report = run_bench("serve_load", work)

@@ -75,7 +75,7 @@ def decode_options(func: Command) -> Command:
     @click.option("--alpha", type=float, help="GNMT length penalty alpha [default: the checkpoint's].")
     @click.option("--nbest", type=click.IntRange(min=1), help="Hypotheses per sentence (at most the beam size).")
     @click.option("--workers", type=click.IntRange(min=1),
-                  help="CPU: batches decoded at once, sharing the torch threads (decode.workers) [default: 1].")
+                  help="CPU: batches decoded at once, each in a process of one thread (decode.workers) [default: 1].")
     @click.option("--on-long-line", type=click.Choice(["error", "truncate", "skip"]),
                   help="A source line longer than the model takes: stop naming it (default), translate its "
                        "first tokens, or give it an empty translation (decode.on_long_line).")
