@@ -8,6 +8,11 @@ runs through ``torch.ops.mkldnn._linear_pointwise`` (the kernel ``torch.compile`
 frozen CPU Linear layers). The arithmetic is the same ``y = x W^T + b`` in float32; only the
 order of the sums differs, so outputs agree with the unpacked model to rounding.
 
+The price is memory: oneDNN compiles a kernel for every number of rows it is given and
+keeps them in its primitive cache (1,024 entries), so a process that has decoded batches of
+many sizes holds more than it would with MKL, bounded by that cache (peak RSS in
+BENCHMARKS.md). Rounding rows up to a few sizes bounded it further but cost speed.
+
 :func:`pack_linear_layers` replaces every ``nn.Linear`` of a model in place. Training never
 sees a packed model: only :class:`~nmt_cli.decoding.Translator` packs, after loading.
 """
