@@ -229,11 +229,14 @@ class BeamSearch(Search):
     def _finish_candidates(self, cand_scores: Tensor, cand_rows: Tensor, cand_eos: Tensor) -> None:
         """Close the EOS candidates ranked within the top K of their sentence."""
         top = slice(0, self.beam)
-        ending = cand_eos[:, top] & torch.isfinite(cand_scores[:, top])  # (A, K)
-        for block, rank in ending.nonzero().tolist():
+        ending = (cand_eos[:, top] & torch.isfinite(cand_scores[:, top])).nonzero().tolist()  # [(block, rank)]
+        if not ending:
+            return
+        rows, scores = cand_rows[:, top].tolist(), cand_scores[:, top].tolist()  # one copy, not one per entry
+        for block, rank in ending:
             sentence = self.active[block]
             if len(self.finished[sentence]) < self.beam:
-                self._finish(sentence, int(cand_rows[block, rank]), float(cand_scores[block, rank]))
+                self._finish(sentence, rows[block][rank], scores[block][rank])
 
 
 __all__ = ["Finished", "StepOutcome", "History", "Search", "GreedySearch", "BeamSearch"]
