@@ -31,9 +31,8 @@ import torch
 from torch import nn
 
 from common import Report, bench_arguments, fmt, repeats_of
-from engine_ratio import ENGINES, LENGTH, SHAPES, random_engines, read_multi30k, shared_tokenizer
+from engine_ratio import ENGINES, LENGTH, forced_work, random_engines, shared_tokenizer
 
-from nmt_cli.allocator import keep_freed_memory
 from nmt_cli.models.attention.multihead import short_softmax
 from nmt_cli.models.packed import PackedLinear
 
@@ -157,17 +156,12 @@ def softmax_microseconds(rows: int, length: int) -> tuple[float, float]:
 def main() -> None:
     parser = bench_arguments(__doc__.splitlines()[0])
     args = parser.parse_args()
-    torch.set_num_threads(1)
-    keep_freed_memory()
     repeats = repeats_of(args)
     tokenizer = shared_tokenizer()
     report = Report("decode_profile", "Where beam-5 decoding time goes (torch float32 engine, 1 thread)",
                     ["shape", "part", "seconds", "share", "note"], quick=args.quick)
     kernels = []
-    for shape, (model_config, sentences) in SHAPES.items():
-        if args.quick and shape == "base":
-            continue
-        texts = read_multi30k("test2016.de", 16 if args.quick else sentences)
+    for shape, model_config, texts in forced_work(args.quick):
         engines = random_engines(model_config, tokenizer, [e for e in ENGINES if e[0] in ("torch fp32", "CTranslate2 float32")])
         ours, ctranslate2 = engines["torch fp32"], engines["CTranslate2 float32"]
         for translator in engines.values():

@@ -70,19 +70,25 @@ def random_engines(model_config: ModelConfig, tokenizer: Tokenizer, engines=ENGI
                 for name, engine, quantize in engines}
 
 
+def forced_work(quick: bool):
+    """Set this process to one thread; yield (shape, model config, sources) of every shape measured
+    (``--quick``: the tiny shape on 16 sentences)."""
+    torch.set_num_threads(1)
+    keep_freed_memory()
+    for shape, (model_config, sentences) in SHAPES.items():
+        if quick and shape == "base":
+            continue
+        yield shape, model_config, read_multi30k("test2016.de", 16 if quick else sentences)
+
+
 def main() -> None:
     parser = bench_arguments(__doc__.splitlines()[0])
     args = parser.parse_args()
-    torch.set_num_threads(1)
-    keep_freed_memory()
     repeats = repeats_of(args)
     tokenizer = shared_tokenizer()
     report = Report("engine_ratio", "Decoding engines on identical work (beam 5, 1 thread, forced length)",
                     ["shape", "engine", "out tok/s (CPU time)", "vs CTranslate2 float32"], quick=args.quick)
-    for shape, (model_config, sentences) in SHAPES.items():
-        if args.quick and shape == "base":
-            continue
-        texts = read_multi30k("test2016.de", 16 if args.quick else sentences)
+    for shape, model_config, texts in forced_work(args.quick):
         engines = random_engines(model_config, tokenizer)
         for translator in engines.values():
             translator.translate(texts[:8])  # warm-up
