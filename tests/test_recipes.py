@@ -168,6 +168,75 @@ def test_results_table_script_keeps_rows_of_recipes_not_run_here(tmp_path: Path,
     assert list(results_table.rendered_rows(text.split(results_table.BEGIN)[1])) == ["fresh", "kept"]
 
 
+@pytest.fixture(scope="module")
+def run_adaptation():
+    """``recipes/run_adaptation.py`` imported as a module (it imports ``run_recipe`` beside it)."""
+    sys.path.insert(0, str(REPO / "recipes"))
+    try:
+        import run_adaptation as module
+    finally:
+        sys.path.pop(0)
+    return module
+
+
+def adaptation_record(name: str, test: str, rows: list[tuple[str, float]], signature: str) -> dict:
+    return {"name": name, "test": test, "general": "g", "check": False,
+            "rows": [{"model": model, "bleu": bleu, "chrf": 30.0, "minutes": 9.5, "signature": signature}
+                     for model, bleu in rows]}
+
+
+def test_adaptation_table_replaces_rerun_models_and_keeps_the_others(tmp_path: Path, run_adaptation) -> None:
+    """A domain rerun with --models general,fine-tuned keeps its in-domain-only row from the README;
+    a domain with no row yet is added; rows come domain by domain in the models' order."""
+    earlier = adaptation_record("adapt-ted", "tst2013", [("general", 5.1), ("fine-tuned", 12.9),
+                                                         ("in-domain only", 5.2)], "nrefs:1|old")
+    block = run_adaptation.render(run_adaptation.record_lines([earlier]), {"nrefs:1|old"})
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{run_adaptation.BEGIN}\n{block}\n{run_adaptation.END}\nafter\n", encoding="utf-8")
+    for record in (adaptation_record("adapt-ted", "tst2013", [("general", 6.0), ("fine-tuned", 14.0)], "nrefs:1|new"),
+                   adaptation_record("adapt-news", "newstest2014", [("fine-tuned", 20.0), ("general", 18.0),
+                                                                    ("in-domain only", 3.0)], "nrefs:1|new")):
+        (tmp_path / "results" / record["name"]).mkdir(parents=True)
+        (tmp_path / "results" / record["name"] / "adaptation.json").write_text(json.dumps(record), encoding="utf-8")
+    run_adaptation.write_table(tmp_path / "results", readme)
+    text = readme.read_text(encoding="utf-8")
+    assert text.startswith("intro\n") and text.endswith(f"{run_adaptation.END}\nafter\n")
+    rows, found = run_adaptation.rendered(text.split(run_adaptation.BEGIN)[1])
+    assert [(domain, model, line.split("|")[3].strip()) for (domain, model), line in rows.items()] == [
+        ("adapt-news (newstest2014)", "general", "18.0"), ("adapt-news (newstest2014)", "fine-tuned", "20.0"),
+        ("adapt-news (newstest2014)", "in-domain only", "3.0"), ("adapt-ted (tst2013)", "general", "6.0"),
+        ("adapt-ted (tst2013)", "fine-tuned", "14.0"), ("adapt-ted (tst2013)", "in-domain only", "5.2")]
+    assert found == {"nrefs:1|old", "nrefs:1|new"}  # the kept row was scored under the old signature
+
+
+def test_adaptation_runs_only_the_models_asked_for(tmp_path: Path, run_adaptation, monkeypatch) -> None:
+    """--models general,fine-tuned prepares with the general tokenizer and fine-tunes, but never
+    prepares or trains the in-domain-only model; the record holds the rows run."""
+    commands = []
+    monkeypatch.setattr(run_adaptation, "nmt", lambda *args, log, stdout=None: commands.append(args[0]))
+    monkeypatch.setattr(run_adaptation, "general_model", lambda name, out, check: (tmp_path / "general", 80.0))
+    monkeypatch.setattr(run_adaptation, "stage_minutes", lambda data, run_dir: 12.5)
+    monkeypatch.setattr(run_adaptation, "translate_and_score",
+                        lambda checkpoint, data, out, label, log: {"bleu": 1.0, "chrf": 2.0, "signature": "s",
+                                                                   "data": data.name})
+    out = run_adaptation.run("ted", tmp_path, False, ("fine-tuned", "general"))
+    assert commands == ["prepare", "train"]
+    record = json.loads((out / "adaptation.json").read_text(encoding="utf-8"))
+    assert [(row["model"], row["minutes"], row["data"]) for row in record["rows"]] == [
+        ("general", 80.0, "data"), ("fine-tuned", 12.5, "data")]
+    commands.clear()
+    record = json.loads((run_adaptation.run("ted", tmp_path, False, ("in-domain only",)) / "adaptation.json")
+                        .read_text(encoding="utf-8"))
+    assert commands == ["prepare", "train"] and [row["data"] for row in record["rows"]] == ["data-own"]
+
+
+def test_adaptation_refuses_an_unknown_model(tmp_path: Path) -> None:
+    result = subprocess.run([sys.executable, str(REPO / "recipes" / "run_adaptation.py"), "ted", "--models",
+                             "general,tuned", "--out", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "--models: tuned; choose from general, fine-tuned, in-domain only" in result.stderr
+    assert not any(tmp_path.iterdir())  # refused before any stage ran
+
+
 @pytest.mark.slow
 def test_domain_adaptation_runs_every_stage(tmp_path: Path, shared_data: Path) -> None:
     """``run_adaptation.py ted --check``: the general recipe, then fine-tuning and the in-domain-only model."""
