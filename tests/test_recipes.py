@@ -8,6 +8,7 @@ Multi30k recipes read ``../shared/data/multi30k`` and skip when it is absent.
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import json
 import os
@@ -91,15 +92,19 @@ def test_every_recipe_is_a_make_target() -> None:
         assert shown[-1].endswith(f"recipes/run_recipe.py {name}"), shown
 
 
-@pytest.fixture(scope="module")
-def results_table():
-    """``recipes/results_table.py``, a script beside the recipes, imported as a module."""
+def recipe_script(name: str):
+    """``recipes/<name>.py``, a script beside the recipes, imported as a module (with the
+    recipes folder on the path, for the scripts it imports)."""
     sys.path.insert(0, str(REPO / "recipes"))
     try:
-        import results_table as module
+        return importlib.import_module(name)
     finally:
         sys.path.pop(0)
-    return module
+
+
+@pytest.fixture(scope="module")
+def results_table():
+    return recipe_script("results_table")
 
 
 def test_results_table_names_overrides(tmp_path: Path, results_table) -> None:
@@ -170,13 +175,7 @@ def test_results_table_script_keeps_rows_of_recipes_not_run_here(tmp_path: Path,
 
 @pytest.fixture(scope="module")
 def run_adaptation():
-    """``recipes/run_adaptation.py`` imported as a module (it imports ``run_recipe`` beside it)."""
-    sys.path.insert(0, str(REPO / "recipes"))
-    try:
-        import run_adaptation as module
-    finally:
-        sys.path.pop(0)
-    return module
+    return recipe_script("run_adaptation")
 
 
 def adaptation_record(name: str, test: str, rows: list[tuple[str, float]], signature: str) -> dict:
