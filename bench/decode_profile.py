@@ -33,6 +33,8 @@ from torch import nn
 from common import Report, bench_arguments, fmt, repeats_of
 from engine_ratio import ENGINES, LENGTH, forced_work, random_engines, shared_tokenizer
 
+from nmt_cli.decoding import strategies
+from nmt_cli.models.attention import multihead
 from nmt_cli.models.attention.multihead import short_softmax
 from nmt_cli.models.packed import PackedLinear
 
@@ -67,9 +69,6 @@ PARTS = ("Linear layers (oneDNN packed products)", "attention read (Q K^T, softm
 
 def part_seconds(translator, texts: list[str]) -> tuple[Counter, float]:
     """Seconds of each of :data:`PARTS` in one decode of ``texts``, and its wall time."""
-    from nmt_cli.decoding import strategies
-    from nmt_cli.models.attention import multihead
-
     model, timer = translator.model, PartTimer()
     linear, attention, append, log_softmax, search, reorder, encoder = PARTS[:7]
     patches = [(PackedLinear, "forward", linear), (multihead, "single_query_attention", attention),

@@ -106,7 +106,8 @@ def main() -> None:
         "CTranslate2 through nmt translate's ctranslate2 engine (its own threads' CPU time included)",
         "forced lengths keep every batch full to the last step, so this compares the cost of full decoding steps; "
         "on real text (the equal-work translation table) batches shrink as sentences finish, the torch engine's "
-        "fixed cost per step (Python and dispatch: decode_profile) weighs more, and the ranking can turn",
+        "fixed cost per step (decode_profile: the search's bookkeeping and the rest of a decoder step) weighs "
+        "more, and the ranking can turn",
     ]
     report.emit(args.json)
 
