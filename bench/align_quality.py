@@ -471,10 +471,23 @@ def nmt_rows(report: Report, corpus: Corpus, settings: Settings, guide: Path | N
                  corpus.report, score, aligner.seconds + tuning + seconds, best.get(corpus.report.label))
 
 
+CORPORA = ("synthetic", "multi30k", "multi30k+tatoeba")
+
+
+def corpus_names(text: str) -> list[str]:
+    """The corpora of a ``--corpora`` comma list (whole names: ``multi30k`` is not ``multi30k+tatoeba``)."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in CORPORA]
+    if unknown:
+        raise SystemExit(f"--corpora: unknown corpus {unknown[0]!r} (choose from {', '.join(CORPORA)})")
+    return names
+
+
 def corpora(args, work: Path, scale: Scale, report: Report) -> list[Corpus]:
-    found = [synthetic_corpus(work, scale)] if "synthetic" in args.corpora else []
+    names = corpus_names(args.corpora)
+    found = [synthetic_corpus(work, scale)] if "synthetic" in names else []
     for name, with_tatoeba in (("multi30k", False), ("multi30k+tatoeba", True)):
-        if name not in args.corpora or args.quick:
+        if name not in names or args.quick:
             continue
         needed = [GOLD_DEEN / "gold", SHARED / "multi30k" / "train.de"] + (
             [SHARED / "tatoeba-deen" / "train.de"] if with_tatoeba else [])

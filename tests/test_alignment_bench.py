@@ -45,3 +45,12 @@ def test_quick_bench_prints_a_row_per_system(tmp_path):
     else:
         assert ("synthetic", "eflomal", label) in rows
     assert "| synthetic | nmt-cli plain attention |" in done.stdout
+
+
+def test_corpora_are_whole_names():
+    from align_quality import corpus_names
+
+    assert corpus_names("multi30k+tatoeba") == ["multi30k+tatoeba"]
+    assert corpus_names("multi30k, synthetic") == ["multi30k", "synthetic"]
+    with pytest.raises(SystemExit, match="unknown corpus 'multi30'"):
+        corpus_names("multi30")
