@@ -26,6 +26,9 @@ Systems, each row naming how it reads its alignments:
   joint alignment example symmetrises its guide), read by default (its supervised head);
 * nmt-cli bootstrap (no external aligner): ``nmt align bootstrap``, a model guided by the
   symmetrised attention links of the two plain models (:mod:`nmt_cli.bootstrap`).
+* nmt-cli Mask-Align (no external aligner): ``model.arch: mask_align`` (Chen et al. 2021),
+  which predicts each target token from the source and the other target tokens, in one
+  direction and both directions symmetrised.
 
 Headline rows use the defaults a user gets without gold links. "tuned" rows pick a reading
 (layer, heads, shift, hard-link rule; eflomal: its symmetrisation) on tuning pairs with
@@ -411,7 +414,24 @@ def nmt_aligners(corpus: Corpus, settings: Settings, guide: Path | None, eflomal
                                 eflomal_seconds + seconds))
     aligners.append(Aligner("nmt-cli bootstrap (no external aligner)", "default reading (supervised head)",
                             root / "guided" / "run", sum(stages.values())))
-    return aligners
+    return aligners + mask_aligners(corpus, settings)
+
+
+def mask_aligners(corpus: Corpus, settings: Settings) -> list[Aligner]:
+    """Mask-Align (``model.arch: mask_align``) in both directions: the other path without an external aligner."""
+    runs = {}
+    for direction, languages in (("forward", {}), ("reverse", {"data.src_lang": "en", "data.tgt_lang": "de"})):
+        base = settings.work / corpus.name / f"mask-align-{direction}"
+        config = _config(corpus, settings).with_overrides({"model.arch": "mask_align", **languages})
+        runs[direction] = (base / "run", train_model(corpus, settings, base, config))
+    (forward, forward_seconds), (reverse, reverse_seconds) = runs["forward"], runs["reverse"]
+    system = "nmt-cli Mask-Align (no external aligner)"
+    return [
+        Aligner(system, "default reading (its one cross-attention, heads averaged)", forward, forward_seconds,
+                translates=False),
+        Aligner(system, "both directions, grow-diag-final (default readings)", forward,
+                forward_seconds + reverse_seconds, reverse=reverse, translates=False),
+    ]
 
 
 # ---- the report ------------------------------------------------------------------------------------------
@@ -532,7 +552,8 @@ def _notes(scale: Scale, settings: Settings) -> list[str]:
     model = scale.model
     steps = ", ".join(f"{name} {steps:,}" for name, steps in scale.steps.items())
     return [
-        f"every nmt-cli model: {model['arch']} {model['encoder_layers']}+{model['decoder_layers']} layers, d_model "
+        f"every nmt-cli model: {model['arch']} (Mask-Align rows: mask_align) {model['encoder_layers']}+"
+        f"{model['decoder_layers']} layers, d_model "
         f"{model['d_model']}, {model['heads']} heads, FFN {model['ffn_dim']}, {scale.precision}, batches of "
         f"{scale.max_tokens:,} tokens; training steps: {steps}; {settings.threads} thread(s) per step",
         "guided models: train.alignment_weight 0.05 on head 0 of the penultimate decoder layer, learning each "

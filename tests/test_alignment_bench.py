@@ -31,6 +31,10 @@ def test_quick_bench_prints_a_row_per_system(tmp_path):
     assert 0.0 <= float(both["AER"]) <= 1.0
     booted = rows[("synthetic", "nmt-cli bootstrap (no external aligner)", "default reading (supervised head)")]
     assert 0.0 <= float(booted["AER"]) <= 1.0 and float(booted["time s"]) > 0
+    masked = rows[("synthetic", "nmt-cli Mask-Align (no external aligner)",
+                   "both directions, grow-diag-final (default readings)")]
+    assert 0.0 <= float(masked["AER"]) <= 1.0 and masked["BLEU test2016 (greedy)"] == "-"
+    assert (tmp_path / "align_quality" / "quick" / "synthetic" / "mask-align-reverse" / "run").is_dir()
     tuned = [row for (corpus, system, setting), row in rows.items() if setting.startswith("tuned: --layer")]
     assert tuned and all(row["pairs"] == "test 1-30" for row in tuned)
     work = tmp_path / "align_quality" / "quick" / "synthetic"
