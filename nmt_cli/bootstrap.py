@@ -15,7 +15,8 @@
 This is the bootstrapping of Zenkel et al. 2020 (guided alignment training on the
 symmetrised alignments of the model's own attention) with a translation model's
 attention as the first alignments. Every stage resumes: a rerun reuses prepared data,
-finished runs and written links, so an interrupted bootstrap goes on where it stopped.
+finished runs and written links, so an interrupted bootstrap goes on where it stopped (a
+stage's training stopped by Ctrl-C or SIGTERM saves its step and stops the whole command).
 ``DIR/bootstrap.json`` records each stage's settings and wall time.
 """
 
@@ -151,6 +152,8 @@ def _prepare_and_train(config: Config, stages: Stages, name: str, device: str, p
                        stream: TextIO | None) -> dict:
     manifest = prepare(config, stages.prepared(name), progress=progress)
     summary = train(config, stages.prepared(name), stages.run(name), device=device, stream=stream)
+    if summary.stop_reason == "interrupted":  # Ctrl-C / SIGTERM stops the whole bootstrap, not just this stage
+        raise KeyboardInterrupt(f"bootstrap stage {name} interrupted at step {summary.step}")
     newest = list_checkpoints(stages.run(name))[-1]
     elapsed = json.loads((newest / "state.json").read_text(encoding="utf-8"))["elapsed_seconds"]
     return {"step": summary.step, "stop_reason": summary.stop_reason,

@@ -288,6 +288,29 @@ def test_bootstrap_trains_both_directions_links_and_a_guided_model(tmp_path):
     assert again["stages"] == record["stages"]
 
 
+def test_an_interrupted_stage_stops_the_bootstrap_and_a_rerun_resumes_it(tmp_path, monkeypatch):
+    import dataclasses
+
+    import nmt_cli.bootstrap as bootstrap_module
+
+    config = Config().with_overrides({
+        **TINY, "data.synthetic_train_size": 100, "data.synthetic_valid_size": 10, "data.synthetic_test_size": 0,
+        "data.vocab_size": 120, "train.max_steps": 2, "train.log_every": 1})
+
+    def stopped_by_a_signal(*args, **kwargs):  # the trainer saw Ctrl-C / SIGTERM: it saved and returned
+        return dataclasses.replace(train(*args, **kwargs), stop_reason="interrupted")
+
+    monkeypatch.setattr(bootstrap_module, "train", stopped_by_a_signal)
+    root = tmp_path / "boot"
+    with pytest.raises(KeyboardInterrupt, match="stage forward interrupted"):
+        bootstrap(config, root, device="cpu", progress=False, stream=io.StringIO())
+    assert list_checkpoints(root / "forward" / "run") and not (root / "reverse").exists()
+    assert not (root / "bootstrap.json").exists()  # the stage is not recorded as done
+    monkeypatch.setattr(bootstrap_module, "train", train)
+    record = bootstrap(config, root, device="cpu", progress=False, stream=io.StringIO())
+    assert list(record["stages"]) == ["forward", "reverse", "links", "guided"]
+
+
 def test_the_first_stage_reading_is_ranked_by_agreement(files_for_agreement):
     forward, reverse = files_for_agreement
     choices = agreed_reading(forward, reverse, ["der hund", "die katze schläft"], ["the dog", "the cat sleeps"])
