@@ -117,18 +117,22 @@ def main() -> None:
                         help="take a script's report from an earlier run's <work>/results/<script>.json "
                              "when there is one (finish an interrupted run without redoing the rest)")
     args = parser.parse_args()
-    if not args.quick:
-        for peer in PEERS:
-            install(peer)
     results = args.work / "results"
     results.mkdir(parents=True, exist_ok=True)
-    reports = {}
+    reused = {}
     for name in args.scripts.split(","):
         earlier = results / f"{name}.json"
         report = json.loads(earlier.read_text()) if args.reuse and earlier.is_file() else None
         if report is not None and report["quick"] == args.quick:
-            print(f"reusing {earlier}", flush=True)
-            reports[name] = report, "report of an earlier run"
+            reused[name] = report
+    if not args.quick and len(reused) < len(args.scripts.split(",")):  # only a script that runs needs the peers
+        for peer in PEERS:
+            install(peer)
+    reports = {}
+    for name in args.scripts.split(","):
+        if name in reused:
+            print(f"reusing {results / f'{name}.json'}", flush=True)
+            reports[name] = reused[name], "report of an earlier run"
             continue
         print(f"running bench/{name}.py ...", flush=True)
         reports[name] = run_script(name, args, results)

@@ -49,3 +49,22 @@ def test_sections_carry_their_machine_once(tmp_path: Path) -> None:
     again = earlier_sections(path)["train_speed"]
     assert again.count(CARRIED) == 1 and "Old CPU" in again and "New CPU" not in again
     assert earlier_sections(tmp_path / "missing.md") == {}
+
+
+def test_a_run_of_reused_reports_installs_no_peer(tmp_path: Path, monkeypatch) -> None:
+    """Re-rendering from earlier full-mode reports must not build the peers (fairseq compiles for minutes)."""
+    import json
+
+    import run_all
+
+    report = {"script": "prepare_scale", "title": "nmt prepare at scale", "columns": ["pairs"], "rows": [["1"]],
+              "notes": [], "quick": False, "measured_at": {"commit": "abc", "machine": "Old CPU", "utc": "then"}}
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "prepare_scale.json").write_text(json.dumps(report))
+    installed = []
+    monkeypatch.setattr(run_all, "install", installed.append)
+    monkeypatch.setattr(sys, "argv", ["run_all.py", "--scripts", "prepare_scale", "--reuse", "--work", str(tmp_path),
+                                      "--out", str(tmp_path / "BENCHMARKS.md")])
+    run_all.main()
+    assert installed == []
+    assert "report of an earlier run; commit abc, Old CPU, then" in (tmp_path / "BENCHMARKS.md").read_text()
