@@ -539,6 +539,9 @@ def main(argv: list[str] | None = None) -> int:
         guide, eflomal_seconds, best = eflomal_rows(report, corpus, settings)
         nmt_rows(report, corpus, settings, guide, eflomal_seconds, best)
     report.notes += _notes(scale, settings)
+    left_out = [name for name in CORPORA if name not in corpus_names(args.corpora)]
+    if left_out and not args.quick:
+        report.notes.append(f"corpora left out of this run (--corpora): {', '.join(left_out)}")
     report.notes.append(f"machine: {machine_description()['cpu']}, {os.cpu_count()} cores; load average (1/5/15 min) "
                         f"{'/'.join(f'{v:.1f}' for v in load_before)} at the start and "
                         f"{'/'.join(f'{v:.1f}' for v in os.getloadavg())} at the end of this run (other work shares "
