@@ -84,7 +84,13 @@ def render(reports: dict[str, tuple[dict | None, str]], quick: bool, options: li
         else:
             versions.append([PEERS[peer].label, availability(peer)[1]])
     lines += ["## Versions", "", markdown_table(["toolkit", "versions"], versions), ""]
-    for name, (report, outcome) in reports.items():
+    for name in SCRIPTS:  # one order whichever sections this run made: a partial run does not reshuffle the page
+        if name in carried and name not in reports:
+            lines += [carried[name]]
+            continue
+        if name not in reports:
+            continue
+        report, outcome = reports[name]
         if report is None:
             lines += [f"## {name}", "", f"`bench/{name}.py` failed ({outcome.splitlines()[0]}):", "", "```",
                       *outcome.splitlines()[1:], "```", ""]
@@ -92,9 +98,6 @@ def render(reports: dict[str, tuple[dict | None, str]], quick: bool, options: li
         rendered = Report(report["script"], report["title"], report["columns"], rows=report["rows"],
                           notes=report["notes"]).to_markdown()
         lines += [rendered, f"_`bench/{name}.py`, {outcome}; {provenance(report)}_", ""]
-    for name in SCRIPTS:
-        if name not in reports and name in carried:
-            lines += [carried[name]]
     left_out = [name for name in SCRIPTS if name not in reports and name not in carried]
     if left_out:
         lines += ["## Not in this run", "",
@@ -117,6 +120,9 @@ def main() -> None:
                         help="take a script's report from an earlier run's <work>/results/<script>.json "
                              "when there is one (finish an interrupted run without redoing the rest)")
     args = parser.parse_args()
+    unknown = [name for name in args.scripts.split(",") if name not in SCRIPTS]
+    if unknown:
+        parser.error(f"--scripts: unknown script {unknown[0]!r} (choose from {', '.join(SCRIPTS)})")
     results = args.work / "results"
     results.mkdir(parents=True, exist_ok=True)
     reused = {}
