@@ -60,6 +60,7 @@ from peers.install import availability, venv_bin
 
 from nmt_cli.alignment import read_alignments, score_files, symmetrize, write_alignments
 from nmt_cli.alignment.aer import AlignmentScore
+from nmt_cli.bootstrap import reverse_config
 from nmt_cli.checkpoint import list_checkpoints
 from nmt_cli.config import Config
 from nmt_cli.data.synthetic import generate
@@ -419,10 +420,10 @@ def nmt_aligners(corpus: Corpus, settings: Settings, guide: Path | None, eflomal
 
 def mask_aligners(corpus: Corpus, settings: Settings) -> list[Aligner]:
     """Mask-Align (``model.arch: mask_align``) in both directions: the other path without an external aligner."""
+    forward_config = _config(corpus, settings).with_overrides({"model.arch": "mask_align"})
     runs = {}
-    for direction, languages in (("forward", {}), ("reverse", {"data.src_lang": "en", "data.tgt_lang": "de"})):
+    for direction, config in (("forward", forward_config), ("reverse", reverse_config(forward_config))):
         base = settings.work / corpus.name / f"mask-align-{direction}"
-        config = _config(corpus, settings).with_overrides({"model.arch": "mask_align", **languages})
         runs[direction] = (base / "run", train_model(corpus, settings, base, config))
     (forward, forward_seconds), (reverse, reverse_seconds) = runs["forward"], runs["reverse"]
     system = "nmt-cli Mask-Align (no external aligner)"
@@ -503,11 +504,10 @@ def corpus_names(text: str) -> list[str]:
     return names
 
 
-def corpora(args, work: Path, scale: Scale, report: Report) -> list[Corpus]:
-    names = corpus_names(args.corpora)
+def corpora(names: list[str], quick: bool, work: Path, scale: Scale, report: Report) -> list[Corpus]:
     found = [synthetic_corpus(work, scale)] if "synthetic" in names else []
     for name, with_tatoeba in (("multi30k", False), ("multi30k+tatoeba", True)):
-        if name not in names or args.quick:
+        if name not in names or quick:
             continue
         needed = [GOLD_DEEN / "gold", SHARED / "multi30k" / "train.de"] + (
             [SHARED / "tatoeba-deen" / "train.de"] if with_tatoeba else [])
@@ -535,11 +535,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         report.notes.append("--quick: a tiny synthetic corpus and a few training steps; de-en skipped")
     load_before = os.getloadavg()
-    for corpus in corpora(args, work, scale, report):
+    names = corpus_names(args.corpora)
+    for corpus in corpora(names, args.quick, work, scale, report):
         guide, eflomal_seconds, best = eflomal_rows(report, corpus, settings)
         nmt_rows(report, corpus, settings, guide, eflomal_seconds, best)
     report.notes += _notes(scale, settings)
-    left_out = [name for name in CORPORA if name not in corpus_names(args.corpora)]
+    left_out = [name for name in CORPORA if name not in names]
     if left_out and not args.quick:
         report.notes.append(f"corpora left out of this run (--corpora): {', '.join(left_out)}")
     report.notes.append(f"machine: {machine_description()['cpu']}, {os.cpu_count()} cores; load average (1/5/15 min) "

@@ -120,22 +120,23 @@ def main() -> None:
                         help="take a script's report from an earlier run's <work>/results/<script>.json "
                              "when there is one (finish an interrupted run without redoing the rest)")
     args = parser.parse_args()
-    unknown = [name for name in args.scripts.split(",") if name not in SCRIPTS]
+    names = args.scripts.split(",")
+    unknown = [name for name in names if name not in SCRIPTS]
     if unknown:
         parser.error(f"--scripts: unknown script {unknown[0]!r} (choose from {', '.join(SCRIPTS)})")
     results = args.work / "results"
     results.mkdir(parents=True, exist_ok=True)
     reused = {}
-    for name in args.scripts.split(","):
+    for name in names:
         earlier = results / f"{name}.json"
         report = json.loads(earlier.read_text()) if args.reuse and earlier.is_file() else None
         if report is not None and report["quick"] == args.quick:
             reused[name] = report
-    if not args.quick and len(reused) < len(args.scripts.split(",")):  # only a script that runs needs the peers
+    if not args.quick and len(reused) < len(names):  # only a script that runs needs the peers
         for peer in PEERS:
             install(peer)
     reports = {}
-    for name in args.scripts.split(","):
+    for name in names:
         if name in reused:
             print(f"reusing {results / f'{name}.json'}", flush=True)
             reports[name] = reused[name], "report of an earlier run"
