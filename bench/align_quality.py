@@ -93,7 +93,7 @@ QUICK = Scale(synthetic_train=300, synthetic_test=30, steps={"synthetic": 10}, v
               model=dict(arch="transformer", d_model=32, heads=2, ffn_dim=64, encoder_layers=1, decoder_layers=2,
                          dropout=0.0))
 FULL = Scale(synthetic_train=20000, synthetic_test=500,
-             steps={"synthetic": 2000, "multi30k": 2000, "multi30k+tatoeba": 3000}, vocab_size=8000,
+             steps={"synthetic": 2000, "multi30k": 2000, "multi30k+tatoeba": 2000}, vocab_size=8000,
              max_tokens=4096, precision="bf16", thresholds=(0.1, 0.2, 0.3, 0.4, 0.5),
              model=dict(arch="transformer", d_model=128, heads=4, ffn_dim=512, encoder_layers=3, decoder_layers=3,
                         dropout=0.1))
