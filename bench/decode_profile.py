@@ -19,7 +19,15 @@ float32 engine ``nmt translate`` uses (Linear layers packed for oneDNN).
 - **Kernels**: GFLOP/s of the packed product against ``nn.Linear`` (MKL) on the decoder's
   shapes, and torch's softmax against ``short_softmax`` on the short rows of early steps.
 
-``python bench/decode_profile.py``; ``--quick``: 16 sentences, tiny shape only.
+- **Real text**: the same parts for the trained tiny Transformer of ``translate_speed.py``
+  (trained there or here, once) decoding all of Multi30k test2016 under that table's rule
+  (at most 100 pieces, alpha 0.6, batches of 32), where sentences finish at different
+  steps and leave the batch: the decoder steps and rows they hold, what a step costs when
+  it holds one sentence's 5 rows (the part of a step that does not grow with its rows),
+  and CTranslate2 float32 decoding the same model under the same rule.
+
+``python bench/decode_profile.py``; ``--quick``: 16 sentences, tiny shape only (real text:
+the quick model of ``translate_speed.py``, 100 sentences, at most 16 pieces).
 """
 
 from __future__ import annotations
@@ -32,8 +40,11 @@ from torch import nn
 
 from common import Report, bench_arguments, fmt, repeats_of
 from engine_ratio import ENGINES, LENGTH, forced_work, random_engines, shared_tokenizer
+from peers.arch import DecodeSpec
+from peers.ours import WARMUP_SENTENCES, decode_overrides
+from translate_speed import QUICK_MAX_LENGTH, tiny_transformer
 
-from nmt_cli.decoding import strategies
+from nmt_cli.decoding import load_translator, strategies
 from nmt_cli.models.attention import multihead
 from nmt_cli.models.attention.multihead import short_softmax
 from nmt_cli.models.packed import PackedLinear
@@ -90,14 +101,31 @@ def part_seconds(translator, texts: list[str]) -> tuple[Counter, float]:
     return timer.seconds, wall
 
 
-def wall_seconds(translator, texts: list[str], repeats: int) -> float:
+def wall_seconds(translator, texts: list[str], repeats: int) -> tuple[float, int]:
+    """The fastest of ``repeats`` decodes of ``texts``, and the output pieces it produced."""
     best = float("inf")
     for _ in range(repeats):
         started = time.perf_counter()
         hypotheses = translator.translate(texts)
         best = min(best, time.perf_counter() - started)
-    assert all(len(h.tokens) == LENGTH for h in hypotheses), "every output must have the forced length"
-    return best
+    return best, sum(len(h.tokens) for h in hypotheses)
+
+
+def step_rows(translator, texts: list[str]) -> list[int]:
+    """The rows of every decoder step of one beam-search decode of ``texts``."""
+    rows: list[int] = []
+    advance = strategies.BeamSearch.advance
+
+    def counted(search, step, log_probs, attention):
+        rows.append(log_probs.size(0))
+        return advance(search, step, log_probs, attention)
+
+    strategies.BeamSearch.advance = counted
+    try:
+        translator.translate(texts)
+    finally:
+        strategies.BeamSearch.advance = advance
+    return rows
 
 
 def linear_flops(model: nn.Module, translator, texts: list[str]) -> tuple[int, list[tuple[int, int, int]]]:
@@ -152,6 +180,47 @@ def softmax_microseconds(rows: int, length: int) -> tuple[float, float]:
     return times[0], times[1]
 
 
+REAL_TEXT = "trained tiny, real text"
+
+
+def real_text_rows(report: Report, args, repeats: int) -> None:
+    """The parts, steps and one-sentence step cost of decoding real text with a trained model,
+    and CTranslate2 float32 on the same model and rule."""
+    checkpoint, source = tiny_transformer(args.work, args.quick)
+    texts = source.read_text(encoding="utf-8").splitlines()
+    decode = DecodeSpec(max_length=QUICK_MAX_LENGTH if args.quick else DecodeSpec.max_length)
+    ours = load_translator(checkpoint, engine="torch", overrides=decode_overrides(decode))
+    ctranslate2 = load_translator(checkpoint, engine="ctranslate2", quantize="float32",
+                                  overrides=decode_overrides(decode))
+    for translator in (ours, ctranslate2):
+        translator.translate(texts[:WARMUP_SENTENCES])
+    (wall, tokens), (ctranslate2_wall, ctranslate2_tokens) = (
+        wall_seconds(ours, texts, repeats), wall_seconds(ctranslate2, texts, repeats))
+    parts, timed_wall = part_seconds(ours, texts)
+    for part in PARTS:
+        report.add_row(REAL_TEXT, part, f"{parts[part]:.3f}", f"{parts[part] / timed_wall:.0%}", "")
+    report.add_row(REAL_TEXT, "whole decode", f"{wall:.3f}", "100%",
+                   f"{fmt(tokens / wall)} out tok/s, {fmt(tokens)} pieces (with the timers: {timed_wall:.3f} s)")
+    rows = step_rows(ours, texts)
+    full = decode.beam * decode.batch_sentences
+    report.add_row(REAL_TEXT, "decoder steps", "", "",
+                   f"{len(rows):,} steps holding {sum(rows) / len(rows):.0f} of {full} rows on average; "
+                   f"{sum(r <= full // 4 for r in rows) / len(rows):.0%} of them {full // 4} rows or fewer")
+    alone = load_translator(checkpoint, engine="torch", overrides=decode_overrides(
+        DecodeSpec(max_length=decode.max_length, batch_sentences=1)))
+    first = texts[:32]
+    alone.translate(first)
+    started = time.perf_counter()
+    alone.translate(first)
+    per_step = (time.perf_counter() - started) / len(step_rows(alone, first))
+    report.add_row(REAL_TEXT, "every step at the cost of a one-sentence step", f"{per_step * len(rows):.3f}",
+                   f"{per_step * len(rows) / wall:.0%}",
+                   f"{per_step * 1e3:.2f} ms per step of {decode.beam} rows, times {len(rows):,} steps")
+    report.add_row(REAL_TEXT, "CTranslate2 float32, same model and rule", f"{ctranslate2_wall:.3f}",
+                   f"{ctranslate2_wall / wall:.0%}",
+                   f"{fmt(ctranslate2_tokens / ctranslate2_wall)} out tok/s, {fmt(ctranslate2_tokens)} pieces")
+
+
 def main() -> None:
     parser = bench_arguments(__doc__.splitlines()[0])
     args = parser.parse_args()
@@ -166,8 +235,9 @@ def main() -> None:
         for translator in engines.values():
             translator.translate(texts[:8])  # warm-up
         tokens = len(texts) * LENGTH
-        wall = wall_seconds(ours, texts, repeats)
-        ctranslate2_wall = wall_seconds(ctranslate2, texts, repeats)
+        (wall, ours_tokens), (ctranslate2_wall, ctranslate2_tokens) = (
+            wall_seconds(ours, texts, repeats), wall_seconds(ctranslate2, texts, repeats))
+        assert ours_tokens == ctranslate2_tokens == tokens, "every output must have the forced length"
         parts, timed_wall = part_seconds(ours, texts)
         for part in PARTS:
             report.add_row(shape, part, f"{parts[part]:.3f}", f"{parts[part] / timed_wall:.0%}", "")
@@ -183,6 +253,7 @@ def main() -> None:
                        f"{fmt(tokens / products)} out tok/s ({flops / 1e9:.2f} GFLOP at {best_packed:.0f} GFLOP/s)")
         report.add_row(shape, "CTranslate2 float32, same work", f"{ctranslate2_wall:.3f}",
                        f"{ctranslate2_wall / wall:.0%}", f"{fmt(tokens / ctranslate2_wall)} out tok/s")
+    real_text_rows(report, args, repeats)
     for shape, (rows, inputs, outputs), (mkl, packed) in kernels:
         report.add_row(shape, f"kernel: {rows} x {inputs} -> {outputs} product", "", "",
                        f"nn.Linear (MKL) {mkl:.0f} GFLOP/s, packed (oneDNN) {packed:.0f} GFLOP/s")
@@ -195,6 +266,11 @@ def main() -> None:
         f"32; whole decode: fastest of {repeats} run(s) after a warm-up; parts: one more run with the timers, "
         "shares of that run's wall time",
         "the ceiling row assumes every other part costs nothing; its share is of the whole decode",
+        f"real text: the trained tiny Transformer of translate_speed.py on Multi30k test2016, beam 5, at most "
+        f"{'16' if args.quick else DecodeSpec.max_length} pieces, GNMT alpha {DecodeSpec.alpha}, batches of "
+        f"{DecodeSpec.batch_sentences}, one worker; warm-up on the first {WARMUP_SENTENCES} sentences; a one-sentence "
+        "step: the wall time of decoding the first 32 sentences one at a time (5 rows a step; encoding included) "
+        "over the steps it took",
     ]
     report.emit(args.json)
 

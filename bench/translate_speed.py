@@ -69,12 +69,31 @@ def train_once(out_dir: Path, train: Callable[[Path], object]) -> Path:
 OUR_SYSTEMS = ("transformer", "workers", "int8", "nocache", "rnn", "linear", "ctranslate2")
 
 
+def trained_model(prepared: Path, models: Path, train_spec: TrainSpec, name: str, spec,
+                  arch: str | None = None) -> Path:
+    """nmt-cli's model ``name`` of this table, trained once under ``models``."""
+    return train_once(models / f"nmt-cli-{name}",
+                      lambda out: ours.train(prepared, spec, train_spec, out, THREADS, arch=arch))
+
+
+def work_dir(root: Path, quick: bool) -> Path:
+    return root / ("translate_speed-quick" if quick else "translate_speed")
+
+
+def tiny_transformer(root: Path, quick: bool) -> tuple[Path, Path]:
+    """This table's trained tiny Transformer (trained once, shared with decode_profile) and the
+    raw source text of the test set."""
+    prepared = prepare_multi30k(root, quick)
+    checkpoint = trained_model(prepared, work_dir(root, quick) / "models", QUICK_TRAINING if quick else FULL_TRAINING,
+                               "transformer", TINY_TRANSFORMER)
+    return checkpoint, PreparedData(prepared).text_path("test", "src")
+
+
 def our_systems(prepared: Path, source_text: Path, models: Path, train_spec: TrainSpec,
                 wanted: list[str]) -> tuple[list[System], dict[str, str]]:
     """nmt-cli rows (torch fp32/int8, RNN, linear, CTranslate2 on our export) and why any are missing."""
     def trained(name: str, spec, arch: str | None = None) -> Path:
-        return train_once(models / f"nmt-cli-{name}",
-                          lambda out: ours.train(prepared, spec, train_spec, out, THREADS, arch=arch))
+        return trained_model(prepared, models, train_spec, name, spec, arch)
 
     def system(name: str, model: Callable[[], Path], engine: Engine = Engine(), threads: int = THREADS) -> System:
         return System(name, str(threads), lambda decode, out: ours.translate(
@@ -207,7 +226,7 @@ def main() -> None:
     runners, missing = ready_peers(parse_peer_list(args.peers, TRANSLATION_PEERS), args.quick)
     train_spec = QUICK_TRAINING if args.quick else FULL_TRAINING
 
-    work = args.work / ("translate_speed-quick" if args.quick else "translate_speed")
+    work = work_dir(args.work, args.quick)
     prepared = prepare_multi30k(args.work, args.quick)
     data = PreparedData(prepared)
     corpus = export_pieces(prepared, args.work / f"{prepared.name}-pieces")

@@ -110,6 +110,18 @@ def test_decode_profile_quick_splits_the_decode_into_parts_and_states_the_ceilin
     ceiling = rows["ceiling: Linear FLOPs at the packed product's best rate, nothing else"]
     assert 0 < figure(ceiling["seconds"]) < whole
     assert any(name.startswith("kernel:") and "packed (oneDNN)" in row["note"] for name, row in rows.items())
+    real = {row[1]: dict(zip(report["columns"], row)) for row in report["rows"] if row[0] == "trained tiny, real text"}
+    parts_names = {name for name, row in rows.items() if row in parts}
+    real_parts = [row for name, row in real.items() if name in parts_names]
+    timed = float(re.search(r"with the timers: ([0-9.]+) s", real["whole decode"]["note"]).group(1))
+    assert len(real_parts) == 9
+    assert abs(sum(figure(row["seconds"]) for row in real_parts) - timed) <= 0.0005 * len(real_parts) + 0.001
+    steps, held = re.match(r"([0-9,]+) steps holding ([0-9]+) of 160 rows", real["decoder steps"]["note"]).groups()
+    assert figure(steps) > 0 and 0 < figure(held) <= 160
+    assert 0 < figure(real["every step at the cost of a one-sentence step"]["seconds"])
+    # CTranslate2 decodes our own model at float32 under the same rule: the same outputs
+    pieces = re.search(r"([0-9,]+) pieces", real["whole decode"]["note"]).group(1)
+    assert re.search(r"([0-9,]+) pieces", real["CTranslate2 float32, same model and rule"]["note"]).group(1) == pieces
 
 
 def test_serve_load_quick_answers_every_sentence_and_refuses_the_overload_cleanly(work: Path) -> None:

@@ -115,6 +115,14 @@ def translate(checkpoint: Path, source_text: Path, decode: DecodeSpec, out_dir: 
     return TranslateResult(label, sentences, tokens, seconds, hypotheses, measured)
 
 
+def decode_overrides(decode: DecodeSpec, workers: int = 1) -> dict:
+    """``load_translator`` overrides that decode under ``decode``'s rule: an absolute cap of
+    ``max_length`` pieces, batches of ``batch_sentences``, ``workers`` batches at once."""
+    settings = {"beam_size": decode.beam, "alpha": decode.alpha, "max_len_a": 0.0, "max_len_b": decode.max_length,
+                "max_tokens": 10**9, "max_sentences": decode.batch_sentences, "workers": workers}
+    return {f"decode.{key}": value for key, value in settings.items()}
+
+
 def _translate_worker(args: argparse.Namespace) -> None:
     """Load, warm up, then time one ``translate`` call over the whole file in length-sorted
     batches of ``--batch`` sentences (``decode.max_sentences``)."""
@@ -123,10 +131,9 @@ def _translate_worker(args: argparse.Namespace) -> None:
     from nmt_cli.decoding import load_translator
 
     torch.set_num_threads(args.threads)
-    settings = {"beam_size": args.beam, "alpha": args.alpha, "max_len_a": 0.0, "max_len_b": args.max_length,
-                "max_tokens": 10**9, "max_sentences": args.batch, "workers": args.workers}
-    overrides = {f"decode.{key}": value for key, value in settings.items()}
-    translator = load_translator(args.checkpoint, engine=args.engine, quantize=args.quantize, overrides=overrides)
+    decode = DecodeSpec(beam=args.beam, batch_sentences=args.batch, max_length=args.max_length, alpha=args.alpha)
+    translator = load_translator(args.checkpoint, engine=args.engine, quantize=args.quantize,
+                                 overrides=decode_overrides(decode, args.workers))
     if args.no_cache:
         translator.model.use_cache = False
     texts = args.source.read_text(encoding="utf-8").splitlines()
