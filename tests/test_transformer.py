@@ -117,6 +117,33 @@ def test_reordering_equals_recomputing_with_reordered_inputs(variant, use_cache)
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=variant_id)
+def test_reordering_after_every_step_and_twice_in_a_row_equals_recomputing(variant):
+    # beam search reorders after every step; the softmax cache defers each gather to the next
+    # step, so reorders that follow one another must compose (inference mode, as in decoding:
+    # under autograd the gather takes another path)
+    with torch.inference_mode():
+        reorder_after_every_step(build(variant))
+
+
+def reorder_after_every_step(model):
+    src, src_mask, tgt, _ = batch([6, 3, 5], [6, 6, 6])
+    orders = [torch.tensor([2, 0, 1]), torch.tensor([1, 1, 0]), torch.tensor([0, 2, 2]), torch.tensor([2, 1, 0])]
+    memory, state, rows = model.encode(src, src_mask), None, torch.arange(3)
+    for t in range(5):
+        logits, state, attention = model.decode_step(tgt[rows, t], memory, state, need_attention=True)
+        order = orders[t % len(orders)]
+        state, memory, rows = model.reorder_state(state, order), model.reorder_memory(memory, order), rows[order]
+        if t == 2:  # a second reorder with no step between
+            second = orders[0]
+            state, memory, rows = model.reorder_state(state, second), model.reorder_memory(memory, second), rows[second]
+    logits, state, attention = model.decode_step(tgt[rows, 5], memory, state, need_attention=True)
+    history = torch.stack([tgt[rows, t] for t in range(6)], dim=1)  # what each row was fed, after all reorders
+    expected_logits, expected_attention = decode_all(model, src[rows], src_mask[rows], history)
+    torch.testing.assert_close(logits, expected_logits[:, -1])
+    torch.testing.assert_close(attention, expected_attention[:, :, :, -1])
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=variant_id)
 def test_padding_a_batch_changes_no_sentence(variant):
     model = build(variant)
     src_lengths, tgt_lengths = [5, 2, 8], [4, 7, 2]

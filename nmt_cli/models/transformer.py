@@ -15,7 +15,9 @@ Decoding state (``decode_step``):
 * ``state["layers"]``: per decoder layer, the self-attention state: the key/value cache
   ``k, v`` (B, H, t, d_k), or the running sums ``s`` (B, H, d_k, d_k) and ``z`` (B, H, 1, d_k)
   for linear attention (constant cost per step). ``state["step"]`` is the number of tokens
-  consumed so far (a Python int, left alone by reordering).
+  consumed so far (a Python int, left alone by reordering). Reordering goes through each
+  layer's kernel (``reorder``): the softmax kernel defers the gather of its cache to the
+  next step, which copies the kept rows and appends the new position at once.
 * ``model.use_cache = False`` switches to decoding without any cache: each step re-runs the
   decoder over the whole prefix ``state["tokens"]`` (B, t). Outputs are identical; the cost
   of a step grows with the prefix. It exists to measure what the cache saves.
@@ -239,6 +241,13 @@ class Transformer(Seq2SeqModel):
             prev_tokens, memory["cross"], layer_states, position, need_attention
         )
         return self.output_projection(hidden), {"step": position + 1, "layers": layer_states}, attention
+
+    def reorder_state(self, state: State, indices: Tensor) -> State:
+        if "layers" not in state:  # decoding without a cache: the prefix tokens
+            return super().reorder_state(state, indices)
+        layers = [layer.self_attn.kernel.reorder(layer_state, indices)
+                  for layer, layer_state in zip(self.decoder.layers, state["layers"])]
+        return {"step": state["step"], "layers": layers}
 
     def _decode_step_without_cache(
         self, prev_tokens: Tensor, memory: Memory, state: State | None, need_attention: bool

@@ -104,6 +104,9 @@ class LinearAttention(nn.Module):
             z = state["z"] + z
         return self._normalised(torch.matmul(phi_q, s), phi_q, z), {"s": s, "z": z}
 
+    def reorder(self, state: dict[str, Tensor], rows: Tensor) -> dict[str, Tensor]:
+        return {"s": state["s"].index_select(0, rows), "z": state["z"].index_select(0, rows)}
+
     def _normalised(self, numerator: Tensor, phi_q: Tensor, z: Tensor) -> Tensor:
         """``numerator / (phi(Q) . Z + eps)``: (B, H, T, M), (B, H, T, D), (B, H, 1, D)."""
         return numerator / ((phi_q * z).sum(dim=-1, keepdim=True) + self.eps)

@@ -13,6 +13,7 @@
 * ``causal(q, k, v) -> context``: parallel causal self-attention (training).
 * ``step(q, k, v, state | None) -> (context, state)``: causal self-attention for one new
   position given everything before it (decoding); ``state`` is a dict of batch-first tensors.
+* ``reorder(state, rows) -> state``: the state of decoding rows ``rows`` (beam search).
 
 :class:`SoftmaxAttention` is the kernel here; :class:`nmt_cli.models.attention.linear.LinearAttention`
 is the other.
@@ -48,6 +49,8 @@ class AttentionKernel(Protocol):
     def causal(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor: ...
 
     def step(self, q: Tensor, k: Tensor, v: Tensor, state: KernelState | None) -> tuple[Tensor, KernelState]: ...
+
+    def reorder(self, state: KernelState, rows: Tensor) -> KernelState: ...
 
 
 def fused_attention(q: Tensor, k: Tensor, v: Tensor, **options) -> Tensor:
@@ -100,7 +103,11 @@ class SoftmaxAttention(nn.Module):
 
     Without weights it runs ``torch.nn.functional.scaled_dot_product_attention`` (fused);
     with weights it computes the same formula explicitly. ``dropout`` applies to the weights
-    in training. The decoding state is the key/value cache ``{"k", "v"}`` (B, H, t, d_k).
+    in training. The decoding state is the key/value cache ``{"k", "v"}`` (B, H, t, d_k),
+    with ``"rows"`` (B',) when a reorder is pending: beam search reorders the cache after
+    every step and the next step appends to it, two copies of the whole cache, so
+    :meth:`reorder` only records the rows and :meth:`step` gathers them and appends the new
+    position in one copy (:func:`gather_append`).
     """
 
     def __init__(self, dropout: float = 0.0):
@@ -136,13 +143,35 @@ class SoftmaxAttention(nn.Module):
         if state is None:  # contiguous: a cache in the head-split view's strides makes every later cat and reorder slow
             k, v = k.contiguous(), v.contiguous()
         else:
-            k = torch.cat([state["k"], k], dim=2)  # (B, H, t, d_k)
-            v = torch.cat([state["v"], v], dim=2)  # (B, H, t, d_k)
+            rows = state.get("rows")
+            k = gather_append(state["k"], rows, k)  # (B, H, t, d_k)
+            v = gather_append(state["v"], rows, v)  # (B, H, t, d_k)
         if not self.training and q.dtype == torch.float32:
             context = single_query_attention(q, k, v)  # (B, H, 1, d_k)
         else:
             context = fused_attention(q, k, v, dropout_p=self._dropout_p())
         return context, {"k": k, "v": v}
+
+    def reorder(self, state: KernelState, rows: Tensor) -> KernelState:
+        pending = state.get("rows")
+        return {"k": state["k"], "v": state["v"], "rows": rows if pending is None else pending[rows]}
+
+
+def gather_append(cache: Tensor, rows: Tensor | None, new: Tensor) -> Tensor:
+    """``cat([cache[rows], new], dim=2)`` in one copy: (B, H, t, d), (B',), (B', H, 1, d) -> (B', H, t + 1, d).
+
+    ``rows`` ``None`` keeps every row in place. Under autograd (which ``out=`` does not
+    support) it takes the two copies.
+    """
+    if rows is None:
+        return torch.cat([cache, new], dim=2)
+    if torch.is_grad_enabled() and (cache.requires_grad or new.requires_grad):
+        return torch.cat([cache.index_select(0, rows), new], dim=2)
+    batch, heads, length, width = cache.shape
+    out = cache.new_empty(rows.numel(), heads, length + 1, width)
+    torch.index_select(cache, 0, rows, out=out[:, :, :length])
+    out[:, :, length:] = new
+    return out
 
 
 class MultiHeadAttention(nn.Module):
