@@ -11,7 +11,7 @@ import torch
 from nmt_cli.config import LINEAR_SITES, ModelConfig
 from nmt_cli.errors import ConfigError, NmtError
 from nmt_cli.models import MODELS
-from nmt_cli.models.base import lengths_to_mask
+from nmt_cli.models.base import Seq2SeqModel, lengths_to_mask
 from nmt_cli.models.embeddings import sinusoidal_table
 from nmt_cli.models.transformer import LinearTransformer, Transformer
 from nmt_cli.specials import BOS_ID, PAD_ID
@@ -141,6 +141,36 @@ def reorder_after_every_step(model):
     expected_logits, expected_attention = decode_all(model, src[rows], src_mask[rows], history)
     torch.testing.assert_close(logits, expected_logits[:, -1])
     torch.testing.assert_close(attention, expected_attention[:, :, :, -1])
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+@pytest.mark.parametrize("need_attention", [True, False])
+@pytest.mark.parametrize("variant", VARIANTS, ids=variant_id)
+def test_beams_sharing_a_memory_row_decode_as_with_a_copy_each(variant, need_attention, use_cache):
+    # beam search gives each sentence K rows: the Transformer keeps one memory row per sentence
+    # for them; the result must be that of the plain per-row copy (Seq2SeqModel's reorder)
+    model = build(variant)
+    model.use_cache = use_cache
+    src, src_mask, tgt, _ = batch([6, 3, 5], [5, 5, 5])
+    selections = [torch.tensor([0, 0, 1, 1, 2, 2]),  # expand to 2 beams a sentence
+                  torch.tensor([1, 0, 3, 3, 5, 4]),  # beams reordered within their sentences
+                  torch.tensor([0, 1, 4, 5]),  # the second sentence finished
+                  torch.tensor([1, 0, 2, 2])]
+    with torch.inference_mode():
+        shared, copied = model.encode(src, src_mask), model.encode(src, src_mask)
+        states, rows = [None, None], torch.arange(3)
+        for t, selection in enumerate(selections):
+            outputs = []
+            for number, memory in enumerate((shared, copied)):
+                logits, states[number], attention = model.decode_step(tgt[rows, t], memory, states[number],
+                                                                      need_attention)
+                outputs.append((logits, attention))
+            torch.testing.assert_close(outputs[0], outputs[1])
+            states = [model.reorder_state(state, selection) for state in states]
+            shared = model.reorder_memory(shared, selection)
+            copied = Seq2SeqModel.reorder_memory(model, copied, selection)
+            rows = rows[selection]
+        assert shared["cross"][0]["group"] == 2 and shared["cross"][0]["v"].size(0) == 2  # two sentences left
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=variant_id)

@@ -11,7 +11,10 @@ self-attention then runs as an RNN at decoding time.
 Decoding state (``decode_step``):
 
 * ``memory["cross"]``: per decoder layer, the encoder keys/values projected once by ``encode``
-  (softmax: ``k, v`` (B, H, S, d_k); linear: also ``S = phi(K)^T V`` and ``Z``).
+  (softmax: ``k, v`` (B, H, S, d_k); linear: also ``S = phi(K)^T V`` and ``Z``). Beam search
+  gives each sentence K decoder rows; ``reorder_memory`` then keeps one memory row per
+  sentence and records in each summary's ``"group"`` how many consecutive decoder rows it
+  serves, so the memory is never copied per beam and the K queries read it at once.
 * ``state["layers"]``: per decoder layer, the self-attention state: the key/value cache
   ``k, v`` (B, H, t, d_k), or the running sums ``s`` (B, H, d_k, d_k) and ``z`` (B, H, 1, d_k)
   for linear attention (constant cost per step). ``state["step"]`` is the number of tokens
@@ -40,7 +43,7 @@ from nmt_cli.errors import NmtError
 from nmt_cli.models import MODELS
 from nmt_cli.models.attention.linear import LinearAttention
 from nmt_cli.models.attention.multihead import MultiHeadAttention, SoftmaxAttention
-from nmt_cli.models.base import Memory, Seq2SeqModel, State
+from nmt_cli.models.base import Memory, Seq2SeqModel, State, index_select_tree
 from nmt_cli.models.dropout import Dropout
 from nmt_cli.models.embeddings import LearnedPositions, SinusoidalPositions, TransformerEmbedding, token_table
 
@@ -241,6 +244,18 @@ class Transformer(Seq2SeqModel):
             prev_tokens, memory["cross"], layer_states, position, need_attention
         )
         return self.output_projection(hidden), {"step": position + 1, "layers": layer_states}, attention
+
+    def reorder_memory(self, memory: Memory, indices: Tensor) -> Memory:
+        """Memory for decoder rows ``indices``; rows that repeat one memory row in runs of equal
+        length (beam search) share it instead of copying it (see the module docstring)."""
+        group = memory["cross"][0].get("group", 1)
+        rows = indices if group == 1 else torch.div(indices, group, rounding_mode="floor")  # memory rows
+        blocks = torch.unique_consecutive(rows)
+        new_group = rows.numel() // blocks.numel()
+        if new_group * blocks.numel() != rows.numel() or not torch.equal(blocks.repeat_interleave(new_group), rows):
+            blocks, new_group = rows, 1  # an irregular selection: one memory row per decoder row
+        cross = [{**summary, "group": new_group} for summary in index_select_tree(memory["cross"], blocks)]
+        return {"src_mask": memory["src_mask"].index_select(0, blocks), "cross": cross}
 
     def reorder_state(self, state: State, indices: Tensor) -> State:
         if "layers" not in state:  # decoding without a cache: the prefix tokens

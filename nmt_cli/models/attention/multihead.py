@@ -68,7 +68,8 @@ def fused_attention(q: Tensor, k: Tensor, v: Tensor, **options) -> Tensor:
 
 
 def single_query_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None) -> Tensor:
-    """``softmax(q k^T / sqrt(d_k) + bias) v`` for one query per row: (B, H, 1, d_k) -> (B, H, 1, d_k).
+    """``softmax(q k^T / sqrt(d_k) + bias) v`` for one query per row, or the few queries of the
+    beams that share a memory row: (B, H, T, d_k) -> (B, H, T, d_k).
 
     A decoding step attends with a single query; there two batched products and a softmax
     over S entries beat ``scaled_dot_product_attention``'s CPU kernel (profiled at 20-40%
@@ -124,7 +125,8 @@ class SoftmaxAttention(nn.Module):
 
     def read(self, q: Tensor, summary: Summary, need_weights: bool) -> tuple[Tensor, Tensor | None]:
         k, v, mask = summary["k"], summary["v"], summary["mask"]
-        if not need_weights and q.size(2) == 1 and not self.training and q.dtype == torch.float32:
+        decoding = q.size(2) == 1 or summary.get("group", 1) > 1  # one query per row, or a beam's few
+        if not need_weights and decoding and not self.training and q.dtype == torch.float32:
             return single_query_attention(q, k, v, summary["bias"]), None  # a decoding step
         if not need_weights:
             context = fused_attention(q, k, v, attn_mask=mask, dropout_p=self._dropout_p())
@@ -254,7 +256,32 @@ class MultiHeadAttention(nn.Module):
         return self.kernel.summarize(k, v, key_mask)
 
     def cross(self, x: Tensor, summary: Summary, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
-        """Queries (B, T, d) attend to a summarised memory -> (B, T, d), weights (B, H, T, S) | None."""
+        """Queries (B, T, d) attend to a summarised memory -> (B, T, d), weights (B, H, T, S) | None.
+
+        ``summary["group"]`` (if set) says that each memory row serves that many consecutive
+        query rows (the beams of a sentence): their queries are read against it at once, so
+        the memory is never repeated per beam.
+        """
         (q,) = self._project(x, first=0, parts=1)  # (B, H, T, d_k)
+        group = summary.get("group", 1)
+        if group > 1:
+            q = _group_rows(q, group)  # (B / group, H, group * T, d_k)
         context, weights = self.kernel.read(q, summary, need_weights)
+        if group > 1:
+            context = _ungroup_rows(context, group)
+            weights = None if weights is None else _ungroup_rows(weights, group)
         return self._merge_heads(context), weights
+
+
+def _group_rows(x: Tensor, group: int) -> Tensor:
+    """(B, H, T, F) -> (B / group, H, group * T, F): consecutive rows become one row's queries."""
+    batch, heads, length, features = x.shape
+    return (x.view(batch // group, group, heads, length, features).transpose(1, 2)
+            .reshape(batch // group, heads, group * length, features))
+
+
+def _ungroup_rows(x: Tensor, group: int) -> Tensor:
+    """The inverse of :func:`_group_rows`: (B / group, H, group * T, F) -> (B, H, T, F)."""
+    blocks, heads, grouped, features = x.shape
+    return (x.view(blocks, heads, group, grouped // group, features).transpose(1, 2)
+            .reshape(blocks * group, heads, grouped // group, features))
