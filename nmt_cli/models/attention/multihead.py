@@ -163,11 +163,12 @@ def gather_append(cache: Tensor, rows: Tensor | None, new: Tensor) -> Tensor:
     """``cat([cache[rows], new], dim=2)`` in one copy: (B, H, t, d), (B',), (B', H, 1, d) -> (B', H, t + 1, d).
 
     ``rows`` ``None`` keeps every row in place. Under autograd (which ``out=`` does not
-    support) it takes the two copies.
+    support), and off the CPU (where the one-copy form has not been checked), it takes the
+    two copies.
     """
     if rows is None:
         return torch.cat([cache, new], dim=2)
-    if torch.is_grad_enabled() and (cache.requires_grad or new.requires_grad):
+    if cache.device.type != "cpu" or (torch.is_grad_enabled() and (cache.requires_grad or new.requires_grad)):
         return torch.cat([cache.index_select(0, rows), new], dim=2)
     batch, heads, length, width = cache.shape
     out = cache.new_empty(rows.numel(), heads, length + 1, width)
