@@ -111,8 +111,8 @@ def wall_seconds(translator, texts: list[str], repeats: int) -> tuple[float, int
     return best, sum(len(h.tokens) for h in hypotheses)
 
 
-def step_rows(translator, texts: list[str]) -> list[int]:
-    """The rows of every decoder step of one beam-search decode of ``texts``."""
+def step_rows(translator, texts: list[str]) -> tuple[list[int], float]:
+    """The rows of every decoder step of one beam-search decode of ``texts``, and its wall time."""
     rows: list[int] = []
     advance = strategies.BeamSearch.advance
 
@@ -122,10 +122,11 @@ def step_rows(translator, texts: list[str]) -> list[int]:
 
     strategies.BeamSearch.advance = counted
     try:
+        started = time.perf_counter()
         translator.translate(texts)
+        return rows, time.perf_counter() - started
     finally:
         strategies.BeamSearch.advance = advance
-    return rows
 
 
 def linear_flops(model: nn.Module, translator, texts: list[str]) -> tuple[int, list[tuple[int, int, int]]]:
@@ -181,6 +182,7 @@ def softmax_microseconds(rows: int, length: int) -> tuple[float, float]:
 
 
 REAL_TEXT = "trained tiny, real text"
+ALONE_SENTENCES = 32  # decoded one at a time for the cost of a one-sentence step
 
 
 def real_text_rows(report: Report, args, repeats: int) -> None:
@@ -201,24 +203,29 @@ def real_text_rows(report: Report, args, repeats: int) -> None:
         report.add_row(REAL_TEXT, part, f"{parts[part]:.3f}", f"{parts[part] / timed_wall:.0%}", "")
     report.add_row(REAL_TEXT, "whole decode", f"{wall:.3f}", "100%",
                    f"{fmt(tokens / wall)} out tok/s, {fmt(tokens)} pieces (with the timers: {timed_wall:.3f} s)")
-    rows = step_rows(ours, texts)
+    rows, _ = step_rows(ours, texts)
     full = decode.beam * decode.batch_sentences
     report.add_row(REAL_TEXT, "decoder steps", "", "",
                    f"{len(rows):,} steps holding {sum(rows) / len(rows):.0f} of {full} rows on average; "
                    f"{sum(r <= full // 4 for r in rows) / len(rows):.0%} of them {full // 4} rows or fewer")
     alone = load_translator(checkpoint, engine="torch", overrides=decode_overrides(
         DecodeSpec(max_length=decode.max_length, batch_sentences=1)))
-    first = texts[:32]
-    alone.translate(first)
-    started = time.perf_counter()
-    alone.translate(first)
-    per_step = (time.perf_counter() - started) / len(step_rows(alone, first))
+    first = texts[:ALONE_SENTENCES]
+    alone.translate(first)  # warm-up
+    alone_rows, alone_wall = step_rows(alone, first)
+    per_step = alone_wall / len(alone_rows)
     report.add_row(REAL_TEXT, "every step at the cost of a one-sentence step", f"{per_step * len(rows):.3f}",
                    f"{per_step * len(rows) / wall:.0%}",
                    f"{per_step * 1e3:.2f} ms per step of {decode.beam} rows, times {len(rows):,} steps")
     report.add_row(REAL_TEXT, "CTranslate2 float32, same model and rule", f"{ctranslate2_wall:.3f}",
                    f"{ctranslate2_wall / wall:.0%}",
                    f"{fmt(ctranslate2_tokens / ctranslate2_wall)} out tok/s, {fmt(ctranslate2_tokens)} pieces")
+    report.notes.append(
+        f"real text: the trained tiny Transformer of translate_speed.py on Multi30k test2016, beam {decode.beam}, at "
+        f"most {decode.max_length} pieces, GNMT alpha {decode.alpha}, batches of {decode.batch_sentences}, one "
+        f"worker; warm-up on the first {WARMUP_SENTENCES} sentences; a one-sentence step: the wall time of decoding "
+        f"the first {ALONE_SENTENCES} sentences one at a time ({decode.beam} rows a step; encoding included) over "
+        "the steps it took")
 
 
 def main() -> None:
@@ -266,11 +273,6 @@ def main() -> None:
         f"32; whole decode: fastest of {repeats} run(s) after a warm-up; parts: one more run with the timers, "
         "shares of that run's wall time",
         "the ceiling row assumes every other part costs nothing; its share is of the whole decode",
-        f"real text: the trained tiny Transformer of translate_speed.py on Multi30k test2016, beam 5, at most "
-        f"{'16' if args.quick else DecodeSpec.max_length} pieces, GNMT alpha {DecodeSpec.alpha}, batches of "
-        f"{DecodeSpec.batch_sentences}, one worker; warm-up on the first {WARMUP_SENTENCES} sentences; a one-sentence "
-        "step: the wall time of decoding the first 32 sentences one at a time (5 rows a step; encoding included) "
-        "over the steps it took",
     ]
     report.emit(args.json)
 
