@@ -67,11 +67,12 @@ def invoke(*args: str, **kwargs):
     return CliRunner().invoke(cli, [str(arg) for arg in args], **kwargs)
 
 
-def nmt_process(*args: str, preexec=None, **kwargs) -> subprocess.Popen:
-    """``python -m nmt_cli ARGS`` as a child process (stdout and stderr piped, text)."""
+def nmt_process(*args: str, preexec=None, env: dict[str, str] | None = None, **kwargs) -> subprocess.Popen:
+    """``python -m nmt_cli ARGS`` as a child process (stdout and stderr piped, text); ``env`` adds
+    to or replaces variables of the test's environment."""
     return subprocess.Popen([sys.executable, "-m", "nmt_cli", *map(str, args)], cwd=REPO, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=preexec,
-                            env={**os.environ, "PYTHONPATH": str(REPO)}, **kwargs)
+                            env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})}, **kwargs)
 
 
 def run_nmt(*args: str, preexec=None, timeout: float = 240) -> subprocess.CompletedProcess:
@@ -667,6 +668,26 @@ def test_case13_keyboard_interrupt_in_any_command_exits_130():
         cli.commands.pop("fault-interrupt")
     assert result.exit_code == 130
     assert result.stderr.strip() == "interrupted"
+
+
+INTERRUPTED_IN_STRING_EXEC = """
+from nmt_cli.cli import cli
+
+@cli.command("fault-interrupt-in-exec", hidden=True)
+def interrupted() -> None:
+    exec("raise KeyboardInterrupt", {})  # as a Ctrl-C landing while a namedtuple's methods are built
+"""
+
+
+def test_case13_python_m_exits_130_after_an_interrupt_inside_string_exec(tmp_path):
+    """CI saw ``python -m nmt_cli train`` die by SIGINT (-2) instead of exiting 130: CPython's
+    ``-m`` runner re-raises SIGINT at exit when string-exec'd code ever ended in a caught
+    KeyboardInterrupt; nmt_cli/__main__.py clears that."""
+    (tmp_path / "sitecustomize.py").write_text(INTERRUPTED_IN_STRING_EXEC, encoding="utf-8")
+    process = nmt_process("fault-interrupt-in-exec", env={"PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])})
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr
+    assert stderr.strip() == "interrupted"
 
 
 # ---- 14. the gloo process group is gone before a torchrun worker exits ---------------------------------------
