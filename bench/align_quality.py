@@ -24,6 +24,7 @@ Systems, each row naming how it reads its alignments:
 * nmt-cli guided by eflomal: a model trained with guided alignment (Garg et al. 2019) on
   eflomal's grow-diag-final-and links of the training text (:data:`GUIDE`, as fairseq's
   joint alignment example symmetrises its guide), read by default (its supervised head);
+  and with an en-de model guided by the same links reversed, both directions symmetrised;
 * nmt-cli bootstrap (no external aligner): ``nmt align bootstrap``, a model guided by the
   symmetrised attention links of the two plain models (:mod:`nmt_cli.bootstrap`).
 * nmt-cli Mask-Align (no external aligner): ``model.arch: mask_align`` (Chen et al. 2021),
@@ -39,7 +40,8 @@ every stage behind a row. BLEU: greedy translations of Multi30k test2016 (tokeni
 the training text), for the de-en models.
 
 Models are cached under ``--work``; ``--reuse-models`` keeps finished runs with the same
-settings instead of training them again (a changed setting still retrains).
+settings instead of training them again (a changed setting still retrains); ``--systems``
+runs only some of nmt-cli's systems (eflomal always runs: it is the guide).
 """
 
 from __future__ import annotations
@@ -199,6 +201,7 @@ class Settings:
     threads: int
     reuse: bool
     repeats: int
+    systems: tuple[str, ...] = ()  # of NMT_SYSTEMS
 
 
 def _nmt(*args: object) -> list[str]:
@@ -326,6 +329,15 @@ def _write_guide(corpus: Corpus, forward: Path, reverse: Path, settings: Setting
     return folder
 
 
+def reversed_guide(guide: Path) -> Path:
+    """The guide's links for the opposite direction (``i-j`` as ``j-i``), in a folder beside it."""
+    folder = guide.with_name(guide.name + "-reverse")
+    links = [sorted((j, i) for i, j in pair.sure) for pair in read_alignments(guide / "train.align")]
+    folder.mkdir(parents=True, exist_ok=True)
+    write_alignments(folder / "train.align", links)
+    return folder
+
+
 def _links_score(gold: GoldSet, links: list, offset: int = 0) -> AlignmentScore:
     """Score the links of ``gold``'s pairs, taken from ``links`` starting at ``offset``."""
     from nmt_cli.alignment import score_alignments
@@ -395,27 +407,48 @@ def bleu(aligner: Aligner, corpus: Corpus, out: Path, settings: Settings, baseli
 
 
 def nmt_aligners(corpus: Corpus, settings: Settings, guide: Path | None, eflomal_seconds: float) -> list[Aligner]:
-    """Plain (one and both directions), guided by eflomal (when it ran) and bootstrapped models."""
-    record = bootstrap_models(corpus, settings)
-    stages = {name: stage["seconds"] for name, stage in record["stages"].items()}
-    root = settings.work / corpus.name / "bootstrap"
-    aligners = [
-        Aligner("nmt-cli plain attention", "default reading (last layer, heads averaged)", root / "forward" / "run",
-                stages["forward"]),
-        Aligner("nmt-cli plain attention", "both directions, grow-diag-final (default readings)",
-                root / "forward" / "run", stages["forward"] + stages["reverse"], reverse=root / "reverse" / "run",
-                translates=False),
+    """The nmt-cli systems of ``settings.systems``: plain (one and both directions) and
+    bootstrapped models, guided by eflomal (when it ran), Mask-Align."""
+    aligners = []
+    if "bootstrap" in settings.systems:
+        record = bootstrap_models(corpus, settings)
+        stages = {name: stage["seconds"] for name, stage in record["stages"].items()}
+        root = settings.work / corpus.name / "bootstrap"
+        aligners += [
+            Aligner("nmt-cli plain attention", "default reading (last layer, heads averaged)",
+                    root / "forward" / "run", stages["forward"]),
+            Aligner("nmt-cli plain attention", "both directions, grow-diag-final (default readings)",
+                    root / "forward" / "run", stages["forward"] + stages["reverse"], reverse=root / "reverse" / "run",
+                    translates=False),
+        ]
+    if guide is not None and "guided" in settings.systems:
+        aligners += guided_aligners(corpus, settings, guide, eflomal_seconds)
+    if "bootstrap" in settings.systems:
+        aligners.append(Aligner("nmt-cli bootstrap (no external aligner)", "default reading (supervised head)",
+                                root / "guided" / "run", sum(stages.values())))
+    if "mask-align" in settings.systems:
+        aligners += mask_aligners(corpus, settings)
+    return aligners
+
+
+def guided_aligners(corpus: Corpus, settings: Settings, guide: Path, eflomal_seconds: float) -> list[Aligner]:
+    """Guided by eflomal's links: de-en, and with an en-de model guided by the same links
+    reversed, both directions symmetrised (as Garg et al. 2019 report their aligner)."""
+    forward_config = _config(corpus, settings, alignment_path=str(guide)).with_overrides(
+        {"train.alignment_weight": 0.05})
+    reverse_guided = reverse_config(forward_config).with_overrides(
+        {"data.alignment_path": str(reversed_guide(guide))})
+    runs = {}
+    for direction, config in (("forward", forward_config), ("reverse", reverse_guided)):
+        base = settings.work / corpus.name / ("guided-eflomal" if direction == "forward" else "guided-eflomal-reverse")
+        runs[direction] = (base / "run", train_model(corpus, settings, base, config))
+    (forward, forward_seconds), (reverse, reverse_seconds) = runs["forward"], runs["reverse"]
+    system = "nmt-cli guided by eflomal"
+    return [
+        Aligner(system, "default reading (supervised head)", forward, eflomal_seconds + forward_seconds),
+        Aligner(system, "both directions, grow-diag-final (default readings)", forward,
+                eflomal_seconds + forward_seconds + reverse_seconds, reverse=reverse, translates=False),
     ]
-    if guide is not None:
-        base = settings.work / corpus.name / "guided-eflomal"
-        config = _config(corpus, settings, alignment_path=str(guide))
-        config = config.with_overrides({"train.alignment_weight": 0.05})
-        seconds = train_model(corpus, settings, base, config)
-        aligners.append(Aligner("nmt-cli guided by eflomal", "default reading (supervised head)", base / "run",
-                                eflomal_seconds + seconds))
-    aligners.append(Aligner("nmt-cli bootstrap (no external aligner)", "default reading (supervised head)",
-                            root / "guided" / "run", sum(stages.values())))
-    return aligners + mask_aligners(corpus, settings)
 
 
 def mask_aligners(corpus: Corpus, settings: Settings) -> list[Aligner]:
@@ -493,6 +526,8 @@ def nmt_rows(report: Report, corpus: Corpus, settings: Settings, guide: Path | N
 
 
 CORPORA = ("synthetic", "multi30k", "multi30k+tatoeba")
+#: the nmt-cli systems --systems can pick (bootstrap brings the plain-attention rows: its first stages)
+NMT_SYSTEMS = ("bootstrap", "guided", "mask-align")
 
 
 def corpus_names(text: str) -> list[str]:
@@ -501,6 +536,14 @@ def corpus_names(text: str) -> list[str]:
     unknown = [name for name in names if name not in CORPORA]
     if unknown:
         raise SystemExit(f"--corpora: unknown corpus {unknown[0]!r} (choose from {', '.join(CORPORA)})")
+    return names
+
+
+def system_names(text: str) -> tuple[str, ...]:
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in names if name not in NMT_SYSTEMS]
+    if unknown:
+        raise SystemExit(f"--systems: unknown system {unknown[0]!r} (choose from {', '.join(NMT_SYSTEMS)})")
     return names
 
 
@@ -526,10 +569,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2, help="torch threads of every step (default 2)")
     parser.add_argument("--reuse-models", action="store_true",
                         help="keep finished training runs with the same settings instead of training again")
+    parser.add_argument("--systems", default=",".join(NMT_SYSTEMS),
+                        help="comma list of the nmt-cli systems to run: bootstrap (with the plain-attention rows), "
+                             "guided, mask-align; eflomal always runs (default: all)")
     args = parser.parse_args(argv)
     scale = QUICK if args.quick else FULL
     work = (args.work / "align_quality" / ("quick" if args.quick else "full")).resolve()
-    settings = Settings(work, scale, args.threads, args.reuse_models, repeats_of(args))
+    settings = Settings(work, scale, args.threads, args.reuse_models, repeats_of(args), system_names(args.systems))
     report = Report(script="align_quality", columns=COLUMNS, quick=args.quick,
                     title="Word alignment: eflomal and nmt-cli's aligners (AER, lower is better)")
     if args.quick:
@@ -543,6 +589,9 @@ def main(argv: list[str] | None = None) -> int:
     left_out = [name for name in CORPORA if name not in names]
     if left_out and not args.quick:
         report.notes.append(f"corpora left out of this run (--corpora): {', '.join(left_out)}")
+    systems_left_out = [name for name in NMT_SYSTEMS if name not in settings.systems]
+    if systems_left_out:
+        report.notes.append(f"nmt-cli systems left out of this run (--systems): {', '.join(systems_left_out)}")
     report.notes.append(f"machine: {machine_description()['cpu']}, {os.cpu_count()} cores; load average (1/5/15 min) "
                         f"{'/'.join(f'{v:.1f}' for v in load_before)} at the start and "
                         f"{'/'.join(f'{v:.1f}' for v in os.getloadavg())} at the end of this run (other work shares "
@@ -562,7 +611,8 @@ def _notes(scale: Scale, settings: Settings) -> list[str]:
         f"{scale.max_tokens:,} tokens; training steps: {steps}; {settings.threads} thread(s) per step",
         "guided models: train.alignment_weight 0.05 on head 0 of the penultimate decoder layer, learning each "
         "word's links at the step where it is the decoder input (model.alignment_shift, the default); "
-        f"guided by eflomal = its {GUIDE} links of the whole training text; bootstrap = `nmt align "
+        f"guided by eflomal = its {GUIDE} links of the whole training text (both directions: an en-de model "
+        "guided by the same links reversed as well); bootstrap = `nmt align "
         "bootstrap` with the same settings (its forward and reverse models are the plain-attention rows)",
         "tuned rows: the lowest AER on the tuning pairs over every layer, head, head average and shift "
         f"(`nmt align sweep`) with argmax links or a threshold in {', '.join(map(str, scale.thresholds)) or '-'}; "

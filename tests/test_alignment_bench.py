@@ -45,7 +45,11 @@ def test_quick_bench_prints_a_row_per_system(tmp_path):
             assert 0.0 <= float(rows[("synthetic", label, reading)]["AER"]) <= 1.0
         guided = rows[("synthetic", "nmt-cli guided by eflomal", "default reading (supervised head)")]
         assert guided["AER / eflomal's best symmetrised"].endswith("x")
+        both_guided = rows[("synthetic", "nmt-cli guided by eflomal",
+                            "both directions, grow-diag-final (default readings)")]
+        assert 0.0 <= float(both_guided["AER"]) <= 1.0 and float(both_guided["time s"]) > float(guided["time s"])
         assert (work / "eflomal-links" / "train.align").is_file()
+        assert (work / "guided-eflomal-reverse" / "run").is_dir()
     else:
         assert ("synthetic", "eflomal", label) in rows
     assert "| synthetic | nmt-cli plain attention |" in done.stdout
@@ -58,3 +62,22 @@ def test_corpora_are_whole_names():
     assert corpus_names("multi30k, synthetic") == ["multi30k", "synthetic"]
     with pytest.raises(SystemExit, match="unknown corpus 'multi30'"):
         corpus_names("multi30")
+
+
+def test_systems_are_checked_names():
+    from align_quality import system_names
+
+    assert system_names("guided, mask-align") == ("guided", "mask-align")
+    with pytest.raises(SystemExit, match="unknown system 'plain'"):
+        system_names("guided,plain")
+
+
+def test_the_reversed_guide_swaps_every_link_of_every_line(tmp_path):
+    from align_quality import reversed_guide
+
+    guide = tmp_path / "eflomal-links"
+    guide.mkdir()
+    (guide / "train.align").write_text("0-1 1-2 2-2\n\n3-0\n", encoding="utf-8")
+    folder = reversed_guide(guide)
+    assert folder == tmp_path / "eflomal-links-reverse"
+    assert (folder / "train.align").read_text(encoding="utf-8") == "1-0 2-1 2-2\n\n0-3\n"
