@@ -35,6 +35,10 @@ def test_quick_bench_prints_a_row_per_system(tmp_path):
                    "both directions, grow-diag-final (default readings)")]
     assert 0.0 <= float(masked["AER"]) <= 1.0 and masked["BLEU test2016 (greedy)"] == "-"
     assert (tmp_path / "align_quality" / "quick" / "synthetic" / "mask-align-reverse" / "run").is_dir()
+    symmetrised = [row for (corpus, system, setting), row in rows.items()
+                   if setting.startswith("tuned: both directions, --symmetrize ")]
+    assert {row["system"] for row in symmetrised} >= {"nmt-cli plain attention",
+                                                      "nmt-cli Mask-Align (no external aligner)"}
     tuned = [row for (corpus, system, setting), row in rows.items() if setting.startswith("tuned: --layer")]
     assert tuned and all(row["pairs"] == "test 1-30" for row in tuned)
     work = tmp_path / "align_quality" / "quick" / "synthetic"
