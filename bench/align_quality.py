@@ -74,6 +74,9 @@ PUNCTUATION = re.compile(r"""([.,!?;:"()])""")
 EFLOMAL_READINGS = ("forward", "reverse", "intersection", "grow-diag-final", "grow-diag-final-and")
 SYMMETRIZED = ("intersection", "grow-diag-final", "grow-diag-final-and")
 GUIDE = "grow-diag-final-and"  # the eflomal links a guided model learns
+#: how ``nmt align`` symmetrises two directions by default, and the label of our rows read that way
+DEFAULT_SYMMETRIZATION = "grow-diag-final"
+BOTH_DIRECTIONS = f"both directions, {DEFAULT_SYMMETRIZATION} (default readings)"
 #: the symmetrisations a tuned both-directions row of ours picks from
 SYMMETRIZED_TRIED = ("intersection", "grow-diag", "grow-diag-final", "grow-diag-final-and")
 
@@ -203,7 +206,7 @@ class Settings:
     threads: int
     reuse: bool
     repeats: int
-    systems: tuple[str, ...] = ()  # of NMT_SYSTEMS
+    systems: tuple[str, ...]  # of NMT_SYSTEMS
 
 
 def _nmt(*args: object) -> list[str]:
@@ -364,7 +367,7 @@ class Aligner:
 
 
 def align_and_score(aligner: Aligner, gold: GoldSet, out: Path, settings: Settings, options: tuple = (),
-                    symmetrization: str = "grow-diag-final") -> tuple[AlignmentScore, float]:
+                    symmetrization: str = DEFAULT_SYMMETRIZATION) -> tuple[AlignmentScore, float]:
     """``nmt align`` of ``gold``'s pairs with ``options`` (none: the defaults), an aligner with a
     reverse model symmetrised by ``symmetrization`` (`nmt align`'s default); its score and seconds."""
     both = ["--reverse-checkpoint", aligner.reverse, "--symmetrize", symmetrization] if aligner.reverse else []
@@ -423,26 +426,34 @@ def bleu(aligner: Aligner, corpus: Corpus, out: Path, settings: Settings, baseli
 def nmt_aligners(corpus: Corpus, settings: Settings, guide: Path | None, eflomal_seconds: float) -> list[Aligner]:
     """The nmt-cli systems of ``settings.systems``: plain (one and both directions) and
     bootstrapped models, guided by eflomal (when it ran), Mask-Align."""
-    aligners = []
-    if "bootstrap" in settings.systems:
-        record = bootstrap_models(corpus, settings)
-        stages = {name: stage["seconds"] for name, stage in record["stages"].items()}
-        root = settings.work / corpus.name / "bootstrap"
-        aligners += [
-            Aligner("nmt-cli plain attention", "default reading (last layer, heads averaged)",
-                    root / "forward" / "run", stages["forward"]),
-            Aligner("nmt-cli plain attention", "both directions, grow-diag-final (default readings)",
-                    root / "forward" / "run", stages["forward"] + stages["reverse"], reverse=root / "reverse" / "run",
-                    translates=False),
-        ]
-    if guide is not None and "guided" in settings.systems:
-        aligners += guided_aligners(corpus, settings, guide, eflomal_seconds)
-    if "bootstrap" in settings.systems:
-        aligners.append(Aligner("nmt-cli bootstrap (no external aligner)", "default reading (supervised head)",
-                                root / "guided" / "run", sum(stages.values())))
-    if "mask-align" in settings.systems:
-        aligners += mask_aligners(corpus, settings)
-    return aligners
+    plain, booted = bootstrap_aligners(corpus, settings) if "bootstrap" in settings.systems else ([], [])
+    guided = guided_aligners(corpus, settings, guide, eflomal_seconds) if (
+        guide is not None and "guided" in settings.systems) else []
+    masked = mask_aligners(corpus, settings) if "mask-align" in settings.systems else []
+    return plain + guided + booted + masked
+
+
+def bootstrap_aligners(corpus: Corpus, settings: Settings) -> tuple[list[Aligner], list[Aligner]]:
+    """``nmt align bootstrap``'s models: its two plain stages (one and both directions) and its guided one."""
+    record = bootstrap_models(corpus, settings)
+    stages = {name: stage["seconds"] for name, stage in record["stages"].items()}
+    root = settings.work / corpus.name / "bootstrap"
+    plain = [
+        Aligner("nmt-cli plain attention", "default reading (last layer, heads averaged)", root / "forward" / "run",
+                stages["forward"]),
+        Aligner("nmt-cli plain attention", BOTH_DIRECTIONS, root / "forward" / "run",
+                stages["forward"] + stages["reverse"], reverse=root / "reverse" / "run", translates=False),
+    ]
+    booted = Aligner("nmt-cli bootstrap (no external aligner)", "default reading (supervised head)",
+                     root / "guided" / "run", sum(stages.values()))
+    return plain, [booted]
+
+
+def train_both_directions(corpus: Corpus, settings: Settings, folders: tuple[str, str],
+                          configs: tuple[Config, Config]) -> list[tuple[Path, float]]:
+    """The forward and reverse models of ``configs`` trained into ``folders``: each one's run and seconds."""
+    bases = [settings.work / corpus.name / folder for folder in folders]
+    return [(base / "run", train_model(corpus, settings, base, config)) for base, config in zip(bases, configs)]
 
 
 def guided_aligners(corpus: Corpus, settings: Settings, guide: Path, eflomal_seconds: float) -> list[Aligner]:
@@ -452,33 +463,28 @@ def guided_aligners(corpus: Corpus, settings: Settings, guide: Path, eflomal_sec
         {"train.alignment_weight": 0.05})
     reverse_guided = reverse_config(forward_config).with_overrides(
         {"data.alignment_path": str(reversed_guide(guide))})
-    runs = {}
-    for direction, config in (("forward", forward_config), ("reverse", reverse_guided)):
-        base = settings.work / corpus.name / ("guided-eflomal" if direction == "forward" else "guided-eflomal-reverse")
-        runs[direction] = (base / "run", train_model(corpus, settings, base, config))
-    (forward, forward_seconds), (reverse, reverse_seconds) = runs["forward"], runs["reverse"]
+    (forward, forward_seconds), (reverse, reverse_seconds) = train_both_directions(
+        corpus, settings, ("guided-eflomal", "guided-eflomal-reverse"), (forward_config, reverse_guided))
     system = "nmt-cli guided by eflomal"
     return [
         Aligner(system, "default reading (supervised head)", forward, eflomal_seconds + forward_seconds),
-        Aligner(system, "both directions, grow-diag-final (default readings)", forward,
-                eflomal_seconds + forward_seconds + reverse_seconds, reverse=reverse, translates=False),
+        Aligner(system, BOTH_DIRECTIONS, forward, eflomal_seconds + forward_seconds + reverse_seconds,
+                reverse=reverse, translates=False),
     ]
 
 
 def mask_aligners(corpus: Corpus, settings: Settings) -> list[Aligner]:
     """Mask-Align (``model.arch: mask_align``) in both directions: the other path without an external aligner."""
     forward_config = _config(corpus, settings).with_overrides({"model.arch": "mask_align"})
-    runs = {}
-    for direction, config in (("forward", forward_config), ("reverse", reverse_config(forward_config))):
-        base = settings.work / corpus.name / f"mask-align-{direction}"
-        runs[direction] = (base / "run", train_model(corpus, settings, base, config))
-    (forward, forward_seconds), (reverse, reverse_seconds) = runs["forward"], runs["reverse"]
+    (forward, forward_seconds), (reverse, reverse_seconds) = train_both_directions(
+        corpus, settings, ("mask-align-forward", "mask-align-reverse"),
+        (forward_config, reverse_config(forward_config)))
     system = "nmt-cli Mask-Align (no external aligner)"
     return [
         Aligner(system, "default reading (its one cross-attention, heads averaged)", forward, forward_seconds,
                 translates=False),
-        Aligner(system, "both directions, grow-diag-final (default readings)", forward,
-                forward_seconds + reverse_seconds, reverse=reverse, translates=False),
+        Aligner(system, BOTH_DIRECTIONS, forward, forward_seconds + reverse_seconds, reverse=reverse,
+                translates=False),
     ]
 
 
