@@ -15,7 +15,7 @@ import torch
 
 from nmt_cli.config import DecodeConfig, ModelConfig
 from nmt_cli.decoding.batching import pad_sources, token_budget_batches
-from nmt_cli.decoding.generator import generate, run_search
+from nmt_cli.decoding.generator import decoding_workers, generate, run_search
 from nmt_cli.decoding.search import greedy_tokens, max_output_lengths
 from nmt_cli.decoding.strategies import BeamSearch, GreedySearch
 from nmt_cli.errors import ConfigError
@@ -279,6 +279,18 @@ def test_parallel_workers_give_the_output_of_one_worker(arch):
     for one, other in zip(alone, together):
         assert one.tokens == other.tokens and one.score == other.score
         assert [h.tokens for h in one.nbest] == [h.tokens for h in other.nbest]
+
+
+def test_a_kept_pool_gives_the_output_of_one_worker_call_after_call():
+    model = tiny_model("transformer")
+    decode = DecodeConfig(beam_size=3, nbest=2, max_len_a=1.0, max_len_b=4, max_sentences=2)
+    with decoding_workers(model.eval(), torch.device("cpu"), 2) as pool:
+        for seed in (3, 4):
+            sources = random_sources(7, seed=seed)
+            alone = generate(model, sources, decode)
+            kept = generate(model, sources, decode, pool=pool)
+            assert [(h.tokens, h.score) for h in kept] == [(h.tokens, h.score) for h in alone]
+            assert [[n.tokens for n in h.nbest] for h in kept] == [[n.tokens for n in h.nbest] for h in alone]
 
 
 def test_bad_decode_settings_fail_with_the_key_named():

@@ -1,4 +1,5 @@
-"""Forked decoding workers: results in order, errors raised in the parent, no worker left behind."""
+"""Forked decoding workers: results in order, errors raised in the parent, no worker left behind,
+a kept pool reused until it is closed."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import time
 import pytest
 import torch
 
-from nmt_cli.decoding.workers import map_in_processes
+from nmt_cli.decoding.workers import WorkerPool, map_in_processes
 from nmt_cli.errors import NmtError
 
 
@@ -86,3 +87,41 @@ def test_an_interrupted_parent_leaves_no_worker_running():
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
     assert _children() == before
+
+
+def _pid_and_count(number, item):
+    """A worker's pid and how many items this worker process has computed so far."""
+    global _computed
+    _computed = globals().get("_computed", 0) + 1
+    return os.getpid(), _computed, number, item
+
+
+def test_a_kept_pool_serves_every_call_with_the_same_warm_workers():
+    before = _children()
+    with WorkerPool(_pid_and_count, workers=2) as pool:
+        first = pool.map(list("abcdef"))
+        workers = set(_children() - before)
+        second = pool.map(list("gh"))
+        assert [(number, item) for _, _, number, item in first + second] == \
+            list(enumerate("abcdef")) + list(enumerate("gh"))
+        assert {pid for pid, *_ in first + second} <= workers and len(workers) == 2
+        # the second call ran in processes that had already computed the first call's items
+        assert sum(count for _, count, _, _ in second) > len(second)
+        assert pool.map([]) == []
+    assert pool.closed and _children() == before
+    with pytest.raises(NmtError, match="were closed"):
+        pool.map([1])
+
+
+def test_a_failed_call_closes_the_pool():
+    before = _children()
+
+    def failing(number, item):
+        if item == 2:
+            raise NmtError("input 3: bad")
+        return item
+
+    pool = WorkerPool(failing, workers=2)
+    with pytest.raises(NmtError, match="^input 3: bad$"):
+        pool.map([0, 1, 2, 3])
+    assert pool.closed and _children() == before

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -24,7 +25,7 @@ from nmt_cli.decoding.batching import pad_sources, token_budget_batches
 from nmt_cli.decoding.hypothesis import Hypothesis
 from nmt_cli.decoding.search import greedy_tokens, max_output_lengths, sample_tokens
 from nmt_cli.decoding.strategies import BeamSearch, Finished, GreedySearch, Search
-from nmt_cli.decoding.workers import map_in_processes
+from nmt_cli.decoding.workers import WorkerPool, map_in_processes
 from nmt_cli.models.base import Seq2SeqModel
 from nmt_cli.specials import BOS_ID
 
@@ -46,12 +47,37 @@ def make_search(max_lens: Tensor, decode: DecodeConfig, keep_attention: bool,
     return BeamSearch(max_lens, decode, keep_attention)
 
 
+@dataclass(frozen=True)
+class BatchTask:
+    """One batch of non-empty sources to decode, as a worker process receives it."""
+
+    sources: list[Sequence[int]]
+    decode: DecodeConfig
+    need_attention: bool
+
+
+def decode_task(model: Seq2SeqModel, device: torch.device, number: int, task: BatchTask) -> list[Hypothesis]:
+    """Batch ``number`` of a call: sampling draws from a generator seeded with ``decode.seed``
+    plus the batch number, so outputs never depend on which process decodes it."""
+    generator = None
+    if task.decode.sampling != "none":
+        generator = torch.Generator(device=device).manual_seed(task.decode.seed + number)
+    return decode_batch(model, task.sources, task.decode, device, task.need_attention, generator)
+
+
+def decoding_workers(model: Seq2SeqModel, device: torch.device, workers: int) -> WorkerPool:
+    """``workers`` forked CPU processes that decode :class:`BatchTask` s with ``model`` as it
+    is now, to keep for many :func:`generate` calls (its ``pool``)."""
+    return WorkerPool(functools.partial(decode_task, model, torch.device(device)), workers)
+
+
 def generate(
     model: Seq2SeqModel,
     sources: Sequence[Sequence[int]],
     decode: DecodeConfig,
     device: torch.device | str = "cpu",
     need_attention: bool = False,
+    pool: WorkerPool | None = None,
 ) -> list[Hypothesis]:
     """Translate source id sequences (no BOS/EOS); one :class:`Hypothesis` each, in input order.
 
@@ -63,8 +89,10 @@ def generate(
     On CPU, ``decode.workers`` batches are decoded at once, each in a forked process with
     one thread (:mod:`nmt_cli.decoding.workers`): the many small operations of a decoding
     step keep two single-threaded workers busier than one two-threaded one (the
-    ``inter_threads`` of CTranslate2). Sampling seeds a generator per batch from
-    ``decode.seed`` and the batch number, so outputs never depend on the worker count.
+    ``inter_threads`` of CTranslate2). They are forked for this call, or are ``pool``
+    (:func:`decoding_workers` of this model), kept by the caller from call to call.
+    Sampling seeds a generator per batch (:func:`decode_task`), so outputs never depend on
+    the worker count.
     """
     device = torch.device(device)
     results: list[Hypothesis] = [Hypothesis(tokens=[], score=0.0, log_prob=0.0) for _ in sources]
@@ -73,18 +101,16 @@ def generate(
     batches = [[nonempty[j] for j in batch]
                for batch in token_budget_batches(lengths, decode.max_tokens, decode.max_sentences)]
 
-    def decode_numbered(number: int, indices: list[int]) -> list[Hypothesis]:
-        generator = None
-        if decode.sampling != "none":
-            generator = torch.Generator(device=device).manual_seed(decode.seed + number)
-        return decode_batch(model, [sources[i] for i in indices], decode, device, need_attention, generator)
-
+    tasks = [BatchTask([sources[i] for i in indices], decode, need_attention) for indices in batches]
+    decode_numbered = functools.partial(decode_task, model, device)
     workers = min(decode.workers, len(batches)) if device.type == "cpu" else 1
     with evaluation_mode(model):
-        if workers <= 1:
-            decoded = [decode_numbered(number, indices) for number, indices in enumerate(batches)]
+        if pool is not None and device.type == "cpu" and tasks:
+            decoded = pool.map(tasks)
+        elif workers <= 1:
+            decoded = [decode_numbered(number, task) for number, task in enumerate(tasks)]
         else:
-            decoded = map_in_processes(decode_numbered, batches, workers)
+            decoded = map_in_processes(decode_numbered, tasks, workers)
     for indices, hypotheses in zip(batches, decoded):
         for index, hypothesis in zip(indices, hypotheses):
             results[index] = hypothesis

@@ -20,9 +20,10 @@ from nmt_cli.allocator import keep_freed_memory
 from nmt_cli.checkpoint import load_averaged, load_checkpoint
 from nmt_cli.config import Config, DecodeConfig
 from nmt_cli.decoding.ensemble import Ensemble
-from nmt_cli.decoding.generator import generate
+from nmt_cli.decoding.generator import decoding_workers, generate
 from nmt_cli.decoding.hypothesis import Hypothesis
 from nmt_cli.decoding.scoring import PairScore, score_pairs
+from nmt_cli.decoding.workers import WorkerPool
 from nmt_cli.device import resolve_device
 from nmt_cli.errors import ConfigError, NmtError
 from nmt_cli.models.base import Seq2SeqModel
@@ -61,7 +62,9 @@ class Translator:
     """A model with its tokenizer and search settings; ``translate(list[str])``.
 
     On CUDA the model runs under bf16 autocast (fp16 on GPUs without native bf16); the search
-    itself stays in float32/64.
+    itself stays in float32/64. On CPU with ``decode.workers`` > 1 the worker processes are
+    forked on the first call and kept for the next ones (:meth:`close` stops them; they
+    also stop at exit), so they stay warm and a server forks once.
     """
 
     def __init__(
@@ -89,6 +92,8 @@ class Translator:
         self.quantize = quantize
         #: the (first) checkpoint's config (None: built from parts), e.g. which head reads alignments
         self.config = config
+        #: CPU decoding workers by count, forked on first use; shared with :meth:`with_decode`'s copies
+        self._pools: dict[int, WorkerPool] = {}
 
     @classmethod
     def from_checkpoint(
@@ -146,11 +151,28 @@ class Translator:
         """
         sources = [self.tokenizer.encode_src(text) if text.strip() else [] for text in texts]
         fitted = fit_sources(sources, self.model.max_source_length, self.decode.on_long_line)
+        pool = self._worker_pool()
         with self.precision.autocast():
             hypotheses = generate(self.model, [source for source, _ in fitted], self.decode, self.device,
-                                  with_attention)
+                                  with_attention, pool)
         return [dataclasses.replace(self._with_text(hypothesis), long_input=how)
                 for hypothesis, (_, how) in zip(hypotheses, fitted)]
+
+    def close(self) -> None:
+        """Stop the decoding workers; a later call forks new ones."""
+        for pool in self._pools.values():
+            pool.close()
+        self._pools.clear()
+
+    def _worker_pool(self) -> WorkerPool | None:
+        """The kept CPU workers for ``decode.workers`` (None for one, or off the CPU)."""
+        workers = self.decode.workers
+        if workers <= 1 or self.device.type != "cpu":
+            return None
+        pool = self._pools.get(workers)
+        if pool is None or pool.closed:
+            pool = self._pools[workers] = decoding_workers(self.model, self.device, workers)
+        return pool
 
     def score(self, sources: Sequence[str], targets: Sequence[str], batch_size: int = 32) -> list[PairScore | None]:
         """``log P(target | source)`` of each pair under the model (or the ensemble's mean);

@@ -2,18 +2,26 @@
 
 A decoding step is many small operations; one process running them on two intra-op
 threads keeps the cores busy only part of the time, and Python threads would share one
-interpreter lock. So :func:`map_in_processes` forks ``workers`` processes that each take
-the next batch, decode it on a single thread and send the result back through a pipe.
-Forked workers share the parent's model pages (nothing is copied or reloaded) and see
-its exact state.
+interpreter lock. So a :class:`WorkerPool` forks ``workers`` processes, hands each the
+next item as soon as it is free, and gets the result back through a pipe. Forked
+workers share the parent's model pages (nothing is copied or reloaded) and see its
+exact state at the fork.
+
+A pool lives as long as its owner wants: a :class:`~nmt_cli.decoding.translator.Translator`
+forks its workers on the first call and reuses them for every later one, so each keeps
+what it warmed up (oneDNN's primitives for each batch shape, allocator pools) and a
+server forks once, not once per batch from its many threads. ``map_in_processes`` is a
+pool for one call.
 
 One thread each is not a choice but a rule: the GNU OpenMP runtime behind torch's
 intra-op threads does not survive a fork once the parent has used it, and a forked
 child that starts a parallel region hangs; with one thread it never does.
 
 A worker that fails sends its error back and the parent raises it; a worker that dies
-is reported in one line; when the parent stops (an error, Ctrl-C, SIGTERM) the workers
-still running are killed and reaped before it goes on.
+is reported in one line. When a call does not end normally (an error, Ctrl-C, SIGTERM)
+the pool is closed before the exception goes on: its workers are killed and reaped,
+and the owner's next call forks new ones. Workers left at interpreter exit are
+stopped the same way; a worker whose parent is gone reads the end of its pipe and exits.
 """
 
 from __future__ import annotations
@@ -23,68 +31,137 @@ import os
 import signal
 import sys
 import traceback
+import weakref
 from multiprocessing.connection import Connection, wait
-from typing import Callable, Sequence, TypeVar
+from typing import Callable, Generic, Sequence, TypeVar
 
 import torch
 
 from nmt_cli.errors import NmtError
 
-__all__ = ["map_in_processes"]
+__all__ = ["WorkerPool", "map_in_processes"]
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
 
-_DONE = "done"
+
+class WorkerPool(Generic[Item, Result]):
+    """``workers`` forked processes of one thread each, computing ``function(number, item)``
+    for the items of every :meth:`map` call; close it (or use it as a context manager)."""
+
+    def __init__(self, function: Callable[[int, Item], Result], workers: int):
+        if workers < 1:
+            raise NmtError(f"a worker pool needs at least one worker, got {workers}")
+        context = multiprocessing.get_context("fork")
+        for stream in (sys.stdout, sys.stderr):  # a child must not inherit and write out unflushed output
+            stream.flush()
+        #: the parent's end of each worker's pipe -> the worker's pid
+        self._workers: dict[Connection, int] = {}
+        self._finalizer = weakref.finalize(self, _stop_workers, self._workers)
+        try:
+            for _ in range(workers):
+                parent_end, child_end = context.Pipe(duplex=True)
+                pid = os.fork()
+                if pid == 0:  # the worker never returns from here
+                    parent_end.close()
+                    for sibling in self._workers:
+                        sibling.close()
+                    _serve(function, child_end)
+                child_end.close()
+                self._workers[parent_end] = pid
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def size(self) -> int:
+        return len(self._workers)
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
+    def map(self, items: Sequence[Item]) -> list[Result]:
+        """``[function(number, item) for number, item in enumerate(items)]``, in input order.
+
+        Each worker gets the next item as soon as it is free, so long and short items
+        balance out. Anything but a normal return closes the pool first.
+        """
+        if self.closed:
+            raise NmtError("the decoding workers were closed")
+        results: list = [None] * len(items)
+        waiting = iter(enumerate(items))
+        busy: dict[Connection, int] = {}
+        try:
+            for connection in self._workers:
+                self._hand_out(connection, waiting, busy)
+            while busy:
+                for connection in wait(list(busy)):
+                    results[busy.pop(connection)] = self._receive(connection)
+                    self._hand_out(connection, waiting, busy)
+        except BaseException:
+            self.close()
+            raise
+        return results
+
+    def close(self) -> None:
+        """Kill and reap every worker (idle ones only wait for work); closing twice is harmless."""
+        self._finalizer()
+
+    def __enter__(self) -> "WorkerPool[Item, Result]":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    @staticmethod
+    def _hand_out(connection: Connection, waiting, busy: dict[Connection, int]) -> None:
+        task = next(waiting, None)
+        if task is not None:
+            connection.send(task)
+            busy[connection] = task[0]
+
+    def _receive(self, connection: Connection):
+        try:
+            succeeded, value = connection.recv()
+        except EOFError:
+            pid = self._workers[connection]
+            raise NmtError(f"a decoding worker (pid {pid}) died: {_exit_status(pid)}") from None
+        if succeeded:
+            return value
+        user_error, line, details = value
+        if user_error:
+            raise NmtError(line.split(": ", 1)[1])
+        raise RuntimeError(f"a decoding worker failed: {line}\n{details}")
 
 
 def map_in_processes(function: Callable[[int, Item], Result], items: Sequence[Item], workers: int) -> list[Result]:
-    """``[function(number, item) for number, item in enumerate(items)]``, computed by
-    ``workers`` forked processes of one thread each; results in input order.
-
-    Workers take items in order as they become free, so long and short items balance out.
-    """
-    context = multiprocessing.get_context("fork")
-    next_item = context.Value("i", 0)
-    for stream in (sys.stdout, sys.stderr):  # a child must not inherit and write out unflushed output
-        stream.flush()
-    children: dict[Connection, int] = {}
-    try:
-        for _ in range(workers):
-            receive, send = context.Pipe(duplex=False)
-            pid = os.fork()
-            if pid == 0:  # the worker never returns from here
-                receive.close()
-                _work(function, items, next_item, send)
-            send.close()
-            children[receive] = pid
-        return _collect(children, len(items))
-    finally:
-        for pid in children.values():
-            _stop(pid)
+    """:meth:`WorkerPool.map` on a pool of ``workers`` forked for this call only."""
+    with WorkerPool(function, workers) as pool:
+        return pool.map(items)
 
 
-def _work(function: Callable, items: Sequence, next_item, send: Connection) -> None:
-    """A worker's life: claim items until none is left, send each result; always ``os._exit``."""
+def _serve(function: Callable, connection: Connection) -> None:
+    """A worker's life: compute each item it is sent until the pipe closes or an item fails;
+    always ``os._exit``."""
     code = 0
     try:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which stops the workers
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         torch.set_num_threads(1)
         while True:
-            with next_item.get_lock():
-                number = next_item.value
-                next_item.value += 1
-            if number >= len(items):
+            try:
+                number, item = connection.recv()
+            except EOFError:  # the pool's owner closed it or is gone
                 break
-            send.send((number, function(number, items[number])))
-        send.send((_DONE, None))
-    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises it
+            try:
+                connection.send((True, function(number, item)))
+            except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises it
+                code = 1
+                connection.send((False, _describe(exc)))
+                break
+    except OSError:
         code = 1
-        try:
-            send.send((None, _describe(exc)))
-        except OSError:
-            pass
     finally:
         os._exit(code)  # no atexit handlers, no flushing of the parent's buffers
 
@@ -92,29 +169,6 @@ def _work(function: Callable, items: Sequence, next_item, send: Connection) -> N
 def _describe(exc: BaseException) -> tuple[bool, str, str]:
     """What the parent needs to raise the worker's error: whether it is the user's (NmtError), its line, the traceback."""
     return isinstance(exc, NmtError), f"{type(exc).__name__}: {exc}", "".join(traceback.format_exception(exc))
-
-
-def _collect(children: dict[Connection, int], count: int) -> list:
-    """Every worker's results until each has said it is done; a worker's error is raised here."""
-    results: list = [None] * count
-    pending = dict(children)
-    while pending:
-        for connection in wait(list(pending)):
-            try:
-                number, value = connection.recv()
-            except EOFError:
-                pid = pending.pop(connection)
-                raise NmtError(f"a decoding worker (pid {pid}) died: {_exit_status(pid)}") from None
-            if number == _DONE:
-                pending.pop(connection)
-            elif number is None:
-                user_error, line, details = value
-                if user_error:
-                    raise NmtError(line.split(": ", 1)[1])
-                raise RuntimeError(f"a decoding worker failed: {line}\n{details}")
-            else:
-                results[number] = value
-    return results
 
 
 def _exit_status(pid: int) -> str:
@@ -127,12 +181,15 @@ def _exit_status(pid: int) -> str:
     return f"exit status {os.waitstatus_to_exitcode(status)}"
 
 
-def _stop(pid: int) -> None:
-    """Kill a worker that may still run and reap it (a worker that ended is only reaped)."""
-    try:
-        finished, _ = os.waitpid(pid, os.WNOHANG)
-        if finished == 0:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-    except (ChildProcessError, ProcessLookupError):
-        pass
+def _stop_workers(workers: dict[Connection, int]) -> None:
+    """Kill every worker that may still run, reap it and close its pipe."""
+    for connection, pid in list(workers.items()):
+        try:
+            finished, _ = os.waitpid(pid, os.WNOHANG)
+            if finished == 0:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+        except (ChildProcessError, ProcessLookupError):
+            pass
+        connection.close()
+    workers.clear()
