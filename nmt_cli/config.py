@@ -263,6 +263,10 @@ class ModelConfig(Validated):
         True, "the head learns a word's links at the step where the word is the decoder input (shift-att, Chen et "
         "al. 2020), so it sees the word it aligns; false: at the step that predicts it (Garg et al. 2019)",
     )
+    alignment_full_context: bool = setting(
+        False, "the head learns (and `nmt align` reads) the links in a second decoder pass where every position "
+        "sees the whole target, not only its prefix (full-context alignment, Garg et al. 2019); Transformer family",
+    )
 
     def rules(self) -> list[str]:
         problems = []
@@ -496,6 +500,9 @@ def _guided_alignment_problems(model: ModelConfig, train: TrainConfig) -> list[s
     if model.alignment_head >= heads:
         problems.append(f"config key 'model.alignment_head': {model.alignment_head} is not a head of this "
                         f"{model.arch} ({heads} head(s) per layer)")
+    if model.alignment_full_context and model.arch not in TRANSFORMER_ARCHS:
+        problems.append(f"config key 'model.alignment_full_context': a {model.arch} decoder reads the target left "
+                        "to right and has no full-context pass; use a Transformer or set it to false")
     return problems
 
 

@@ -22,7 +22,8 @@ import sys
 from dataclasses import dataclass
 
 from nmt_cli.alignment.extract import forced_attention
-from nmt_cli.alignment.reader import AttentionReading, SentenceAlignment, default_shift, read_alignment
+from nmt_cli.alignment.reader import (AttentionReading, SentenceAlignment, default_full_context, default_shift,
+                                      read_alignment)
 from nmt_cli.decoding import Hypothesis, LongInputError, Translator
 from nmt_cli.errors import InputError, NmtError
 from nmt_cli.fileio import atomic_write_text, open_output, writes_in_place
@@ -49,9 +50,11 @@ def hypothesis_alignment(source: str, hypothesis: Hypothesis, translator: Transl
     translation has no links.
 
     A model whose guided head learned links at the step where a word is the decoder input
-    (:func:`~nmt_cli.alignment.reader.default_shift`) is read there: by forced decoding
-    of the translation, since the search kept only the steps that predicted each word.
-    Otherwise the attention the translation was decoded with is read (either engine).
+    (:func:`~nmt_cli.alignment.reader.default_shift`) or with the whole target in view
+    (:func:`~nmt_cli.alignment.reader.default_full_context`) is read that way, by forced
+    decoding of the translation: the search kept only the causal steps that predicted
+    each word. Otherwise the attention the translation was decoded with is read (either
+    engine).
     """
     reading = reading.for_model(translator.config)
     tokenizer = translator.tokenizer
@@ -61,10 +64,11 @@ def hypothesis_alignment(source: str, hypothesis: Hypothesis, translator: Transl
     attention = None
     if src_pieces and tgt_pieces:
         reading.selection.check(*hypothesis.attention.shape[:2])
-        if default_shift(translator.config):
+        shift, full_context = default_shift(translator.config), default_full_context(translator.config)
+        if shift or full_context:
             with translator.precision.autocast():
-                (attention,) = forced_attention(translator.model, [(src_ids, list(hypothesis.tokens))], True,
-                                                selection=reading.selection)  # (T, S)
+                (attention,) = forced_attention(translator.model, [(src_ids, list(hypothesis.tokens))], shift,
+                                                selection=reading.selection, full_context=full_context)  # (T, S)
         else:
             attention = reading.selection.apply(hypothesis.attention)  # (T, S)
     return read_alignment(src_pieces, tgt_pieces, attention, reading)

@@ -11,10 +11,11 @@ import pytest
 import torch
 
 from nmt_cli.alignment.aer import score_alignments
-from nmt_cli.alignment.api import Aligner, AlignOptions
+from nmt_cli.alignment.api import Aligner, AlignOptions, model_alignment_score
 from nmt_cli.alignment.extract import forced_attention
 from nmt_cli.alignment.model import AlignmentModel
-from nmt_cli.alignment.reader import AttentionReading, HeadSelection, default_selection, default_shift, read_alignment
+from nmt_cli.alignment.reader import (AttentionReading, HeadSelection, default_full_context, default_selection,
+                                      default_shift, read_alignment)
 from nmt_cli.bootstrap import agreed_reading, bootstrap
 from nmt_cli.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
 from nmt_cli.config import Config
@@ -24,7 +25,7 @@ from nmt_cli.data.prepared import PreparedData
 from nmt_cli.decoding import Translator
 from nmt_cli.errors import ConfigError, InputError, NmtError
 from nmt_cli.models import build_model
-from nmt_cli.pharaoh import read_alignments
+from nmt_cli.pharaoh import GoldAlignment, read_alignments
 from nmt_cli.training import train
 from nmt_cli.training.batching import collate, collate_links
 from nmt_cli.training.objective import GuidedAlignmentObjective, alignment_cross_entropy, build_objective
@@ -143,21 +144,67 @@ def test_the_alignment_loss_is_the_cross_entropy_of_the_link_distributions():
     assert alignment_cross_entropy(attention, first, weights[:1], shift=1).item() == pytest.approx(-math.log(0.1))
 
 
-@pytest.mark.parametrize("shift", [False, True])
-def test_the_guided_objective_adds_the_weighted_loss_of_the_chosen_head(tiny_prepared, shift):
+@pytest.mark.parametrize("shift,full_context", [(False, False), (True, False), (True, True)])
+def test_the_guided_objective_adds_the_weighted_loss_of_the_chosen_head(tiny_prepared, shift, full_context):
     data = PreparedData(tiny_prepared)
-    config = Config().with_overrides({**GUIDED, "model.alignment_shift": shift})
+    config = Config().with_overrides({**GUIDED, "model.alignment_shift": shift,
+                                      "model.alignment_full_context": full_context})
     model = build_model(config.model, data.tokenizer.src_vocab_size, data.tokenizer.tgt_vocab_size, True).eval()
     objective = build_objective(config)
     assert isinstance(objective, GuidedAlignmentObjective)
     batch = collate(data.split("train"), np.arange(6))
     terms = objective(model, model, batch)
     plain = build_objective(Config().with_overrides(TINY))(model, model, batch)
-    _, attention = model(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask, need_attention=True)
+    _, attention = model(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask, need_attention=True,
+                         full_context_attention=full_context)
     alignment = alignment_cross_entropy(attention[:, 0, 1], batch.links, batch.link_weights, int(shift))
     torch.testing.assert_close(terms.nll, plain.nll)
     torch.testing.assert_close(terms.loss, plain.loss + 0.5 * alignment)
     torch.testing.assert_close(terms.alignment, alignment)
+
+
+# ---- full-context alignment (Garg et al. 2019) ----------------------------------------------------
+
+
+@pytest.mark.parametrize("arch", ["transformer", "linear_transformer"])
+def test_full_context_attention_sees_the_whole_target_but_not_its_padding(arch):
+    torch.manual_seed(0)
+    config = Config().with_overrides({**TINY, "model.arch": arch, "model.dropout": 0.0})
+    model = build_model(config.model, 40, 40, True).eval()
+    src, tgt = torch.randint(4, 40, (2, 5)), torch.randint(4, 40, (2, 6))
+    src_mask, tgt_mask = torch.ones_like(src, dtype=torch.bool), torch.ones_like(tgt, dtype=torch.bool)
+    tgt_mask[1, 4:] = False  # sentence 1: 4 target positions and 2 of padding
+    later_changed = tgt.clone()
+    later_changed[:, 3] = (tgt[:, 3] - 3) % 36 + 4  # another token at position 3
+
+    def run(tokens, mask, full_context, rows=slice(None)):
+        return model(src[rows], src_mask[rows], tokens[rows], mask[rows], need_attention=True,
+                     full_context_attention=full_context)
+
+    logits, full = run(tgt, tgt_mask, True)
+    causal_logits, causal = run(tgt, tgt_mask, False)
+    torch.testing.assert_close(logits, causal_logits)  # the translation itself stays causal
+    torch.testing.assert_close(full.sum(-1), torch.ones_like(full.sum(-1)))
+    _, full_changed = run(later_changed, tgt_mask, True)
+    _, causal_changed = run(later_changed, tgt_mask, False)
+    # rows 0-2 come before position 3: causal attention cannot see the change, full context does
+    torch.testing.assert_close(causal_changed[..., :3, :], causal[..., :3, :])
+    assert (full_changed[..., :3, :] - full[..., :3, :]).abs().amax() > 1e-3
+    # padding is masked out: sentence 1 alone, unpadded, reads exactly as in the batch
+    _, alone = run(tgt[:, :4], tgt_mask[:, :4], True, rows=slice(1, 2))
+    torch.testing.assert_close(alone[0], full[1, :, :, :4])
+
+
+def test_full_context_is_refused_where_the_decoder_is_recurrent(tiny_prepared):
+    with pytest.raises(ConfigError, match="model.alignment_full_context': a rnn_luong decoder reads the target"):
+        Config().with_overrides({"model.arch": "rnn_luong", "train.alignment_weight": 0.05,
+                                 "model.alignment_layer": 0, "model.alignment_full_context": True})
+    config = Config().with_overrides({**TINY, "model.arch": "rnn_luong", "model.hidden_size": 16,
+                                      "model.embed_dim": 16})
+    model = build_model(config.model, 40, 40, True)
+    tokens, mask = torch.randint(4, 40, (1, 3)), torch.ones(1, 3, dtype=torch.bool)
+    with pytest.raises(NmtError, match="full-context attention needs a Transformer decoder"):
+        model(tokens, mask, tokens, mask, need_attention=True, full_context_attention=True)
 
 
 def test_guided_training_needs_links(tiny_prepared, tmp_path):
@@ -261,6 +308,47 @@ def test_the_default_reading_is_the_supervised_head_of_a_guided_model(tiny_prepa
         by_default = hypothesis_alignment(source, hypothesis, translator, AttentionReading())
         np.testing.assert_allclose(by_default.matrix, read.matrix, atol=1e-6)
         assert by_default.links == read.links
+
+
+def test_a_full_context_head_is_read_in_the_full_context_pass_by_every_command(tiny_prepared, tmp_path):
+    config = Config().with_overrides({**GUIDED, "model.alignment_full_context": True})
+    assert default_full_context(config) and not default_full_context(Config().with_overrides(GUIDED))
+    # no guided head: the attention was learned causally and is read so
+    assert not default_full_context(Config().with_overrides({**TINY, "model.alignment_full_context": True}))
+    data = PreparedData(tiny_prepared)
+    torch.manual_seed(0)
+    model = build_model(config.model, data.tokenizer.src_vocab_size, data.tokenizer.tgt_vocab_size, True)
+    path = save_checkpoint(tmp_path / "full", model.state_dict(), config, data.tokenizer, {"step": 1})
+    selection = HeadSelection(0, (1,))
+    source = data.text_path("valid", "src").read_text(encoding="utf-8").splitlines()[0]
+    target = data.text_path("valid", "tgt").read_text(encoding="utf-8").splitlines()[0]
+
+    def expected(align_model, pair_ids):
+        full, causal = (forced_attention(align_model, [pair_ids], True, selection=selection, full_context=full)[0]
+                        for full in (True, False))
+        assert np.abs(full - causal).max() > 1e-3  # the two passes differ, so the checks below tell them apart
+        return full
+
+    # nmt align
+    aligner = Aligner(path)
+    assert aligner.settings["full_context"] is True
+    (pair,) = aligner.forward.encode([source], [target])
+    (aligned,) = aligner.align([source], [target])
+    read = pair.read(expected(aligner.forward.model, (pair.src_ids, pair.tgt_ids)), AttentionReading(selection))
+    np.testing.assert_allclose(aligned.matrix, read.matrix, atol=1e-6)
+    assert aligned.links == read.links
+    # the validation AER scores the same links
+    gold = [GoldAlignment(sure=frozenset(read.links), possible=frozenset(read.links))]
+    assert model_alignment_score(aligner.forward.model, data.tokenizer, config, [source], [target], gold).aer == 0
+    # nmt translate --alignments: forced decoding of the translation in the full-context pass
+    translator = Translator.from_checkpoint(path, device="cpu", overrides={"decode.beam_size": 1})
+    (hypothesis,) = translator.translate([source], with_attention=True)
+    src_ids = data.tokenizer.encode_src(source)
+    assert hypothesis.tokens
+    read = read_alignment(data.tokenizer.src_pieces(src_ids), data.tokenizer.tgt_pieces(hypothesis.tokens),
+                          expected(translator.model, (src_ids, list(hypothesis.tokens))), AttentionReading(selection))
+    by_default = hypothesis_alignment(source, hypothesis, translator, AttentionReading())
+    np.testing.assert_allclose(by_default.matrix, read.matrix, atol=1e-6)
 
 
 # ---- bootstrapping: no external aligner ------------------------------------------------------------

@@ -19,7 +19,7 @@ from typing import Sequence
 from nmt_cli.alignment.aer import AlignmentScore, score_alignments
 from nmt_cli.alignment.extract import forced_attention
 from nmt_cli.alignment.model import AlignmentModel, encode_pairs
-from nmt_cli.alignment.reader import AttentionReading, SentenceAlignment, default_shift
+from nmt_cli.alignment.reader import AttentionReading, SentenceAlignment, default_full_context, default_shift
 from nmt_cli.alignment.symmetrize import SYMMETRIZATIONS, symmetrize
 from nmt_cli.config import Config
 from nmt_cli.errors import NmtError
@@ -83,13 +83,15 @@ class Aligner:
             "arch": self.forward.arch,
             "selection": reading.selection.describe(),
             "shift": self.shifts[self.forward],
+            "full_context": default_full_context(self.forward.config),
             "method": reading.method,
             "threshold": reading.threshold if reading.method == "threshold" else None,
         }
         if self.reverse is not None:
             record.update(reverse_checkpoint=str(self.reverse.path), symmetrization=self.options.symmetrization,
                           reverse_selection=self.readings[self.reverse].selection.describe(),
-                          reverse_shift=self.shifts[self.reverse])
+                          reverse_shift=self.shifts[self.reverse],
+                          reverse_full_context=default_full_context(self.reverse.config))
         return record
 
     def _one_direction(self, model: AlignmentModel, src_lines: Sequence[str],
@@ -140,7 +142,7 @@ def model_alignment_score(model: Seq2SeqModel, tokenizer: Tokenizer, config: Con
     pairs = encode_pairs(tokenizer, src_lines, tgt_lines)
     reading = AttentionReading().for_model(config)
     attentions = forced_attention(model, [(pair.src_ids, pair.tgt_ids) for pair in pairs], default_shift(config),
-                                  batch_size, reading.selection)  # (T, S) each
+                                  batch_size, reading.selection, default_full_context(config))  # (T, S) each
     aligned = [pair.read(attention, reading) for pair, attention in zip(pairs, attentions)]
     lengths = [(len(sentence.src_words), len(sentence.tgt_words)) for sentence in aligned]
     return score_alignments(gold, [sentence.links for sentence in aligned], lengths)

@@ -15,6 +15,10 @@ Which row belongs to target piece ``k`` (0-based)?
   predicts, so its weights at that step describe the next word poorly; one step later
   the word is in the input and the weights align it much better.
 
+With ``full_context`` (a head guided in the full-context pass, Garg et al. 2019) the
+weights come from a decoder pass in which every step sees the whole target, not only
+its prefix; the rows mean the same.
+
 Either way the EOS row (or the BOS-input row) is dropped; source columns are exactly
 the source pieces (training feeds the source without BOS/EOS), so padding is dropped.
 """
@@ -36,7 +40,7 @@ __all__ = ["forced_attention"]
 @torch.inference_mode()
 def forced_attention(
     model: Seq2SeqModel, pairs: Sequence[Pair], shift: bool, batch_size: int = 32,
-    selection: HeadSelection | None = None,
+    selection: HeadSelection | None = None, full_context: bool = False,
 ) -> list[np.ndarray]:
     """Cross-attention per pair of piece-id lists, in input order.
 
@@ -54,7 +58,8 @@ def forced_attention(
     runnable = [k for k, (src, tgt) in enumerate(pairs) if len(src) and len(tgt)]
     for batch in forced_batches(pairs, runnable, batch_size, device):
         _, attention = model(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask,
-                             need_attention=True)  # (B, L, H, T+1, S)
+                             need_attention=True, features_only=True,
+                             full_context_attention=full_context)  # (B, L, H, T+1, S)
         attention = attention.float().cpu().numpy()
         for row, k in enumerate(batch.indices):
             src_len, tgt_len = len(pairs[k][0]), len(pairs[k][1])

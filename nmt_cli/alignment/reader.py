@@ -11,7 +11,8 @@ align sweep``.
    command, depends on the model and is decided here only (:func:`default_selection`):
    the head a model learned word links with (guided alignment, recorded in its
    checkpoint's config), else the last decoder layer with its heads averaged; and which
-   decoder step is read for a target word (:func:`default_shift`).
+   decoder step is read for a target word (:func:`default_shift`), in a causal or a
+   full-context decoder pass (:func:`default_full_context`).
    ``nmt align sweep`` finds the best reading of a given model on gold-aligned sentences.
 2. :func:`nmt_cli.alignment.words.aggregate_to_words` turns the (T, S) piece matrix into
    a (T_words, S_words) word matrix whose rows sum to one.
@@ -32,7 +33,7 @@ from nmt_cli.errors import NmtError
 from nmt_cli.pharaoh import Link
 
 __all__ = ["HeadSelection", "AttentionReading", "SentenceAlignment", "default_selection", "default_shift",
-           "read_alignment"]
+           "default_full_context", "read_alignment"]
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,13 @@ def default_shift(config: Config | None) -> bool:
     rather than the step that predicts it: where its guided head learned the links
     (``model.alignment_shift``); never for a model without guided alignment."""
     return config is not None and config.train.alignment_weight > 0 and config.model.alignment_shift
+
+
+def default_full_context(config: Config | None) -> bool:
+    """Whether attention is read in a decoder pass that sees the whole target: where the
+    guided head learned the links (``model.alignment_full_context``); a model without
+    guided alignment learned its attention causally and is read so."""
+    return config is not None and config.train.alignment_weight > 0 and config.model.alignment_full_context
 
 
 @dataclass(frozen=True)

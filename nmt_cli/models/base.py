@@ -25,7 +25,11 @@ Conventions (all model families):
   teacher forcing: returns logits (B, T, V) and, when asked, attention (B, L, H, T, S).
   With ``features_only`` it returns the decoder features (B, T, F) instead of logits, and
   ``output_layer()(features)`` are the logits; the training loss projects them itself, a
-  block of rows at a time (:mod:`nmt_cli.training.loss`).
+  block of rows at a time (:mod:`nmt_cli.training.loss`). With ``full_context_attention``
+  the attention is read with the whole target visible to every position (guided
+  alignment's full-context pass, Garg et al. 2019): a Transformer runs its decoder a
+  second time without the future mask; Mask-Align's attention sees the whole target
+  anyway; an RNN decoder cannot and refuses.
 """
 
 from __future__ import annotations
@@ -82,6 +86,7 @@ class Seq2SeqModel(nn.Module):
         tgt_mask: Tensor,
         need_attention: bool = False,
         features_only: bool = False,
+        full_context_attention: bool = False,
     ) -> tuple[Tensor, Tensor | None]:  # pragma: no cover
         raise NotImplementedError
 

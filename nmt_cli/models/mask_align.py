@@ -115,9 +115,11 @@ class MaskAlign(Seq2SeqModel):
         raise NmtError("a mask_align model aligns words and cannot translate; use `nmt align` with it")
 
     def forward(self, src_tokens: Tensor, src_mask: Tensor, tgt_in: Tensor, tgt_mask: Tensor,
-                need_attention: bool = False, features_only: bool = False) -> tuple[Tensor, Tensor | None]:
+                need_attention: bool = False, features_only: bool = False,
+                full_context_attention: bool = False) -> tuple[Tensor, Tensor | None]:
         """Position ``t`` predicts ``tgt_out[t]`` (``y_t``, or EOS after the last token) from the
-        source and every other target token; weights (B, L, H, T, S) without the leak."""
+        source and every other target token; weights (B, L, H, T, S) without the leak. They
+        already see the whole target, so ``full_context_attention`` changes nothing."""
         memory = self.encoder(src_tokens, src_mask)  # (B, S, d)
         targets = _targets(tgt_in, tgt_mask)  # (B, T): y_1 .. y_n EOS PAD ..
         tokens = self.tgt_embedding(targets)  # (B, T, d)

@@ -197,8 +197,12 @@ class AttentionalRNN(Seq2SeqModel):
         return logits, state, weights[:, None, None, 0] if need_attention else None  # (B, 1, 1, S)
 
     def forward(self, src_tokens: Tensor, src_mask: Tensor, tgt_in: Tensor, tgt_mask: Tensor,
-                need_attention: bool = False, features_only: bool = False) -> tuple[Tensor, Tensor | None]:
+                need_attention: bool = False, features_only: bool = False,
+                full_context_attention: bool = False) -> tuple[Tensor, Tensor | None]:
         """Teacher forcing; ``tgt_mask`` is not needed (a recurrent step never reads later tokens)."""
+        if full_context_attention:
+            raise NmtError("full-context attention needs a Transformer decoder: an RNN decoder reads the target "
+                           "left to right")
         memory = self.encode(src_tokens, src_mask)
         features, weights, _ = self._decode_block(tgt_in, memory, self.initial_state(memory))
         logits = features if features_only else self.output(features)  # (B, T, F) or (B, T, V)

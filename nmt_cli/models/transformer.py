@@ -115,10 +115,18 @@ class DecoderLayer(nn.Module):
         self.ffn = FeedForward(cfg.d_model, cfg.ffn_dim, cfg.activation_dropout)
         self.ffn_res = Residual(cfg.d_model, cfg.dropout, pre_norm)
 
-    def forward(self, x: Tensor, cross: dict, need_weights: bool) -> tuple[Tensor, Tensor | None]:
-        """Whole target prefix (B, T, d) -> (B, T, d), cross weights (B, H, T, S) | None."""
-        x = self.self_res.add(x, self.self_attn.causal(self.self_res.input(x)))
-        return self._cross_and_ffn(x, cross, need_weights)
+    def forward(
+        self, x: Tensor, cross: dict, need_weights: bool, full_context_mask: Tensor | None = None
+    ) -> tuple[Tensor, Tensor | None]:
+        """Whole target prefix (B, T, d) -> (B, T, d), cross weights (B, H, T, S) | None.
+
+        With ``full_context_mask`` (B, T) every position attends to every real target
+        position, not only to its prefix.
+        """
+        normed = self.self_res.input(x)
+        attended = (self.self_attn.causal(normed) if full_context_mask is None
+                    else self.self_attn(normed, full_context_mask))
+        return self._cross_and_ffn(self.self_res.add(x, attended), cross, need_weights)
 
     def step(
         self, x: Tensor, cross: dict, state: dict | None, need_weights: bool
@@ -159,12 +167,15 @@ class Decoder(nn.Module):
         self.layers = nn.ModuleList(layers)
         self.final_norm = nn.LayerNorm(cfg.d_model) if cfg.norm_position == "pre" else nn.Identity()
 
-    def forward(self, tokens: Tensor, cross: list[dict], need_weights: bool) -> tuple[Tensor, Tensor | None]:
-        """(B, T) prefix -> hidden (B, T, d), cross weights (B, L, H, T, S) | None."""
+    def forward(
+        self, tokens: Tensor, cross: list[dict], need_weights: bool, full_context_mask: Tensor | None = None
+    ) -> tuple[Tensor, Tensor | None]:
+        """(B, T) prefix -> hidden (B, T, d), cross weights (B, L, H, T, S) | None; see
+        :meth:`DecoderLayer.forward` for ``full_context_mask``."""
         x = self.embedding(tokens)  # (B, T, d)
         all_weights = []
         for layer, layer_cross in zip(self.layers, cross):
-            x, weights = layer(x, layer_cross, need_weights)
+            x, weights = layer(x, layer_cross, need_weights, full_context_mask)
             all_weights.append(weights)
         return self.final_norm(x), torch.stack(all_weights, dim=1) if need_weights else None
 
@@ -282,10 +293,19 @@ class Transformer(Seq2SeqModel):
         tgt_mask: Tensor,
         need_attention: bool = False,
         features_only: bool = False,
+        full_context_attention: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
-        """Teacher forcing. ``tgt_mask`` is implied: targets are right-padded and attention is causal."""
+        """Teacher forcing. ``tgt_mask`` is implied: targets are right-padded and attention is causal.
+
+        ``full_context_attention``: the attention comes from a second decoder pass in which
+        every target position sees the whole target (``tgt_mask`` masks the padding), the
+        full-context alignment of Garg et al. 2019; the logits stay causal.
+        """
         memory = self.encode(src_tokens, src_mask)
-        hidden, attention = self.decoder(tgt_in, memory["cross"], need_attention)  # (B, T, d)
+        causal_attention = need_attention and not full_context_attention
+        hidden, attention = self.decoder(tgt_in, memory["cross"], causal_attention)  # (B, T, d)
+        if need_attention and full_context_attention:
+            _, attention = self.decoder(tgt_in, memory["cross"], True, full_context_mask=tgt_mask)
         logits = hidden if features_only else self.output_projection(hidden)
         return logits, attention  # (B, T, V) or (B, T, d), (B, L, H, T, S) | None
 

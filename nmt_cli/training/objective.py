@@ -75,20 +75,26 @@ class GuidedAlignmentObjective(TranslationObjective):
     The head is ``model.alignment_head`` of decoder layer ``model.alignment_layer``; target
     piece ``t`` is read at the step that predicts it (row ``t``) or, with
     ``model.alignment_shift``, at the next step, where it is the decoder input (row
-    ``t + 1``); ``nmt align`` reads the same rows. Both terms are sums over the batch, so
+    ``t + 1``); ``nmt align`` reads the same rows. With ``full_context``
+    (``model.alignment_full_context``) the head is read in a second decoder pass without
+    the future mask, so each step sees the whole target (Garg et al. 2019's full-context
+    alignment; the translation loss stays causal). Both terms are sums over the batch, so
     the loop's normalisation by target tokens applies to both, as in fairseq.
     """
 
-    def __init__(self, label_smoothing: float, weight: float, layer: int, head: int, shift: bool = False):
+    def __init__(self, label_smoothing: float, weight: float, layer: int, head: int, shift: bool = False,
+                 full_context: bool = False):
         super().__init__(label_smoothing)
         self.weight, self.layer, self.head, self.shift = weight, layer, head, int(shift)
+        self.full_context = full_context
 
     def __call__(self, module, model: Seq2SeqModel, batch: Batch) -> LossTerms:
         if batch.links is None:
             raise NmtError("guided alignment (train.alignment_weight > 0) needs word links in the training split: "
                            "prepare it with data.alignment_path")
         features, attention = module(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask, need_attention=True,
-                                     features_only=True)  # (B, T, F), (B, L, H, T, S)
+                                     features_only=True,
+                                     full_context_attention=self.full_context)  # (B, T, F), (B, L, H, T, S)
         loss, nll = label_smoothed_cross_entropy(features, model.output_layer(), batch.tgt_out, batch.tgt_mask,
                                                  self.label_smoothing)
         head = attention[:, self.layer, self.head]  # (B, T, S)
@@ -102,5 +108,5 @@ def build_objective(config: Config) -> TranslationObjective:
     if train.alignment_weight > 0:
         model = config.model
         return GuidedAlignmentObjective(train.label_smoothing, train.alignment_weight, model.alignment_layer,
-                                        model.alignment_head, model.alignment_shift)
+                                        model.alignment_head, model.alignment_shift, model.alignment_full_context)
     return TranslationObjective(train.label_smoothing)
