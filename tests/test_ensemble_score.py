@@ -67,6 +67,28 @@ def test_an_ensembles_translation_scores_what_forced_scoring_gives_it(checkpoint
     assert "checkpoint:" in translator.signature() and "+" in translator.signature().split("|")[0]
 
 
+def test_an_ensembles_translation_is_aligned_by_its_first_members_guided_head(checkpoints, tmp_path):
+    from nmt_cli.alignment.reader import AttentionReading
+    from nmt_cli.checkpoint import load_checkpoint, save_checkpoint
+    from nmt_cli.translation import hypothesis_alignment
+
+    loaded = load_checkpoint(checkpoints["transformer"])
+    guided_config = loaded.config.with_overrides({"train.alignment_weight": 0.05, "model.alignment_full_context": True})
+    guided = save_checkpoint(tmp_path / "guided", loaded.build_model("cpu").state_dict(), guided_config,
+                             loaded.tokenizer, {"step": 3})
+    alone = Translator.from_checkpoint(guided, overrides={"decode.beam_size": 1})
+    both = Translator.from_checkpoint([guided, checkpoints["rnn"]], overrides={"decode.beam_size": 1})
+    (hypothesis,) = both.translate(TEXTS[:1], with_attention=True)
+    assert hypothesis.tokens
+    # forced decoding of the ensemble's translation (shift-att, full context) reads its first member
+    expected = hypothesis_alignment(TEXTS[0], hypothesis, alone, AttentionReading())
+    aligned = hypothesis_alignment(TEXTS[0], hypothesis, both, AttentionReading())
+    np.testing.assert_allclose(aligned.matrix, expected.matrix, atol=1e-6)
+    assert aligned.links == expected.links
+    with pytest.raises(NmtError, match="no decoder features of its own"):
+        both.model(*[np.zeros(0)] * 4, features_only=True)
+
+
 def test_an_ensemble_needs_one_vocabulary(checkpoints):
     with pytest.raises(NmtError, match="another SentencePiece model.*one vocabulary"):
         Translator.from_checkpoint([checkpoints["transformer"], checkpoints["foreign"]])
