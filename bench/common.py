@@ -176,6 +176,16 @@ def fmt_ratio(ours: float | None, theirs: float | None) -> str:
     return f"{ours / theirs:.2f}x"
 
 
+def fmt_ratio_spread(ours: Sequence[float], theirs: Sequence[float]) -> str:
+    """The ratio of the medians, with the lowest and highest ratio of runs made side by side
+    (run ``k`` of each) when there are several: ``0.83x (0.79-0.86x)``; '-' when a side is missing."""
+    text = fmt_ratio(median(ours) if ours else None, median(theirs) if theirs else None)
+    pairs = [a / b for a, b in zip(ours, theirs) if a and b]
+    if text == "-" or len(pairs) < 2:
+        return text
+    return f"{text} ({min(pairs):.2f}-{max(pairs):.2f}x)"
+
+
 def markdown_table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     """A GitHub markdown table; numeric-looking columns are right-aligned."""
     def numeric(index: int) -> bool:

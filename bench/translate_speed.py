@@ -26,7 +26,7 @@ from typing import Callable
 
 import sacrebleu
 
-from common import THREADS, Report, bench_arguments, fmt, fmt_ratio, median, project_version, repeats_of
+from common import THREADS, Report, bench_arguments, fmt, fmt_ratio_spread, median, project_version, repeats_of
 from peers import ours
 from peers.arch import TINY_RNN, TINY_TRANSFORMER, DecodeSpec, TrainSpec
 from peers.corpus import export_pieces, prepare_multi30k
@@ -195,7 +195,7 @@ def measure(systems: list[System], decode: DecodeSpec, repeats: int, work: Path
 
 
 def add_rows(report: Report, systems: list[System], decode: DecodeSpec, runs, failures, score) -> None:
-    rates = {name: median([r.tokens_per_second for r in results]) for name, results in runs.items() if results}
+    rates = {name: [r.tokens_per_second for r in results] for name, results in runs.items() if results}
     for system in systems:
         results = runs[system.name]
         if system.name in failures:
@@ -204,11 +204,12 @@ def add_rows(report: Report, systems: list[System], decode: DecodeSpec, runs, fa
             continue
         rate = rates[system.name]
         worth = score(results[-1].hypotheses)
-        report.add_row(system.name, system.threads, str(decode.beam), fmt(rate),
+        report.add_row(system.name, system.threads, str(decode.beam), fmt(median(rate)),
                        fmt(median([r.sentences_per_second for r in results]), 1), fmt(results[-1].output_tokens),
                        f"{100 * worth.at_limit:.1f}%", f"{worth.bleu:.1f}",
                        fmt(max(r.measured.peak_rss_mb for r in results)),
-                       fmt_ratio(rate, rates.get(CT2_ROW)), fmt_ratio(rate, rates.get(OPENNMT_ROW)))
+                       fmt_ratio_spread(rate, rates.get(CT2_ROW, [])),
+                       fmt_ratio_spread(rate, rates.get(OPENNMT_ROW, [])))
 
 
 def main() -> None:
@@ -260,7 +261,9 @@ def main() -> None:
         "CTranslate2 rows: our Transformer exported by nmt export, decoded by nmt translate's ctranslate2 "
         "engine (same hypotheses as the torch engine at float32, re-ranked by the GNMT score)",
         "peak RSS: the decoding process including model load (wait4 maxrss); ratios: output tokens/s of the "
-        "row over that of CTranslate2 float32 (2 inter threads) / OpenNMT-py at the same beam",
+        "row over that of CTranslate2 float32 (2 inter threads) / OpenNMT-py at the same beam: the ratio of the "
+        "medians, and in brackets the lowest and highest ratio of the runs made side by side (the systems run in "
+        "turn, repeat after repeat), which shows how far the machine's noise moves it",
     ]
     report.emit(args.json)
 

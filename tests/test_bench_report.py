@@ -68,3 +68,13 @@ def test_a_run_of_reused_reports_installs_no_peer(tmp_path: Path, monkeypatch) -
     run_all.main()
     assert installed == []
     assert "report of an earlier run; commit abc, Old CPU, then" in (tmp_path / "BENCHMARKS.md").read_text()
+
+
+def test_a_ratio_shows_the_spread_of_the_runs_made_side_by_side():
+    from common import fmt_ratio_spread
+
+    assert fmt_ratio_spread([8.0, 9.0, 10.0], [10.0, 10.0, 10.0]) == "0.90x (0.80-1.00x)"
+    # run k of one system is compared with run k of the other, not median with median
+    assert fmt_ratio_spread([4.0, 8.0], [5.0, 10.0]) == "0.80x (0.80-0.80x)"
+    assert fmt_ratio_spread([5.0], [10.0]) == "0.50x"  # one run: no spread to show
+    assert fmt_ratio_spread([5.0], []) == "-" and fmt_ratio_spread([], [1.0]) == "-"
