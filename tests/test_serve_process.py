@@ -120,3 +120,28 @@ def test_sigint_exits_0_and_a_missing_checkpoint_is_one_line_and_exit_1(tiny_tra
     assert missing.stderr.splitlines()[-1] == f"error: the model could not be loaded: {tmp_path / 'none'}: " \
                                               "checkpoint not found"
     assert "Traceback" not in missing.stderr
+
+
+def _children(pid: int) -> set[int]:
+    found = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found.update(int(child) for child in (task / "children").read_text().split())
+    return found
+
+
+def test_decoding_workers_are_forked_once_and_stopped_with_the_server(tiny_trained_run):
+    server = ServeProcess(tiny_trained_run, "--workers", "2", "--set", "decode.max_sentences=1")
+    try:
+        server.wait_ready()
+        status, first = server.request("/v1/translate", {"text": SENTENCES})
+        workers = _children(server.process.pid)
+        assert status == 200 and len(workers) == 2
+        status, second = server.request("/v1/translate", {"text": SENTENCES[::-1]})
+        assert status == 200 and _children(server.process.pid) == workers  # the same warm workers
+        assert [t["text"] for t in second["translations"]] == [t["text"] for t in first["translations"]][::-1]
+        assert server.stop(signal.SIGTERM) == 0
+    finally:
+        if server.process.poll() is None:
+            server.process.kill()
+    for pid in workers:  # reaped by the server before it exited, or gone with it
+        assert not Path(f"/proc/{pid}").exists() or "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2]
