@@ -20,6 +20,7 @@ import pytest
 pytest.importorskip("uvicorn", reason="nmt serve needs the serve extra (pip install 'nmt-cli[serve]')")
 
 from nmt_cli.decoding import Translator  # noqa: E402
+from tests.test_workers import live_children  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SENTENCES = ["Eine traurige Tante besucht selten seine leeren Küchen .", "Haben Männer keinem Vater gedankt ?"]
@@ -122,22 +123,15 @@ def test_sigint_exits_0_and_a_missing_checkpoint_is_one_line_and_exit_1(tiny_tra
     assert "Traceback" not in missing.stderr
 
 
-def _children(pid: int) -> set[int]:
-    found = set()
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        found.update(int(child) for child in (task / "children").read_text().split())
-    return found
-
-
 def test_decoding_workers_are_forked_once_and_stopped_with_the_server(tiny_trained_run):
     server = ServeProcess(tiny_trained_run, "--workers", "2", "--set", "decode.max_sentences=1")
     try:
         server.wait_ready()
         status, first = server.request("/v1/translate", {"text": SENTENCES})
-        workers = _children(server.process.pid)
+        workers = live_children(server.process.pid)
         assert status == 200 and len(workers) == 2
         status, second = server.request("/v1/translate", {"text": SENTENCES[::-1]})
-        assert status == 200 and _children(server.process.pid) == workers  # the same warm workers
+        assert status == 200 and live_children(server.process.pid) == workers  # the same warm workers
         assert [t["text"] for t in second["translations"]] == [t["text"] for t in first["translations"]][::-1]
         assert server.stop(signal.SIGTERM) == 0
     finally:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -197,27 +196,20 @@ def test_format_1_rnn_checkpoints_load_with_the_unscaled_embeddings_they_were_tr
         load_checkpoint(path)
 
 
-def _child_pids() -> set[int]:
-    """Pids of this process's live (not zombie) children."""
-    found = set()
-    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
-        found.update(int(pid) for pid in (task / "children").read_text().split())
-    return {pid for pid in found if Path(f"/proc/{pid}/stat").exists()
-            and Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"}
-
-
 def test_decoding_workers_are_forked_once_and_kept_until_closed(checkpoint):
-    before = _child_pids()
+    from tests.test_workers import live_children
+
+    before = live_children()
     alone = Translator.from_checkpoint(checkpoint, device="cpu", overrides={"decode.max_sentences": 1})
     translator = alone.with_decode({"decode.workers": 2})
     first = translator.translate(TEXTS)
-    workers = _child_pids() - before
+    workers = live_children() - before
     assert len(workers) == 2
     again = translator.with_decode({"decode.alpha": 0.6}).translate(TEXTS)  # a copy shares the workers
-    assert _child_pids() - before == workers
+    assert live_children() - before == workers
     assert [h.tokens for h in first] == [h.tokens for h in again] == [h.tokens for h in alone.translate(TEXTS)]
     translator.close()
-    assert _child_pids() == before
+    assert live_children() == before
     assert [h.tokens for h in translator.translate(TEXTS)] == [h.tokens for h in first]  # forks new ones
-    assert len(_child_pids() - before) == 2 and not (_child_pids() - before) & workers
+    assert len(live_children() - before) == 2 and not (live_children() - before) & workers
     translator.close()

@@ -14,11 +14,12 @@ from nmt_cli.decoding.workers import WorkerPool, map_in_processes
 from nmt_cli.errors import NmtError
 
 
-def _children() -> set[int]:
-    """Pids of this process's live children (zombies excluded)."""
+def live_children(parent: int | None = None) -> set[int]:
+    """Pids of the live children (zombies excluded) of ``parent`` (default: this process)."""
+    parent = os.getpid() if parent is None else parent
     found = set()
-    for task in os.listdir(f"/proc/{os.getpid()}/task"):
-        with open(f"/proc/{os.getpid()}/task/{task}/children") as handle:
+    for task in os.listdir(f"/proc/{parent}/task"):
+        with open(f"/proc/{parent}/task/{task}/children") as handle:
             found.update(int(pid) for pid in handle.read().split())
     return {pid for pid in found if _state(pid) not in ("Z", None)}
 
@@ -32,7 +33,7 @@ def _state(pid: int) -> str | None:
 
 
 def test_results_come_back_in_input_order_from_single_threaded_workers():
-    before = _children()
+    before = live_children()
     items = list(range(23))
     results = map_in_processes(lambda number, item: (number, item * item, os.getpid(), torch.get_num_threads()),
                                items, workers=3)
@@ -40,7 +41,7 @@ def test_results_come_back_in_input_order_from_single_threaded_workers():
     workers = {pid for _, _, pid, _ in results}
     assert os.getpid() not in workers and 1 <= len(workers) <= 3
     assert {threads for *_, threads in results} == {1}
-    assert _children() == before  # every worker was reaped
+    assert live_children() == before  # every worker was reaped
 
 
 def test_a_user_error_in_a_worker_is_raised_as_one_line():
@@ -63,7 +64,7 @@ def test_a_bug_in_a_worker_is_raised_with_its_traceback():
 
 
 def test_a_worker_that_dies_is_named_and_the_others_are_stopped():
-    before = _children()
+    before = live_children()
 
     def dying(number, item):
         if item == 0:
@@ -73,11 +74,11 @@ def test_a_worker_that_dies_is_named_and_the_others_are_stopped():
 
     with pytest.raises(NmtError, match=r"decoding worker \(pid \d+\) died: killed by signal 9"):
         map_in_processes(dying, list(range(40)), workers=2)
-    assert _children() == before
+    assert live_children() == before
 
 
 def test_an_interrupted_parent_leaves_no_worker_running():
-    before = _children()
+    before = live_children()
     previous = signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
         signal.setitimer(signal.ITIMER_REAL, 0.3)
@@ -86,7 +87,7 @@ def test_an_interrupted_parent_leaves_no_worker_running():
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
-    assert _children() == before
+    assert live_children() == before
 
 
 def _pid_and_count(number, item):
@@ -97,10 +98,10 @@ def _pid_and_count(number, item):
 
 
 def test_a_kept_pool_serves_every_call_with_the_same_warm_workers():
-    before = _children()
+    before = live_children()
     with WorkerPool(_pid_and_count, workers=2) as pool:
         first = pool.map(list("abcdef"))
-        workers = set(_children() - before)
+        workers = set(live_children() - before)
         second = pool.map(list("gh"))
         assert [(number, item) for _, _, number, item in first + second] == \
             list(enumerate("abcdef")) + list(enumerate("gh"))
@@ -108,13 +109,13 @@ def test_a_kept_pool_serves_every_call_with_the_same_warm_workers():
         # the second call ran in processes that had already computed the first call's items
         assert sum(count for _, count, _, _ in second) > len(second)
         assert pool.map([]) == []
-    assert pool.closed and _children() == before
+    assert pool.closed and live_children() == before
     with pytest.raises(NmtError, match="were closed"):
         pool.map([1])
 
 
 def test_a_failed_call_closes_the_pool():
-    before = _children()
+    before = live_children()
 
     def failing(number, item):
         if item == 2:
@@ -124,4 +125,4 @@ def test_a_failed_call_closes_the_pool():
     pool = WorkerPool(failing, workers=2)
     with pytest.raises(NmtError, match="^input 3: bad$"):
         pool.map([0, 1, 2, 3])
-    assert pool.closed and _children() == before
+    assert pool.closed and live_children() == before
