@@ -34,6 +34,16 @@ def test_possible_links_count_for_precision_but_not_recall():
     assert score.aer == pytest.approx(1 - (1 + 2) / (3 + 2))
 
 
+def test_links_of_target_words_the_gold_leaves_unaligned_are_counted_apart():
+    # sentence 1: target word 2 has no gold link, word 1 only a possible one; sentence 2: word 0 has none
+    score = score_alignments([gold("0-0 1p1"), gold("0-1")],
+                             [{(0, 0), (1, 2), (0, 2), (2, 1)}, {(1, 0), (0, 1)}])
+    assert score.wrong == 4  # 1-2, 0-2, 2-1 and 1-0 are not even possible
+    # 1-2 and 0-2 link sentence 1's target word 2, 1-0 sentence 2's target word 0: both unaligned in the gold
+    assert score.predicted_unaligned == 3
+    assert "3 of the 4 wrong links are on target words the gold leaves unaligned" in score.summary()
+
+
 def test_corpus_figures_sum_counts_before_dividing():
     # sentence 1: A = S = {0-0}; sentence 2: S = {0-0, 1-1, 2-2}, A = {}
     score = score_alignments([gold("0-0"), gold("0-0 1-1 2-2")], [{(0, 0)}, set()])

@@ -27,6 +27,8 @@ def test_quick_bench_prints_a_row_per_system(tmp_path):
     rows = {(row[0], row[1], row[2]): dict(zip(report["columns"], row)) for row in report["rows"]}
     ours = rows[("synthetic", "nmt-cli plain attention", "default reading (last layer, heads averaged)")]
     assert 0.0 <= float(ours["AER"]) <= 1.0 and float(ours["time s"]) > 0
+    on_unaligned, wrong = map(int, ours["wrong links on unaligned words"].split(" ")[0].split("/"))
+    assert 0 <= on_unaligned <= wrong
     both = rows[("synthetic", "nmt-cli plain attention", "both directions, grow-diag-final (default readings)")]
     assert 0.0 <= float(both["AER"]) <= 1.0
     booted = rows[("synthetic", "nmt-cli bootstrap (no external aligner)", "default reading (supervised head)")]

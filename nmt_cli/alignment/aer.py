@@ -8,6 +8,11 @@ With hypothesis links ``A``, sure gold links ``S`` and possible gold links ``P``
     AER       = 1 - (|A ∩ S| + |A ∩ P|) / (|A| + |S|)
 
 A perfect hypothesis (``A = S = P``) has AER 0; an empty one has AER 1.
+
+One kind of error is counted apart: links of target words the gold leaves unaligned
+(no sure or possible link), which an aligner that must give every word a link (an
+attention argmax) cannot avoid.
+
 Gold links that point outside their sentence (an index at or beyond its word count,
 known when the tokenised sentences are given) are reported and left out, never fatal.
 """
@@ -40,6 +45,12 @@ class AlignmentScore:
     predicted_possible: int  # |A ∩ P|
     out_of_range: int  # gold links outside their sentence, left out
     out_of_range_example: str | None  # the first of them, "line N: i-j (...)"
+    predicted_unaligned: int  # links of A whose target word has no gold link at all
+
+    @property
+    def wrong(self) -> int:
+        """|A \\ P|: predicted links that are not even possible."""
+        return self.predicted - self.predicted_possible
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -49,7 +60,8 @@ class AlignmentScore:
         text = (
             f"AER {self.aer:.4f}  precision {self.precision:.4f}  recall {self.recall:.4f}  "
             f"({self.sentences} sentences, {self.predicted} predicted, {self.sure} sure, "
-            f"{self.possible} possible links)"
+            f"{self.possible} possible links; {self.predicted_unaligned} of the {self.wrong} wrong links are on "
+            "target words the gold leaves unaligned)"
         )
         if self.out_of_range:
             text += (f"; {self.out_of_range} gold link(s) outside their sentence left out, "
@@ -71,7 +83,7 @@ def score_alignments(
         raise ValueError(f"{len(gold)} gold alignments but {len(hypotheses)} hypotheses")
     if lengths is not None and len(lengths) != len(gold):
         raise ValueError(f"{len(gold)} gold alignments but {len(lengths)} sentence lengths")
-    predicted = sure = possible = predicted_sure = predicted_possible = out_of_range = 0
+    predicted = sure = possible = predicted_sure = predicted_possible = predicted_unaligned = out_of_range = 0
     example = None
     for index, (gold_pair, hypothesis) in enumerate(zip(gold, hypotheses)):
         gold_sure, gold_possible = set(gold_pair.sure), set(gold_pair.possible) | set(gold_pair.sure)
@@ -90,6 +102,8 @@ def score_alignments(
         possible += len(gold_possible)
         predicted_sure += len(links & gold_sure)
         predicted_possible += len(links & gold_possible)
+        linked_targets = {j for _, j in gold_possible}
+        predicted_unaligned += sum(j not in linked_targets for _, j in links)
     return AlignmentScore(
         aer=1.0 - (predicted_sure + predicted_possible) / (predicted + sure) if predicted + sure else 0.0,
         precision=predicted_possible / predicted if predicted else 0.0,
@@ -102,6 +116,7 @@ def score_alignments(
         predicted_possible=predicted_possible,
         out_of_range=out_of_range,
         out_of_range_example=example,
+        predicted_unaligned=predicted_unaligned,
     )
 
 
