@@ -85,8 +85,6 @@ def test_an_ensembles_translation_is_aligned_by_its_first_members_guided_head(ch
     aligned = hypothesis_alignment(TEXTS[0], hypothesis, both, AttentionReading())
     np.testing.assert_allclose(aligned.matrix, expected.matrix, atol=1e-6)
     assert aligned.links == expected.links
-    with pytest.raises(NmtError, match="no decoder features of its own"):
-        both.model(*[np.zeros(0)] * 4, features_only=True)
 
 
 def test_an_ensemble_needs_one_vocabulary(checkpoints):

@@ -56,9 +56,10 @@ def forced_attention(
     first_row = 1 if shift else 0
     results = [np.zeros((*heads_shape, len(tgt), len(src)), dtype=np.float32) for src, tgt in pairs]
     runnable = [k for k, (src, tgt) in enumerate(pairs) if len(src) and len(tgt)]
+    reader = model.attention_model  # an ensemble's attention is its first member's
     for batch in forced_batches(pairs, runnable, batch_size, device):
-        _, attention = model(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask,
-                             need_attention=True, full_context_attention=full_context)  # (B, L, H, T+1, S)
+        _, attention = reader(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask, need_attention=True,
+                              features_only=True, full_context_attention=full_context)  # (B, L, H, T+1, S)
         attention = attention.float().cpu().numpy()
         for row, k in enumerate(batch.indices):
             src_len, tgt_len = len(pairs[k][0]), len(pairs[k][1])

@@ -10,8 +10,8 @@ decoder state, and the ensemble's score of token ``v`` is
 (Marian's ensembling with equal weights; not renormalised, so the score of a given
 translation is exactly the mean of the members' scores). Members may be of different
 families; they must share the vocabulary. Attention, when asked for, is the first
-member's, also in teacher forcing (``forward``, which forced alignment of a translation
-uses). An ensemble decodes and scores; it is not trained.
+member's (``attention_model``, which forced alignment of a translation runs). An
+ensemble decodes and scores; it is not trained.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from typing import Iterable, Sequence
 import torch
 from torch import Tensor, nn
 
-from nmt_cli.errors import NmtError
 from nmt_cli.models.base import Memory, Seq2SeqModel, State
 
 def _shortest(limits: Iterable[int | None]) -> int | None:
@@ -65,19 +64,9 @@ class Ensemble(Seq2SeqModel):
                                for member in self.members])
         return stacked.mean(dim=0)  # (B, T, V)
 
-    def forward(self, src_tokens: Tensor, src_mask: Tensor, tgt_in: Tensor, tgt_mask: Tensor,
-                need_attention: bool = False, features_only: bool = False,
-                full_context_attention: bool = False) -> tuple[Tensor, Tensor | None]:
-        """Teacher forcing: the mean log-probabilities (B, T, V) as logits and, when asked, the
-        first member's attention (forced decoding of a translation for its alignment). The
-        members share no feature space, so ``features_only`` is refused."""
-        if features_only:
-            raise NmtError("an ensemble has no decoder features of its own, only its members' log-probabilities")
-        attention = None
-        if need_attention:
-            _, attention = self.members[0](src_tokens, src_mask, tgt_in, tgt_mask, need_attention=True,
-                                           features_only=True, full_context_attention=full_context_attention)
-        return self.forced_log_probs(src_tokens, src_mask, tgt_in, tgt_mask), attention
+    @property
+    def attention_model(self) -> Seq2SeqModel:
+        return self.members[0]
 
     def reorder_state(self, state: State, indices: Tensor) -> State:
         return {"members": [member.reorder_state(member_state, indices)

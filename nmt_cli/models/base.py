@@ -30,6 +30,8 @@ Conventions (all model families):
   alignment's full-context pass, Garg et al. 2019): a Transformer runs its decoder a
   second time without the future mask; Mask-Align's attention sees the whole target
   anyway; an RNN decoder cannot and refuses.
+* ``attention_model`` is the model whose attention this one reports (itself; an
+  ensemble's first member): forced decoding for alignments runs it alone.
 """
 
 from __future__ import annotations
@@ -89,6 +91,11 @@ class Seq2SeqModel(nn.Module):
         full_context_attention: bool = False,
     ) -> tuple[Tensor, Tensor | None]:  # pragma: no cover
         raise NotImplementedError
+
+    @property
+    def attention_model(self) -> "Seq2SeqModel":
+        """The model whose cross-attention this one reports: itself (an ensemble: its first member)."""
+        return self
 
     def output_layer(self) -> nn.Linear:  # pragma: no cover
         """The linear map from decoder features to logits over the target vocabulary."""
