@@ -93,11 +93,16 @@ class HeadSelection:
         return heads.mean(axis=(0, 1))
 
 
+def _guided(config: Config | None) -> bool:
+    """Whether the model trained with ``config`` has a head guided by word links (``train.alignment_weight`` > 0)."""
+    return config is not None and config.train.alignment_weight > 0
+
+
 def default_selection(config: Config | None) -> HeadSelection:
     """The heads read when none are named: the head trained on word links (guided
     alignment: ``model.alignment_layer``/``alignment_head`` when ``train.alignment_weight``
     > 0), else the last decoder layer with its heads averaged (also without a config)."""
-    if config is not None and config.train.alignment_weight > 0:
+    if _guided(config):
         return HeadSelection(config.model.alignment_layer, (config.model.alignment_head,))
     return HeadSelection()
 
@@ -106,14 +111,14 @@ def default_shift(config: Config | None) -> bool:
     """Whether a target word is read at the step where it is the decoder input (shift-att)
     rather than the step that predicts it: where its guided head learned the links
     (``model.alignment_shift``); never for a model without guided alignment."""
-    return config is not None and config.train.alignment_weight > 0 and config.model.alignment_shift
+    return _guided(config) and config.model.alignment_shift
 
 
 def default_full_context(config: Config | None) -> bool:
     """Whether attention is read in a decoder pass that sees the whole target: where the
     guided head learned the links (``model.alignment_full_context``); a model without
     guided alignment learned its attention causally and is read so."""
-    return config is not None and config.train.alignment_weight > 0 and config.model.alignment_full_context
+    return _guided(config) and config.model.alignment_full_context
 
 
 @dataclass(frozen=True)
