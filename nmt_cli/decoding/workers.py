@@ -74,10 +74,6 @@ class WorkerPool(Generic[Item, Result]):
             raise
 
     @property
-    def size(self) -> int:
-        return len(self._workers)
-
-    @property
     def closed(self) -> bool:
         return not self._finalizer.alive
 
