@@ -77,11 +77,12 @@ def agreed_reading(forward: AlignmentModel, reverse: AlignmentModel, src_lines: 
         forward_attention = forward.attention(forward_pairs, shift)  # (L, H, T, S) each
         reverse_attention = reverse.attention(reverse_pairs, shift)
         for selection in selections:
-            reading = AttentionReading(selection)
+            reading, back_reading = (AttentionReading(selection).for_model(model.config)
+                                     for model in (forward, reverse))
             agreed = total = 0
             for pair, back, f_att, r_att in zip(forward_pairs, reverse_pairs, forward_attention, reverse_attention):
                 links = set(pair.read(selection.apply(f_att), reading).links)
-                back_links = {(i, j) for j, i in back.read(selection.apply(r_att), reading).links}
+                back_links = {(i, j) for j, i in back.read(selection.apply(r_att), back_reading).links}
                 agreed += 2 * len(links & back_links)
                 total += len(links) + len(back_links)
             choices.append(ReadingChoice(selection, shift, agreed / total if total else 0.0))

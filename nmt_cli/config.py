@@ -267,6 +267,12 @@ class ModelConfig(Validated):
         False, "the head learns (and `nmt align` reads) the links in a second decoder pass where every position "
         "sees the whole target, not only its prefix (full-context alignment, Garg et al. 2019); Transformer family",
     )
+    alignment_null: bool = setting(
+        False, "a learned null position after every source sentence, which the head learns to attend to at the "
+        "target words the links leave unaligned; `nmt align` leaves a word unaligned when the null outweighs its "
+        "best source word (the NULL word of the IBM models, the leak of Mask-Align); transformer and "
+        "linear_transformer",
+    )
 
     def rules(self) -> list[str]:
         problems = []
@@ -283,6 +289,11 @@ class ModelConfig(Validated):
         if self.arch == "rnn_bahdanau" and self.hidden_size % 2:
             problems.append(f"config key 'model.hidden_size': rnn_bahdanau needs an even size (each encoder "
                             f"direction gets half), got {self.hidden_size}")
+        if self.alignment_null and self.arch not in ("transformer", "linear_transformer"):
+            why = ("has its own null (the leak of its attention)" if self.arch == "mask_align"
+                   else "has no null position")
+            problems.append(f"config key 'model.alignment_null': a {self.arch} model {why}; use a transformer or "
+                            "linear_transformer, or set it to false")
         return problems
 
 
@@ -504,6 +515,7 @@ def _guided_alignment_problems(model: ModelConfig, train: TrainConfig) -> list[s
         problems.append(f"config key 'model.alignment_full_context': a {model.arch} decoder reads the target left "
                         "to right and has no full-context pass; use a Transformer or set it to false")
     return problems
+
 
 
 def _build_section(section: str, section_cls: type, values: Mapping[str, Any]) -> Any:

@@ -53,7 +53,8 @@ def hypothesis_alignment(source: str, hypothesis: Hypothesis, translator: Transl
     (:func:`~nmt_cli.alignment.reader.default_shift`) or with the whole target in view
     (:func:`~nmt_cli.alignment.reader.default_full_context`) is read that way, by forced
     decoding of the translation: the search kept only the causal steps that predicted
-    each word. Otherwise the attention the translation was decoded with is read (either
+    each word. So is a model with a null position (its column is not kept by the
+    search). Otherwise the attention the translation was decoded with is read (either
     engine).
     """
     reading = reading.for_model(translator.config)
@@ -65,10 +66,11 @@ def hypothesis_alignment(source: str, hypothesis: Hypothesis, translator: Transl
     if src_pieces and tgt_pieces:
         reading.selection.check(*hypothesis.attention.shape[:2])
         shift, full_context = default_shift(translator.config), default_full_context(translator.config)
-        if shift or full_context:
+        if shift or full_context or reading.null:
             with translator.precision.autocast():
                 (attention,) = forced_attention(translator.model, [(src_ids, list(hypothesis.tokens))], shift,
-                                                selection=reading.selection, full_context=full_context)  # (T, S)
+                                                selection=reading.selection, full_context=full_context,
+                                                null=reading.null)  # (T, S [+ 1])
         else:
             attention = reading.selection.apply(hypothesis.attention)  # (T, S)
     return read_alignment(src_pieces, tgt_pieces, attention, reading)

@@ -150,6 +150,14 @@ def test_rnn_and_linear_attention_cannot_be_exported(tmp_path: Path, arch: str) 
     assert not (tmp_path / "out").exists()
 
 
+def test_a_model_with_a_null_position_cannot_be_exported(tmp_path: Path) -> None:
+    checkpoint_path = save_run(tmp_path / "run", ModelConfig(**SMALL, alignment_null=True), tiny_tokenizer())
+    result = run_export("--checkpoint", str(checkpoint_path), "--out", str(tmp_path / "out"))
+    assert result.exit_code == 1
+    assert result.output.count("\n") == 1 and "null position (model.alignment_null) cannot be exported" in result.output
+    assert not (tmp_path / "out").exists()
+
+
 def test_without_ctranslate2_the_error_says_how_to_install(tmp_path: Path, monkeypatch) -> None:
     checkpoint_path = save_run(tmp_path / "run", ModelConfig(**SMALL), tiny_tokenizer())
     real_import = builtins.__import__

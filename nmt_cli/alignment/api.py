@@ -84,6 +84,7 @@ class Aligner:
             "selection": reading.selection.describe(),
             "shift": self.shifts[self.forward],
             "full_context": default_full_context(self.forward.config),
+            "null": reading.null,
             "method": reading.method,
             "threshold": reading.threshold if reading.method == "threshold" else None,
         }
@@ -91,7 +92,8 @@ class Aligner:
             record.update(reverse_checkpoint=str(self.reverse.path), symmetrization=self.options.symmetrization,
                           reverse_selection=self.readings[self.reverse].selection.describe(),
                           reverse_shift=self.shifts[self.reverse],
-                          reverse_full_context=default_full_context(self.reverse.config))
+                          reverse_full_context=default_full_context(self.reverse.config),
+                          reverse_null=self.readings[self.reverse].null)
         return record
 
     def _one_direction(self, model: AlignmentModel, src_lines: Sequence[str],
@@ -142,7 +144,8 @@ def model_alignment_score(model: Seq2SeqModel, tokenizer: Tokenizer, config: Con
     pairs = encode_pairs(tokenizer, src_lines, tgt_lines)
     reading = AttentionReading().for_model(config)
     attentions = forced_attention(model, [(pair.src_ids, pair.tgt_ids) for pair in pairs], default_shift(config),
-                                  batch_size, reading.selection, default_full_context(config))  # (T, S) each
+                                  batch_size, reading.selection, default_full_context(config),
+                                  reading.null)  # (T, S [+ 1]) each
     aligned = [pair.read(attention, reading) for pair, attention in zip(pairs, attentions)]
     lengths = [(len(sentence.src_words), len(sentence.tgt_words)) for sentence in aligned]
     return score_alignments(gold, [sentence.links for sentence in aligned], lengths)

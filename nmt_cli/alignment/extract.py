@@ -21,6 +21,8 @@ its prefix; the rows mean the same.
 
 Either way the EOS row (or the BOS-input row) is dropped; source columns are exactly
 the source pieces (training feeds the source without BOS/EOS), so padding is dropped.
+With ``null`` (a model with ``model.alignment_null``) the null position's column is kept
+after them.
 """
 
 from __future__ import annotations
@@ -40,21 +42,23 @@ __all__ = ["forced_attention"]
 @torch.inference_mode()
 def forced_attention(
     model: Seq2SeqModel, pairs: Sequence[Pair], shift: bool, batch_size: int = 32,
-    selection: HeadSelection | None = None, full_context: bool = False,
+    selection: HeadSelection | None = None, full_context: bool = False, null: bool = False,
 ) -> list[np.ndarray]:
     """Cross-attention per pair of piece-id lists, in input order.
 
     Each result is (L, H, T, S), or (T, S) when ``selection`` is given (averaged batch by
     batch, so a large corpus never holds every head in memory). ``T`` and ``S`` are the
-    target and source piece counts (no BOS/EOS, no padding). Pairs with an empty side get
-    an all-zero array of the right shape without running the model.
+    target and source piece counts (no BOS/EOS, no padding), ``S + 1`` with ``null``.
+    Pairs with an empty side get an all-zero array of the right shape without running
+    the model.
     """
     if batch_size < 1:
         raise NmtError(f"batch size must be positive, got {batch_size}")
     device = next(model.parameters()).device
     heads_shape = () if selection else (model.attention_layers, model.attention_heads)
     first_row = 1 if shift else 0
-    results = [np.zeros((*heads_shape, len(tgt), len(src)), dtype=np.float32) for src, tgt in pairs]
+    extra = int(null)
+    results = [np.zeros((*heads_shape, len(tgt), len(src) + extra), dtype=np.float32) for src, tgt in pairs]
     runnable = [k for k, (src, tgt) in enumerate(pairs) if len(src) and len(tgt)]
     reader = model.attention_model  # an ensemble's attention is its first member's
     for batch in forced_batches(pairs, runnable, batch_size, device):
@@ -63,6 +67,8 @@ def forced_attention(
         attention = attention.float().cpu().numpy()
         for row, k in enumerate(batch.indices):
             src_len, tgt_len = len(pairs[k][0]), len(pairs[k][1])
-            weights = attention[row, :, :, first_row : first_row + tgt_len, :src_len]  # (L, H, T, S)
+            weights = attention[row, :, :, first_row : first_row + tgt_len]  # (L, H, T, S_padded [+ 1])
+            columns = [*range(src_len), weights.shape[-1] - 1] if null else slice(0, src_len)
+            weights = weights[..., columns]  # (L, H, T, S [+ 1])
             results[k] = selection.apply(weights) if selection else weights.copy()
     return results

@@ -10,7 +10,7 @@ import numpy as np
 
 from nmt_cli.alignment.extract import forced_attention
 from nmt_cli.alignment.reader import (AttentionReading, HeadSelection, SentenceAlignment, default_full_context,
-                                      read_alignment)
+                                      default_null, read_alignment)
 from nmt_cli.checkpoint import load_checkpoint
 from nmt_cli.device import resolve_device
 from nmt_cli.errors import NmtError
@@ -75,7 +75,8 @@ class AlignmentModel:
     def attention(self, pairs: Sequence[EncodedPair], shift: bool,
                   selection: HeadSelection | None = None) -> list[np.ndarray]:
         """Piece attention per pair: (L, H, T, S), or (T, S) averaged over ``selection``; in the
-        decoder pass the model's guided head learned in (:func:`default_full_context`)."""
+        decoder pass the model's guided head learned in (:func:`default_full_context`), with
+        its null position's column last when it has one (:func:`default_null`)."""
         ids = [(pair.src_ids, pair.tgt_ids) for pair in pairs]
         return forced_attention(self.model, ids, shift, self.batch_size, selection,
-                                full_context=default_full_context(self.config))
+                                full_context=default_full_context(self.config), null=default_null(self.config))

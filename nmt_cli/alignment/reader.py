@@ -12,28 +12,32 @@ align sweep``.
    the head a model learned word links with (guided alignment, recorded in its
    checkpoint's config), else the last decoder layer with its heads averaged; and which
    decoder step is read for a target word (:func:`default_shift`), in a causal or a
-   full-context decoder pass (:func:`default_full_context`).
+   full-context decoder pass (:func:`default_full_context`), and whether the attention
+   has a learned null position that can leave a word unaligned (:func:`default_null`).
    ``nmt align sweep`` finds the best reading of a given model on gold-aligned sentences.
 2. :func:`nmt_cli.alignment.words.aggregate_to_words` turns the (T, S) piece matrix into
    a (T_words, S_words) word matrix whose rows sum to one.
-3. :func:`nmt_cli.alignment.hard.hard_links` picks the links (argmax or threshold).
+3. :func:`nmt_cli.alignment.hard.hard_links` picks the links (argmax or threshold). A
+   model with a null position (``model.alignment_null``) is read over its source words
+   and the null: a target word whose null weight beats its best source word gets no
+   link under argmax (:func:`read_alignment`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import numpy as np
 
 from nmt_cli.alignment.hard import METHODS, hard_links
-from nmt_cli.alignment.words import aggregate_to_words, words_from_pieces
+from nmt_cli.alignment.words import normalise_rows, target_word_means, word_masses, words_from_pieces
 from nmt_cli.config import Config
 from nmt_cli.errors import NmtError
 from nmt_cli.pharaoh import Link
 
 __all__ = ["HeadSelection", "AttentionReading", "SentenceAlignment", "default_selection", "default_shift",
-           "default_full_context", "read_alignment"]
+           "default_full_context", "default_null", "read_alignment"]
 
 
 @dataclass(frozen=True)
@@ -121,26 +125,34 @@ def default_full_context(config: Config | None) -> bool:
     return _guided(config) and config.model.alignment_full_context
 
 
+def default_null(config: Config | None) -> bool:
+    """Whether the attention is read with its null position (``model.alignment_null``), where
+    the guided head learned to put the weight of the words the links leave unaligned."""
+    return _guided(config) and config.model.alignment_null
+
+
 @dataclass(frozen=True)
 class AttentionReading:
     """The heads to read and the rule that turns their word matrix into hard links.
 
-    ``selection`` None reads the model's default heads; :meth:`for_model` resolves it.
+    ``selection`` None reads the model's default heads; ``null``: the attention has the
+    null position's column last (:func:`default_null`). :meth:`for_model` fills in both.
     """
 
     selection: HeadSelection | None = None
     method: str = "argmax"
     threshold: float = 0.2
+    null: bool = False
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise NmtError(f"unknown alignment method {self.method!r}; choose one of: {', '.join(METHODS)}")
 
     def for_model(self, config: Config | None) -> "AttentionReading":
-        """This reading with the default heads of the model trained with ``config`` filled in."""
-        if self.selection is not None:
-            return self
-        return AttentionReading(default_selection(config), self.method, self.threshold)
+        """This reading of the model trained with ``config``: its default heads unless others
+        are named, and its null position if it has one."""
+        selection = default_selection(config) if self.selection is None else self.selection
+        return replace(self, selection=selection, null=default_null(config))
 
 
 @dataclass
@@ -157,14 +169,27 @@ def read_alignment(src_pieces: Sequence[str], tgt_pieces: Sequence[str], attenti
                    reading: AttentionReading) -> SentenceAlignment:
     """Words, soft word matrix and links of one pair from its selected piece attention (T, S).
 
-    ``attention`` must be (len(tgt_pieces), len(src_pieces)); a pair with an empty side
-    gets an empty matrix and no links.
+    ``attention`` must be (len(tgt_pieces), len(src_pieces)), with one more column, the
+    null position's, under ``reading.null``; a pair with an empty side gets an empty
+    matrix and no links. The soft matrix is always over source words alone (rows sum to
+    one). With the null the links come from each target word's weights over its source
+    words and the null (its piece rows' mean null weight), normalised together; links to
+    the null are none: under argmax a word is unaligned when the null weighs more than
+    its best source word, under a threshold the null's share lowers every other.
     """
     src_words, tgt_words = words_from_pieces(src_pieces), words_from_pieces(tgt_pieces)
     if not src_pieces or not tgt_pieces:
         matrix = np.zeros((len(tgt_words), len(src_words)))
-    else:
-        matrix = aggregate_to_words(attention, src_pieces, tgt_pieces)  # (T_words, S_words)
-    return SentenceAlignment(src_words, tgt_words, matrix, hard_links(matrix, reading.method, reading.threshold))
+        return SentenceAlignment(src_words, tgt_words, matrix, [])
+    attention = np.asarray(attention, dtype=np.float64)
+    source = attention[:, :-1] if reading.null else attention  # (T, S)
+    masses = word_masses(source, src_pieces, tgt_pieces)  # (T_words, S_words)
+    matrix = normalise_rows(masses)  # aggregate_to_words
+    if not reading.null:
+        return SentenceAlignment(src_words, tgt_words, matrix, hard_links(matrix, reading.method, reading.threshold))
+    null = target_word_means(attention[:, -1], tgt_pieces)  # (T_words,)
+    with_null = normalise_rows(np.concatenate([masses, null[:, None]], axis=1))  # (T_words, S_words + 1)
+    links = [(i, j) for i, j in hard_links(with_null, reading.method, reading.threshold) if i < len(src_words)]
+    return SentenceAlignment(src_words, tgt_words, matrix, links)
 
 

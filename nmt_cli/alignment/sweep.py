@@ -57,7 +57,7 @@ def sweep(
     for shift in (False, True):
         attentions = model.attention(pairs, shift)  # (L, H, T, S) each
         for selection in candidate_selections(*model.layers_and_heads):
-            reading = AttentionReading(selection, method, threshold)
+            reading = AttentionReading(selection, method, threshold).for_model(model.config)
             aligned = [pair.read(selection.apply(attention), reading) for pair, attention in zip(pairs, attentions)]
             lengths = [(len(sentence.src_words), len(sentence.tgt_words)) for sentence in aligned]
             score = score_alignments(gold, [sentence.links for sentence in aligned], lengths)

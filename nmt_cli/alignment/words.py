@@ -26,7 +26,8 @@ import numpy as np
 
 from nmt_cli.tokenization.spm import WORD_BOUNDARY, word_spans
 
-__all__ = ["word_spans", "words_from_pieces", "aggregate_to_words"]
+__all__ = ["word_spans", "words_from_pieces", "word_masses", "target_word_means", "aggregate_to_words",
+           "normalise_rows"]
 
 
 def words_from_pieces(pieces: Sequence[str]) -> list[str]:
@@ -34,26 +35,33 @@ def words_from_pieces(pieces: Sequence[str]) -> list[str]:
     return ["".join(pieces[k] for k in span).replace(WORD_BOUNDARY, "") for span in word_spans(pieces)]
 
 
-def aggregate_to_words(attention: np.ndarray, src_pieces: Sequence[str], tgt_pieces: Sequence[str]) -> np.ndarray:
-    """Piece matrix (T_pieces, S_pieces) -> word matrix (T_words, S_words); rows sum to one.
-
-    Source piece columns of a word are summed, target piece rows of a word averaged,
-    then rows renormalised (see the module docstring for why).
-    """
+def word_masses(attention: np.ndarray, src_pieces: Sequence[str], tgt_pieces: Sequence[str]) -> np.ndarray:
+    """Piece matrix (T_pieces, S_pieces) -> word matrix (T_words, S_words), not renormalised:
+    source piece columns of a word summed, target piece rows of a word averaged."""
     attention = np.asarray(attention, dtype=np.float64)
     if attention.shape != (len(tgt_pieces), len(src_pieces)):
         raise ValueError(
             f"attention has shape {attention.shape} but there are {len(tgt_pieces)} target "
             f"and {len(src_pieces)} source pieces"
         )
-    src_spans = word_spans(src_pieces)
-    tgt_spans = word_spans(tgt_pieces)
-    by_src_word = np.stack([attention[:, span].sum(axis=1) for span in src_spans], axis=1)  # (T_p, S_w)
-    by_word = np.stack([by_src_word[span].mean(axis=0) for span in tgt_spans], axis=0)  # (T_w, S_w)
-    return _normalise_rows(by_word)
+    by_src_word = np.stack([attention[:, span].sum(axis=1) for span in word_spans(src_pieces)], axis=1)  # (T_p, S_w)
+    return target_word_means(by_src_word, tgt_pieces)  # (T_w, S_w)
 
 
-def _normalise_rows(matrix: np.ndarray) -> np.ndarray:
+def target_word_means(rows: np.ndarray, tgt_pieces: Sequence[str]) -> np.ndarray:
+    """The mean of each target word's piece rows: (T_pieces, ...) -> (T_words, ...)."""
+    return np.stack([np.asarray(rows)[span].mean(axis=0) for span in word_spans(tgt_pieces)], axis=0)
+
+
+def aggregate_to_words(attention: np.ndarray, src_pieces: Sequence[str], tgt_pieces: Sequence[str]) -> np.ndarray:
+    """Piece matrix (T_pieces, S_pieces) -> word matrix (T_words, S_words); rows sum to one.
+
+    :func:`word_masses`, then rows renormalised (see the module docstring for why).
+    """
+    return normalise_rows(word_masses(attention, src_pieces, tgt_pieces))
+
+
+def normalise_rows(matrix: np.ndarray) -> np.ndarray:
     """Divide every row by its sum; an all-zero row becomes uniform."""
     totals = matrix.sum(axis=1, keepdims=True)  # (T, 1)
     uniform = np.full_like(matrix, 1.0 / max(matrix.shape[1], 1))

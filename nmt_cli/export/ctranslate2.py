@@ -66,6 +66,9 @@ def export_ctranslate2(checkpoint: str | os.PathLike, out_dir: str | os.PathLike
     if arch != "transformer":
         raise NmtError(f"{loaded.path}: {arch} models cannot be exported to CTranslate2, which runs only "
                        "softmax-attention Transformers; translate them with the torch engine")
+    if loaded.config.model.alignment_null:
+        raise NmtError(f"{loaded.path}: a model with a null position (model.alignment_null) cannot be exported to "
+                       "CTranslate2, which attends to the source words alone; translate it with the torch engine")
     ctranslate2 = require_ctranslate2()
     model = loaded.build_model("cpu")
     spec = transformer_spec(model, loaded)

@@ -13,7 +13,8 @@ Conventions (all model families):
   ``state`` is ``None``). ``logits`` is (B, V). ``state`` is a dict of tensors, batch first
   (recurrent state, key/value cache, or the linear-attention sums ``S`` and ``Z``).
   ``attention`` is ``None`` unless asked for, then (B, L, H, S): cross-attention weights
-  per decoder layer ``L`` and head ``H`` (RNN models: L = H = 1).
+  per decoder layer ``L`` and head ``H`` (RNN models: L = H = 1). A Transformer with a
+  learned null position (``model.alignment_null``) has one column more, the null's, last.
 * ``step_log_probs(prev_tokens, memory, state, need_attention) -> (log_probs, state,
   attention)`` is what the generation loop calls: by default ``log_softmax`` of
   ``decode_step``'s logits in float32; ``forced_log_probs(src_tokens, src_mask, tgt_in,

@@ -34,6 +34,7 @@ from torch import Tensor, nn
 from nmt_cli.config import ModelConfig
 from nmt_cli.errors import NmtError
 from nmt_cli.models import MODELS
+from nmt_cli.models.attention.common import append_null_position
 from nmt_cli.models.attention.multihead import MultiHeadAttention, SoftmaxAttention
 from nmt_cli.models.base import Memory, Seq2SeqModel, State
 from nmt_cli.models.dropout import Dropout
@@ -73,9 +74,7 @@ class MaskedLayer(nn.Module):
         x = self.self_res.add(x, attn._merge_heads(context))
         if not self.cross:
             return self.ffn_res.add(x, self.ffn(self.ffn_res.input(x))), None
-        batch = memory.size(0)
-        leaky = torch.cat([memory, self.leak.expand(batch, 1, -1).to(memory.dtype)], dim=1)  # (B, S + 1, d)
-        leaky_mask = torch.cat([src_mask, src_mask.new_ones(batch, 1)], dim=1)  # (B, S + 1)
+        leaky, leaky_mask = append_null_position(memory, src_mask, self.leak)  # (B, S + 1, d), (B, S + 1)
         summary = self.cross_attn.summarize_memory(leaky, leaky_mask)
         attended, weights = self.cross_attn.cross(self.cross_res.input(x), summary, need_weights)
         x = self.cross_res.add(x, attended)

@@ -21,6 +21,11 @@ Decoding state (``decode_step``):
   consumed so far (a Python int, left alone by reordering). Reordering goes through each
   layer's kernel (``reorder``): the softmax kernel defers the gather of its cache to the
   next step, which copies the kept rows and appends the new position at once.
+* ``model.alignment_null``: a learned vector is appended to every sentence's encoder
+  states, after its padding (:func:`~nmt_cli.models.attention.common.append_null_position`),
+  so every cross-attention can put weight on no source word; the guided head learns to
+  put it there for the target words the links leave unaligned. The weights the model
+  returns then have one column more than the source, the null's, last.
 * ``model.use_cache = False`` switches to decoding without any cache: each step re-runs the
   decoder over the whole prefix ``state["tokens"]`` (B, t). Outputs are identical; the cost
   of a step grows with the prefix. It exists to measure what the cache saves.
@@ -41,6 +46,7 @@ from torch import Tensor, nn
 from nmt_cli.config import ModelConfig
 from nmt_cli.errors import NmtError
 from nmt_cli.models import MODELS
+from nmt_cli.models.attention.common import append_null_position
 from nmt_cli.models.attention.linear import LinearAttention
 from nmt_cli.models.attention.multihead import MultiHeadAttention, SoftmaxAttention
 from nmt_cli.models.base import Memory, Seq2SeqModel, State, index_select_tree
@@ -234,6 +240,9 @@ class Transformer(Seq2SeqModel):
             [DecoderLayer(cfg, kernel("decoder_self"), kernel("cross")) for _ in range(cfg.decoder_layers)],
         )
         self.output_projection = _output_projection(cfg, tgt_table, tgt_vocab_size)
+        #: ``model.alignment_null``: the learned null position after each source (see the module docstring)
+        self.null_position = (nn.Parameter(torch.randn(cfg.d_model) * cfg.d_model**-0.5) if cfg.alignment_null
+                              else None)
 
     @classmethod
     def from_config(cls, cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, joint_vocab: bool):
@@ -241,6 +250,8 @@ class Transformer(Seq2SeqModel):
 
     def encode(self, src_tokens: Tensor, src_mask: Tensor) -> Memory:
         encoded = self.encoder(src_tokens, src_mask)  # (B, S, d)
+        if self.null_position is not None:
+            encoded, src_mask = append_null_position(encoded, src_mask, self.null_position)  # (B, S + 1, ...)
         cross = [layer.cross_attn.summarize_memory(encoded, src_mask) for layer in self.decoder.layers]
         return {"src_mask": src_mask, "cross": cross}
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor
 
 from nmt_cli.config import Config
@@ -21,7 +22,7 @@ from nmt_cli.training.batching import Batch
 from nmt_cli.training.loss import label_smoothed_cross_entropy
 
 __all__ = ["LossTerms", "TranslationObjective", "GuidedAlignmentObjective", "alignment_cross_entropy",
-           "build_objective"]
+           "null_cross_entropy", "build_objective"]
 
 #: attention weights below this count as this in the log (a link to a weight of exactly 0)
 MIN_ATTENTION = 1e-9
@@ -68,6 +69,29 @@ def alignment_cross_entropy(attention: Tensor, links: Tensor, weights: Tensor, s
     return -(weights.to(linked.dtype) * linked.float().clamp_min(MIN_ATTENTION).log()).sum()
 
 
+def null_cross_entropy(attention: Tensor, links: Tensor, tgt_mask: Tensor, shift: int = 0) -> Tensor:
+    """Summed ``-log a_t(null)`` over the target pieces the links leave unaligned.
+
+    ``attention`` (B, T, S + 1): one head's weights, the null position's last
+    (``model.alignment_null``); ``links`` (N, 3) as in :class:`Batch`; ``tgt_mask`` (B, T)
+    the real target positions (pieces and EOS). A piece of a sentence with links but none
+    of its own is aligned to nothing, so its link distribution is all on the null, the
+    NULL word of the IBM models; sentences without any link (none given, or their words
+    did not match their pieces) say nothing about what is unaligned and add nothing.
+    ``shift`` as in :func:`alignment_cross_entropy`.
+    """
+    linked = torch.zeros_like(tgt_mask)
+    linked[links[:, 0], links[:, 1]] = True  # (B, T)
+    with_links = torch.zeros_like(tgt_mask[:, 0])
+    with_links[links[:, 0]] = True  # (B,)
+    pieces = tgt_mask.sum(dim=1, keepdim=True) - 1  # (B, 1): target pieces before EOS
+    positions = torch.arange(tgt_mask.size(1), device=tgt_mask.device)[None, :]  # (1, T)
+    unaligned = (positions < pieces) & ~linked & with_links[:, None]  # (B, T)
+    sentence, position = unaligned.nonzero(as_tuple=True)
+    null = attention[sentence, position + shift, -1]  # (U,)
+    return -null.float().clamp_min(MIN_ATTENTION).log().sum()
+
+
 class GuidedAlignmentObjective(TranslationObjective):
     """Guided alignment training (Garg et al. 2019): the translation loss plus ``weight`` times
     :func:`alignment_cross_entropy` of one cross-attention head and the batch's word links.
@@ -78,15 +102,18 @@ class GuidedAlignmentObjective(TranslationObjective):
     ``t + 1``); ``nmt align`` reads the same rows. With ``full_context``
     (``model.alignment_full_context``) the head is read in a second decoder pass without
     the future mask, so each step sees the whole target (Garg et al. 2019's full-context
-    alignment; the translation loss stays causal). Both terms are sums over the batch, so
-    the loop's normalisation by target tokens applies to both, as in fairseq.
+    alignment; the translation loss stays causal). With ``null`` (``model.alignment_null``)
+    the head also learns to attend to the null position at the pieces the links leave
+    unaligned (:func:`null_cross_entropy`, added to the alignment term). The terms are
+    sums over the batch, so the loop's normalisation by target tokens applies to all, as
+    in fairseq.
     """
 
     def __init__(self, label_smoothing: float, weight: float, layer: int, head: int, shift: bool = False,
-                 full_context: bool = False):
+                 full_context: bool = False, null: bool = False):
         super().__init__(label_smoothing)
         self.weight, self.layer, self.head, self.shift = weight, layer, head, int(shift)
-        self.full_context = full_context
+        self.full_context, self.null = full_context, null
 
     def __call__(self, module, model: Seq2SeqModel, batch: Batch) -> LossTerms:
         if batch.links is None:
@@ -99,6 +126,8 @@ class GuidedAlignmentObjective(TranslationObjective):
                                                  self.label_smoothing)
         head = attention[:, self.layer, self.head]  # (B, T, S)
         alignment = alignment_cross_entropy(head, batch.links, batch.link_weights, self.shift)
+        if self.null:
+            alignment = alignment + null_cross_entropy(head, batch.links, batch.tgt_mask, self.shift)
         return LossTerms(loss + self.weight * alignment.to(loss.dtype), nll, alignment.detach())
 
 
@@ -108,5 +137,6 @@ def build_objective(config: Config) -> TranslationObjective:
     if train.alignment_weight > 0:
         model = config.model
         return GuidedAlignmentObjective(train.label_smoothing, train.alignment_weight, model.alignment_layer,
-                                        model.alignment_head, model.alignment_shift, model.alignment_full_context)
+                                        model.alignment_head, model.alignment_shift, model.alignment_full_context,
+                                        model.alignment_null)
     return TranslationObjective(train.label_smoothing)
