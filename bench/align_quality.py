@@ -23,8 +23,10 @@ Systems, each row naming how it reads its alignments:
   (last decoder layer, heads averaged, argmax), and both directions symmetrised;
 * nmt-cli guided by eflomal: a model trained with guided alignment (Garg et al. 2019) on
   eflomal's grow-diag-final-and links of the training text (:data:`GUIDE`, as fairseq's
-  joint alignment example symmetrises its guide), read by default (its supervised head);
-  and with an en-de model guided by the same links reversed, both directions symmetrised;
+  joint alignment example symmetrises its guide), with a learned null position for the
+  words the guide leaves unaligned (``model.alignment_null``), read by default (its
+  supervised head and null); and with an en-de model guided by the same links reversed,
+  both directions symmetrised;
 * nmt-cli bootstrap (no external aligner): ``nmt align bootstrap``, a model guided by the
   symmetrised attention links of the two plain models (:mod:`nmt_cli.bootstrap`).
 * nmt-cli Mask-Align (no external aligner): ``model.arch: mask_align`` (Chen et al. 2021),
@@ -64,7 +66,7 @@ from nmt_cli.alignment import read_alignments, score_files, symmetrize, write_al
 from nmt_cli.alignment.aer import AlignmentScore
 from nmt_cli.bootstrap import reverse_config
 from nmt_cli.checkpoint import list_checkpoints
-from nmt_cli.config import Config
+from nmt_cli.config import Config, load_config
 from nmt_cli.data.synthetic import generate
 from nmt_cli.fileio import atomic_write_text
 
@@ -249,8 +251,9 @@ def _run_seconds(run_dir: Path, prepared: Path) -> float:
 
 def _kept(settings: Settings, config_path: Path, config: Config) -> bool:
     """With ``--reuse-models``: whether the models built from ``config_path`` can stay (the
-    same settings as now); the new settings are written there either way."""
-    same = settings.reuse and config_path.is_file() and config_path.read_text(encoding="utf-8") == config.to_yaml()
+    same settings as now, read as a config: a key added since, at its default, changes
+    nothing); the new settings are written there either way."""
+    same = settings.reuse and config_path.is_file() and load_config(config_path) == config
     config_path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(config_path, config.to_yaml())
     return same
@@ -460,7 +463,7 @@ def guided_aligners(corpus: Corpus, settings: Settings, guide: Path, eflomal_sec
     """Guided by eflomal's links: de-en, and with an en-de model guided by the same links
     reversed, both directions symmetrised (as Garg et al. 2019 report their aligner)."""
     forward_config = _config(corpus, settings, alignment_path=str(guide)).with_overrides(
-        {"train.alignment_weight": 0.05})
+        {"train.alignment_weight": 0.05, "model.alignment_null": True})
     reverse_guided = reverse_config(forward_config).with_overrides(
         {"data.alignment_path": str(reversed_guide(guide))})
     (forward, forward_seconds), (reverse, reverse_seconds) = train_both_directions(
@@ -643,9 +646,10 @@ def _notes(scale: Scale, settings: Settings) -> list[str]:
         f"{scale.max_tokens:,} tokens; training steps: {steps}; {settings.threads} thread(s) per step",
         "guided models: train.alignment_weight 0.05 on head 0 of the penultimate decoder layer, learning each "
         "word's links at the step where it is the decoder input (model.alignment_shift, the default); "
-        f"guided by eflomal = its {GUIDE} links of the whole training text (both directions: an en-de model "
-        "guided by the same links reversed as well); bootstrap = `nmt align "
-        "bootstrap` with the same settings (its forward and reverse models are the plain-attention rows)",
+        f"guided by eflomal = its {GUIDE} links of the whole training text, with a learned null position for "
+        "the words they leave unaligned (model.alignment_null; both directions: an en-de model guided by the same "
+        "links reversed as well); bootstrap = `nmt align bootstrap` with the same settings but no null (its "
+        "forward and reverse models are the plain-attention rows)",
         "tuned rows: the lowest AER on the tuning pairs over every layer, head, head average and shift "
         f"(`nmt align sweep`) with argmax links or a threshold in {', '.join(map(str, scale.thresholds)) or '-'}; "
         f"both-directions rows and eflomal: the best symmetrisation on the tuning pairs (ours: "

@@ -9,18 +9,21 @@ import math
 import numpy as np
 import pytest
 import torch
+from click.testing import CliRunner
 
 from nmt_cli.alignment.api import Aligner, model_alignment_score
 from nmt_cli.alignment.extract import forced_attention
 from nmt_cli.alignment.reader import AttentionReading, HeadSelection, default_null, read_alignment
 from nmt_cli.alignment.sweep import sweep
 from nmt_cli.checkpoint import save_checkpoint
+from nmt_cli.cli import cli
+from nmt_cli.cli import align as _align_command  # noqa: F401  (registers `nmt align`)
 from nmt_cli.config import Config
 from nmt_cli.data.prepared import PreparedData
 from nmt_cli.decoding import Translator
 from nmt_cli.errors import ConfigError
 from nmt_cli.models import build_model
-from nmt_cli.pharaoh import GoldAlignment
+from nmt_cli.pharaoh import GoldAlignment, format_links
 from nmt_cli.training.batching import collate
 from nmt_cli.training.objective import alignment_cross_entropy, build_objective, null_cross_entropy
 from nmt_cli.translation import hypothesis_alignment
@@ -158,7 +161,7 @@ def _expected(model, pair_ids, selection=HeadSelection(0, (1,))):
     return weights
 
 
-def test_every_command_reads_the_null(null_checkpoint):
+def test_every_command_reads_the_null(null_checkpoint, tmp_path):
     run, data, config = null_checkpoint
     selection = HeadSelection(0, (1,))
     reading = AttentionReading(selection, null=True)
@@ -177,6 +180,15 @@ def test_every_command_reads_the_null(null_checkpoint):
     assert 0 < unaligned < sum(len(w.links) for w in without) / 2  # the null wins some words, not most
     for a, e in zip(aligned, expected):
         np.testing.assert_allclose(a.matrix, e.matrix, atol=1e-6)
+    # the command writes them and says how it read them
+    src_path, tgt_path, out = tmp_path / "src.txt", tmp_path / "tgt.txt", tmp_path / "out"
+    src_path.write_text("".join(line + "\n" for line in sources), encoding="utf-8")
+    tgt_path.write_text("".join(line + "\n" for line in targets), encoding="utf-8")
+    result = CliRunner().invoke(cli, ["align", "--checkpoint", str(run), "--src", str(src_path), "--tgt",
+                                      str(tgt_path), "--out", str(out)], catch_exceptions=False)
+    assert result.exit_code == 0 and "(layer=0 heads=1, shift=on, null, argmax)" in result.stderr
+    written = (out / "alignments.align").read_text(encoding="utf-8").splitlines()
+    assert written == [format_links(e.links) for e in expected]
     # the validation AER scores the same links
     gold = [GoldAlignment(sure=frozenset(e.links), possible=frozenset(e.links)) for e in expected]
     assert model_alignment_score(aligner.forward.model, data.tokenizer, config, sources, targets, gold).aer == 0

@@ -88,6 +88,7 @@ def align(ctx: click.Context, checkpoint, src_path, tgt_path, out_dir, reading, 
     written = write_outputs(out_dir, sentences, settings, lines, gold)
     click.echo(
         f"aligned {len(sentences)} pairs ({settings['selection']}, shift={'on' if settings['shift'] else 'off'}, "
+        f"{'full context, ' if settings['full_context'] else ''}{'null, ' if settings['null'] else ''}"
         f"{reading.method}{', ' + symmetrization if reverse_checkpoint else ''}) -> {out_dir}: "
         f"{', '.join(path.name for path in written[:4])}, {len(written) - 4} heatmap(s)",
         err=True,
