@@ -517,7 +517,6 @@ def _guided_alignment_problems(model: ModelConfig, train: TrainConfig) -> list[s
     return problems
 
 
-
 def _build_section(section: str, section_cls: type, values: Mapping[str, Any]) -> Any:
     """The section built from ``values``; unknown keys, wrong types and the section's own
     checks are raised together (a value of the wrong type is left out of those checks)."""

@@ -21,7 +21,7 @@ from nmt_cli.cli import align as _align_command  # noqa: F401  (registers `nmt a
 from nmt_cli.config import Config
 from nmt_cli.data.prepared import PreparedData
 from nmt_cli.decoding import Translator
-from nmt_cli.errors import ConfigError
+from nmt_cli.errors import ConfigError, NmtError
 from nmt_cli.models import build_model
 from nmt_cli.pharaoh import GoldAlignment, format_links
 from nmt_cli.training.batching import collate
@@ -159,6 +159,14 @@ def _expected(model, pair_ids, selection=HeadSelection(0, (1,))):
     (plain,) = forced_attention(model, [pair_ids], True, selection=selection)
     np.testing.assert_array_equal(weights[:, :-1], plain)
     return weights
+
+
+def test_a_model_without_a_null_position_has_none_to_read(tiny_prepared):
+    data = PreparedData(tiny_prepared)
+    model = build_model(Config().with_overrides(GUIDED).model, data.tokenizer.src_vocab_size,
+                        data.tokenizer.tgt_vocab_size, True)
+    with pytest.raises(NmtError, match="the model has no null position to read"):
+        forced_attention(model, [([5, 6, 7], [8, 9])], True, null=True)
 
 
 def test_every_command_reads_the_null(null_checkpoint, tmp_path):

@@ -57,14 +57,15 @@ def forced_attention(
     device = next(model.parameters()).device
     heads_shape = () if selection else (model.attention_layers, model.attention_heads)
     first_row = 1 if shift else 0
-    extra = int(null)
-    results = [np.zeros((*heads_shape, len(tgt), len(src) + extra), dtype=np.float32) for src, tgt in pairs]
+    results = [np.zeros((*heads_shape, len(tgt), len(src) + null), dtype=np.float32) for src, tgt in pairs]
     runnable = [k for k, (src, tgt) in enumerate(pairs) if len(src) and len(tgt)]
     reader = model.attention_model  # an ensemble's attention is its first member's
     for batch in forced_batches(pairs, runnable, batch_size, device):
         _, attention = reader(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask, need_attention=True,
                               features_only=True, full_context_attention=full_context)  # (B, L, H, T+1, S)
         attention = attention.float().cpu().numpy()
+        if null and attention.shape[-1] != batch.src.size(1) + 1:
+            raise NmtError("the model has no null position to read (model.alignment_null)")
         for row, k in enumerate(batch.indices):
             src_len, tgt_len = len(pairs[k][0]), len(pairs[k][1])
             weights = attention[row, :, :, first_row : first_row + tgt_len]  # (L, H, T, S_padded [+ 1])
