@@ -9,8 +9,10 @@
    gold links involved), and the two link sets are symmetrised with grow-diag-final;
 3. ``guided``: a third model with the config's settings learns translation and those
    links together (guided alignment, Garg et al. 2019; ``train.alignment_weight``,
-   0.05 when the config leaves it at 0). ``nmt align --checkpoint DIR/guided/run``
-   then reads its supervised head by default.
+   0.05 when the config leaves it at 0), and a null position for the words they leave
+   unaligned when the config asks for one (``model.alignment_null``; the first stages,
+   which have no links to learn it from, train without). ``nmt align --checkpoint
+   DIR/guided/run`` then reads its supervised head by default.
 
 This is the bootstrapping of Zenkel et al. 2020 (guided alignment training on the
 symmetrised alignments of the model's own attention) with a translation model's
@@ -137,7 +139,8 @@ def bootstrap(config: Config, out_dir: str | os.PathLike, device: str = "cpu", p
         record["stages"][name] = details
         atomic_write_json(record_path, record)
 
-    for name, stage_config in (("forward", config), ("reverse", reverse_config(config))):
+    plain = config.with_overrides({"model.alignment_null": False})  # a null is learned from links: the guided stage's
+    for name, stage_config in (("forward", plain), ("reverse", reverse_config(plain))):
         save(name, _prepare_and_train(stage_config, stages, name, device, progress, stream))
     if "links" not in record["stages"] or not (stages.links / "train.align").is_file():
         save("links", _write_links(stages, device, stream))

@@ -357,12 +357,16 @@ def test_a_full_context_head_is_read_in_the_full_context_pass_by_every_command(t
 def test_bootstrap_trains_both_directions_links_and_a_guided_model(tmp_path):
     config = Config().with_overrides({
         **TINY, "data.synthetic_train_size": 300, "data.synthetic_valid_size": 20, "data.synthetic_test_size": 0,
-        "data.vocab_size": 200, "train.max_steps": 4, "train.log_every": 2, "model.alignment_layer": -2})
+        "data.vocab_size": 200, "train.max_steps": 4, "train.log_every": 2, "model.alignment_layer": -2,
+        "model.alignment_null": True})
     record = bootstrap(config, tmp_path / "boot", device="cpu", progress=False, stream=io.StringIO())
     root = tmp_path / "boot"
     assert list(record["stages"]) == ["forward", "reverse", "links", "guided"]
     reverse = load_checkpoint(root / "reverse" / "run").config
     assert (reverse.data.src_lang, reverse.data.tgt_lang) == ("en", "de")
+    # the null is learned from links: only the guided stage has one
+    forward_model = load_checkpoint(root / "forward" / "run").config.model
+    assert not reverse.model.alignment_null and not forward_model.alignment_null
     links = read_alignments(root / "links" / "train.align")
     forward = PreparedData(root / "forward" / "prepared")
     assert len(links) == len(forward.split("train")) and sum(len(pair.sure) for pair in links) == \
@@ -370,6 +374,7 @@ def test_bootstrap_trains_both_directions_links_and_a_guided_model(tmp_path):
     guided = load_checkpoint(root / "guided" / "run")
     assert guided.config.train.alignment_weight == 0.05 and guided.config.data.alignment_path == str(root / "links")
     assert PreparedData(root / "guided" / "prepared").split("train").links is not None
+    assert guided.config.model.alignment_null and Aligner(root / "guided" / "run").settings["null"]
     assert Aligner(root / "guided" / "run").settings["selection"] == "layer=-2 heads=0"
     # a rerun resumes: nothing is trained or aligned again, and each stage keeps its cost
     again = bootstrap(config, tmp_path / "boot", device="cpu", progress=False, stream=io.StringIO())
