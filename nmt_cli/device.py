@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 
 from nmt_cli.errors import NmtError
 
-__all__ = ["resolve_device"]
+__all__ = ["model_device", "resolve_device"]
 
 
 def resolve_device(name: str | torch.device | None = "auto", local_rank: int = 0) -> torch.device:
@@ -28,4 +30,15 @@ def resolve_device(name: str | torch.device | None = "auto", local_rank: int = 0
             raise NmtError(f"device {str(name)!r} requested but CUDA is not available on this machine")
         if device.index is None:
             device = torch.device("cuda", local_rank)
+        if device.index >= torch.cuda.device_count():
+            count = torch.cuda.device_count()
+            raise NmtError(f"{device} requested, but this machine has {count} GPU{'s' * (count != 1)}"
+                           + (": start at most that many processes per node (torchrun --nproc_per_node)"
+                              if local_rank >= count else ""))
     return device
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    """The device a model's weights are on, where its inputs must go (the CPU for a model without any)."""
+    weight = next(itertools.chain(model.parameters(), model.buffers()), None)
+    return torch.device("cpu") if weight is None else weight.device

@@ -34,6 +34,7 @@ import torch
 
 from nmt_cli.alignment.reader import HeadSelection
 from nmt_cli.decoding.batching import Pair, forced_batches
+from nmt_cli.device import model_device
 from nmt_cli.errors import NmtError
 from nmt_cli.models.base import Seq2SeqModel
 
@@ -54,7 +55,7 @@ def forced_attention(
     """
     if batch_size < 1:
         raise NmtError(f"batch size must be positive, got {batch_size}")
-    device = next(model.parameters()).device
+    device = model_device(model)
     heads_shape = () if selection else (model.attention_layers, model.attention_heads)
     first_row = 1 if shift else 0
     results = [np.zeros((*heads_shape, len(tgt), len(src) + null), dtype=np.float32) for src, tgt in pairs]

@@ -26,6 +26,7 @@ from nmt_cli.decoding.hypothesis import Hypothesis
 from nmt_cli.decoding.search import greedy_tokens, max_output_lengths, sample_tokens
 from nmt_cli.decoding.strategies import BeamSearch, Finished, GreedySearch, Search
 from nmt_cli.decoding.workers import WorkerPool, map_in_processes
+from nmt_cli.device import model_device
 from nmt_cli.models.base import Seq2SeqModel
 from nmt_cli.specials import BOS_ID
 
@@ -75,13 +76,13 @@ def generate(
     model: Seq2SeqModel,
     sources: Sequence[Sequence[int]],
     decode: DecodeConfig,
-    device: torch.device | str = "cpu",
+    device: torch.device | str | None = None,
     need_attention: bool = False,
     pool: WorkerPool | None = None,
 ) -> list[Hypothesis]:
     """Translate source id sequences (no BOS/EOS); one :class:`Hypothesis` each, in input order.
 
-    Sentences are decoded in batches of at most ``decode.max_tokens`` source tokens and
+    ``device`` defaults to the one the model's weights are on. Sentences are decoded in batches of at most ``decode.max_tokens`` source tokens and
     ``decode.max_sentences`` sentences, formed from length-sorted input. An empty source
     gives an empty hypothesis. The model decodes in evaluation mode (no dropout) and gets
     its own mode back afterwards.
@@ -94,7 +95,7 @@ def generate(
     Sampling seeds a generator per batch (:func:`decode_task`), so outputs never depend on
     the worker count.
     """
-    device = torch.device(device)
+    device = model_device(model) if device is None else torch.device(device)
     results: list[Hypothesis] = [Hypothesis(tokens=[], score=0.0, log_prob=0.0) for _ in sources]
     nonempty = [i for i, source in enumerate(sources) if len(source) > 0]
     lengths = [len(sources[i]) for i in nonempty]
