@@ -83,8 +83,8 @@ def decode_options(func: Command) -> Command:
                   help="auto: ctranslate2 for an `nmt export` directory, torch otherwise; ctranslate2 on a "
                        "checkpoint converts it first (pip install 'nmt-cli[ctranslate2]').")
     @click.option("--quantize", metavar="TYPE",
-                  help="torch: int8 (dynamic int8 Linear/LSTM/GRU, CPU); ctranslate2: float32, int8, "
-                       "int8_float32, int16, float16 or bfloat16 [default: the export's].")
+                  help="torch: int8 (dynamic int8 Linear/LSTM/GRU, on the CPU, which --device auto then picks); "
+                       "ctranslate2: float32, int8, int8_float32, int16, float16 or bfloat16 [default: the export's].")
     @click.option("--set", "overrides", multiple=True, metavar="decode.KEY=VALUE",
                   help="Any decoding setting, e.g. --set decode.max_len_b=50 (repeatable).")
     @model_options

@@ -112,9 +112,12 @@ class Translator:
         defaults to the (first) checkpoint's own ``decode`` settings; ``overrides``
         (``{"decode.beam_size": 1}``, as ``--set`` writes them) are applied on top and
         validated with the rest of the config. Only ``decode.*`` keys may change.
-        ``quantize="int8"``: dynamic int8 quantization of the Linear and LSTM/GRU layers (CPU);
+        ``quantize="int8"``: dynamic int8 quantization of the Linear and LSTM/GRU layers (CPU,
+        which ``device="auto"`` then means);
         otherwise, on the CPU, float32 Linear layers are packed for oneDNN (:mod:`nmt_cli.models.packed`).
         """
+        if quantize is not None and device in (None, "", "auto"):
+            device = "cpu"  # torch's dynamic int8 kernels run on the CPU alone, GPU or not
         resolved_device = resolve_device(device)
         paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
         checkpoints = [load_averaged(average, p) if average else load_checkpoint(p) for p in paths]
