@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import sacrebleu
+import torch
 from click.testing import CliRunner
 
 from nmt_cli.cli import cli
@@ -132,3 +134,26 @@ def test_engine_mismatches_are_one_line_errors(trained_transformer, exports) -> 
     truncated = load_translator(exports["float32"], overrides={"decode.on_long_line": "truncate"})
     short, long = truncated.translate(["ein hund", too_long])
     assert short.long_input == "" and long.long_input == "truncated" and long.tokens
+
+
+def test_what_ctranslate2_refuses_is_one_line_and_auto_falls_back_to_the_cpu(exports, monkeypatch) -> None:
+    float16 = run("--checkpoint", str(exports["float32"]), "--device", "cpu", "--quantize", "float16", input="x\n")
+    assert float16.exit_code == 1 and len(float16.output.strip().splitlines()) == 1
+    assert "CTranslate2 cannot load the model on cpu: Requested float16 compute type" in float16.output
+    # a GPU without the CUDA libraries this CTranslate2 was built for: it loads, then fails at the first product
+    import ctranslate2
+    real = ctranslate2.Translator
+
+    def missing_cublas(*args, **options):
+        raise RuntimeError("Library libcublas.so.12 is not found or cannot be loaded")
+
+    def without_cublas(path, device="cpu", **options):
+        return SimpleNamespace(translate_batch=missing_cublas) if device == "cuda" else real(path, device, **options)
+
+    monkeypatch.setattr(ctranslate2, "Translator", without_cublas)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    auto = load_translator(exports["float32"])
+    assert auto.device == torch.device("cpu") and auto.translate(["ein hund"])[0].tokens
+    with pytest.raises(NmtError, match=r"cannot load the model on cuda:0: Library libcublas.so.12 is not found"):
+        load_translator(exports["float32"], device="cuda")

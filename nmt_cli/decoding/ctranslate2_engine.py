@@ -53,6 +53,23 @@ COMPUTE_TYPES = ("default", "float32", "int8", "int8_float32", "int16", "float16
 VANISHING_PENALTY = 1e-6
 
 
+def _load(ctranslate2, record: ExportRecord, device: torch.device, compute_type: str, workers: int):
+    """A ``ctranslate2.Translator``; on the CPU ``workers`` batches run at once (``inter_threads``).
+
+    What CTranslate2 refuses (a missing CUDA library or file, a compute type the device
+    lacks) is one line naming the directory and the device."""
+    workers = workers if device.type == "cpu" else 1
+    try:
+        translator = ctranslate2.Translator(
+            str(record.path), device=device.type, device_index=device.index or 0, compute_type=compute_type,
+            inter_threads=workers, intra_threads=max(1, torch.get_num_threads() // workers))
+        if device.type == "cuda":  # cuBLAS is loaded at the first product: find out now, not mid-translation
+            translator.translate_batch([["▁"]], beam_size=1, max_decoding_length=1)
+    except (RuntimeError, ValueError) as error:  # a missing library or file; a compute type the device lacks
+        raise NmtError(f"{record.path}: CTranslate2 cannot load the model on {device}: {error}") from None
+    return translator
+
+
 class CTranslate2Translator:
     """An exported model in a ``ctranslate2.Translator``, with our tokenizer and search settings."""
 
@@ -65,16 +82,19 @@ class CTranslate2Translator:
             raise NmtError(f"unknown --quantize {compute_type!r} for ctranslate2; choose from {', '.join(COMPUTE_TYPES)}")
         ctranslate2 = require_ctranslate2()
         resolved = resolve_device(device)
+        try:
+            self._translator = _load(ctranslate2, record, resolved, compute_type, decode.workers)
+        except NmtError:  # e.g. a GPU, but not the CUDA libraries this CTranslate2 was built for
+            if resolved.type != "cuda" or device not in (None, "", "auto"):
+                raise
+            resolved = torch.device("cpu")  # auto: the best device CTranslate2 can use here
+            self._translator = _load(ctranslate2, record, resolved, compute_type, decode.workers)
         self.record = record
         self.decode = decode
         self.device = resolved
         self.checkpoint = checkpoint or str(record.path)
         self.tokenizer = _tokenizer(record)
         self._target_ids = {self.tokenizer.tgt.id_to_piece(i): i for i in range(self.tokenizer.tgt_vocab_size)}
-        workers = decode.workers if resolved.type == "cpu" else 1
-        self._translator = ctranslate2.Translator(
-            str(record.path), device=resolved.type, device_index=resolved.index or 0, compute_type=compute_type,
-            inter_threads=workers, intra_threads=max(1, torch.get_num_threads() // workers))
         self.compute_type = self._translator.compute_type
         #: None: alignments read the attention CTranslate2 returns (the default heads), never a guided head
         self.config = None
