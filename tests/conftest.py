@@ -1,4 +1,4 @@
-"""Shared fixtures: the real data in ../shared/data, single-threaded torch, temp dirs."""
+"""Shared fixtures: the real data in ../shared/data, single-threaded torch on the CPU, temp dirs."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import io
 import os
 import signal
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 import torch
@@ -14,12 +15,30 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("NMT_SHARED_DATA", REPO.parent / "shared" / "data"))
 
 torch.set_num_threads(1)
+CUDA_IS_AVAILABLE = torch.cuda.is_available
 
 # A shell starts background jobs (`make test &`, `nohup ...`) with SIGINT ignored, and an ignored
 # signal stays ignored through exec: the tests that press Ctrl-C on an nmt process would send a
 # signal it never sees. With a handler here, every child process starts with the default.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def cpu_as_auto() -> Iterator[None]:
+    """Device ``auto`` means the CPU in this process, GPU or not: the suite's expected values are CPU values.
+
+    tests/test_cuda.py checks the GPU paths, with :func:`cuda_as_auto`.
+    """
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(torch.cuda, "is_available", lambda: False)
+        yield
+
+
+@pytest.fixture
+def cuda_as_auto(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Undo :func:`cpu_as_auto` for one test."""
+    monkeypatch.setattr(torch.cuda, "is_available", CUDA_IS_AVAILABLE)
 
 
 @pytest.fixture(scope="session")

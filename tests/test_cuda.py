@@ -12,14 +12,16 @@ import math
 import pytest
 import torch
 
-from nmt_cli.decoding import Translator
+from nmt_cli.decoding import Translator, generate, load_translator
+from nmt_cli.errors import NmtError
 from nmt_cli.models.attention.multihead import SoftmaxAttention
 from nmt_cli.training import train
 from nmt_cli.training.progress import read_metrics
 from tests.test_trainer import TINY_RNN, TINY_TRANSFORMER, _config, train_losses
 from tests.test_translator import TEXTS, build_checkpoint
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: these check the GPU paths")
+pytestmark = [pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: these check the GPU paths"),
+              pytest.mark.usefixtures("cuda_as_auto")]
 
 ARCHS = {
     "transformer": TINY_TRANSFORMER,
@@ -79,3 +81,35 @@ def test_translation_on_cuda_scores_like_cpu(tmp_path, arch):
     nonblank = [(c, g) for c, g, text in zip(on_cpu, on_gpu, TEXTS) if text.strip()]
     assert sum(c.tokens == g.tokens for c, g in nonblank) * 2 >= len(nonblank)
     assert all(g.attention.shape == c.attention.shape for c, g in nonblank if c.tokens == g.tokens)
+
+
+def test_generate_decodes_on_the_device_the_model_is_on(tmp_path):
+    translator = Translator.from_checkpoint(build_checkpoint(tmp_path), device="auto")
+    sources = [translator.tokenizer.encode_src(text) for text in TEXTS if text.strip()]
+    assert translator.device.type == "cuda"
+    implicit = generate(translator.model, sources, translator.decode)
+    explicit = generate(translator.model, sources, translator.decode, device=translator.device)
+    assert [h.tokens for h in implicit] == [h.tokens for h in explicit] and any(h.tokens for h in implicit)
+
+
+def test_int8_under_auto_runs_on_the_cpu_and_cuda_int8_is_one_line(tmp_path):
+    checkpoint = build_checkpoint(tmp_path)
+    assert Translator.from_checkpoint(checkpoint, quantize="int8").device.type == "cpu"
+    with pytest.raises(NmtError, match="runs on the CPU only"):
+        Translator.from_checkpoint(checkpoint, device="cuda", quantize="int8")
+
+
+def test_ctranslate2_under_auto_uses_the_gpu_or_else_the_cpu(tmp_path):
+    pytest.importorskip("ctranslate2", reason="CTranslate2 is not installed")
+    from nmt_cli.export import export_ctranslate2
+
+    exported = export_ctranslate2(build_checkpoint(tmp_path / "run"), tmp_path / "export")
+    on_cpu = load_translator(exported, device="cpu").translate(TEXTS)
+    auto = load_translator(exported)
+    hypotheses = auto.translate(TEXTS)
+    assert [h.text for h in hypotheses][1:3] == ["", ""]
+    if auto.device.type == "cpu":  # this CTranslate2 cannot use this GPU (built for another CUDA, say)
+        assert [h.tokens for h in hypotheses] == [h.tokens for h in on_cpu]
+    else:
+        nonblank = [(c, g) for c, g, text in zip(on_cpu, hypotheses, TEXTS) if text.strip()]
+        assert sum(c.tokens == g.tokens for c, g in nonblank) * 2 >= len(nonblank)

@@ -696,7 +696,7 @@ WORKER = """
 import io, os, sys
 from nmt_cli.config import load_config
 from nmt_cli.training import train
-train(load_config(sys.argv[1]), sys.argv[2], sys.argv[3] + os.environ["RANK"], stream=io.StringIO())
+train(load_config(sys.argv[1]), sys.argv[2], sys.argv[3] + os.environ["RANK"], device="cpu", stream=io.StringIO())
 threads = [open(f"/proc/self/task/{task}/comm").read().strip() for task in os.listdir("/proc/self/task")]
 left = sorted(name for name in threads if "gloo" in name)
 with open(sys.argv[3] + ".report" + os.environ["RANK"], "w") as report:  # one file a rank: printed lines interleave
