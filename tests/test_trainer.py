@@ -143,10 +143,18 @@ def test_one_update_is_the_normalised_gradient_of_all_its_batches(tiny_prepared,
             torch.testing.assert_close(trained[name], expected[name] - parameter.grad, atol=atol, rtol=1e-5)
 
 
+#: torch 2.11 (seen on CPU and on an H200 machine) draws a compiled model's dropout masks from
+#: the second step on differently from eager mode; 2.13 draws the same ones
+COMPILED_DROPOUT_FOLLOWS_EAGER = tuple(int(part) for part in torch.__version__.split(".")[:2]) >= (2, 13)
+
+
 @pytest.mark.slow
 def test_compiled_model_trains_like_the_eager_one(tiny_prepared, tmp_path):
-    """``train.compile``: the same losses, dropout included (about 50 s, nearly all compiling)."""
-    settings = {**TINY_TRANSFORMER, "train__max_steps": 4, "train__log_every": 1, "train__valid_every": 0}
+    """``train.compile``: the same losses, dropout included where torch draws the same masks
+    (about 50 s, nearly all compiling)."""
+    dropout = 0.1 if COMPILED_DROPOUT_FOLLOWS_EAGER else 0.0  # 0.1: the default
+    settings = {**TINY_TRANSFORMER, "model.dropout": dropout, "train__max_steps": 4, "train__log_every": 1,
+                "train__valid_every": 0}
     losses = {}
     for compiled in (False, True):
         train(_config(**settings, train__compile=compiled), tiny_prepared, tmp_path / str(compiled),
