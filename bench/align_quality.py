@@ -28,7 +28,8 @@ Systems, each row naming how it reads its alignments:
   supervised head and null); and with an en-de model guided by the same links reversed,
   both directions symmetrised;
 * nmt-cli bootstrap (no external aligner): ``nmt align bootstrap``, a model guided by the
-  symmetrised attention links of the two plain models (:mod:`nmt_cli.bootstrap`).
+  symmetrised attention links of the two plain models (:mod:`nmt_cli.bootstrap`), with the
+  null position as the guided-by-eflomal models have it.
 * nmt-cli Mask-Align (no external aligner): ``model.arch: mask_align`` (Chen et al. 2021),
   which predicts each target token from the source and the other target tokens, in one
   direction and both directions symmetrised.
@@ -273,7 +274,8 @@ def bootstrap_models(corpus: Corpus, settings: Settings) -> dict:
     """``nmt align bootstrap`` (forward, reverse, links, guided); its record with each stage's seconds."""
     base = settings.work / corpus.name / "bootstrap"
     config_path = settings.work / corpus.name / "bootstrap.yaml"
-    if not _kept(settings, config_path, _config(corpus, settings)) and base.exists():
+    config = _config(corpus, settings).with_overrides({"model.alignment_null": True})  # its guided stage's
+    if not _kept(settings, config_path, config) and base.exists():
         shutil.rmtree(base)
     _run(_nmt("align", "bootstrap", "--config", config_path, "--out", base, "--device", "cpu", "--quiet"),
          settings.work / corpus.name / "bootstrap.log", settings)
@@ -648,8 +650,8 @@ def _notes(scale: Scale, settings: Settings) -> list[str]:
         "word's links at the step where it is the decoder input (model.alignment_shift, the default); "
         f"guided by eflomal = its {GUIDE} links of the whole training text, with a learned null position for "
         "the words they leave unaligned (model.alignment_null; both directions: an en-de model guided by the same "
-        "links reversed as well); bootstrap = `nmt align bootstrap` with the same settings but no null (its "
-        "forward and reverse models are the plain-attention rows)",
+        "links reversed as well); bootstrap = `nmt align bootstrap` with the same settings, the null in its "
+        "guided stage (its forward and reverse models, trained without one, are the plain-attention rows)",
         "tuned rows: the lowest AER on the tuning pairs over every layer, head, head average and shift "
         f"(`nmt align sweep`) with argmax links or a threshold in {', '.join(map(str, scale.thresholds)) or '-'}; "
         f"both-directions rows and eflomal: the best symmetrisation on the tuning pairs (ours: "
