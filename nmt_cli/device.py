@@ -8,7 +8,7 @@ import torch
 
 from nmt_cli.errors import NmtError
 
-__all__ = ["model_device", "resolve_device"]
+__all__ = ["is_auto", "model_device", "resolve_device"]
 
 
 def resolve_device(name: str | torch.device | None = "auto", local_rank: int = 0) -> torch.device:
@@ -17,7 +17,7 @@ def resolve_device(name: str | torch.device | None = "auto", local_rank: int = 0
     Under ``torchrun`` each process passes its ``LOCAL_RANK`` so every process gets its own GPU.
     Unknown names and CUDA requested on a machine without it fail with one line.
     """
-    if name in (None, "", "auto"):
+    if is_auto(name):
         name = "cuda" if torch.cuda.is_available() else "cpu"
     try:
         device = torch.device(name)
@@ -36,6 +36,12 @@ def resolve_device(name: str | torch.device | None = "auto", local_rank: int = 0
                            + (": start at most that many processes per node (torchrun --nproc_per_node)"
                               if local_rank >= count else ""))
     return device
+
+
+def is_auto(name: str | torch.device | None) -> bool:
+    """Whether ``name`` leaves the choice to us (``auto``, empty or None), so a request that runs
+    on one device only (int8 kernels on the CPU, say) may pick it."""
+    return name in (None, "", "auto")
 
 
 def model_device(model: torch.nn.Module) -> torch.device:

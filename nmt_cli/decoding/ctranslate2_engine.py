@@ -41,7 +41,7 @@ from nmt_cli.decoding.hypothesis import Hypothesis
 from nmt_cli.decoding.search import length_penalty
 from nmt_cli.decoding.translator import (apply_decode_overrides, averaged_label, fit_sources, signature_parts,
                                          stream_in_chunks)
-from nmt_cli.device import resolve_device
+from nmt_cli.device import is_auto, resolve_device
 from nmt_cli.errors import NmtError
 from nmt_cli.export import read_export_record, require_ctranslate2
 from nmt_cli.export.record import ExportRecord
@@ -85,7 +85,7 @@ class CTranslate2Translator:
         try:
             self._translator = _load(ctranslate2, record, resolved, compute_type, decode.workers)
         except NmtError:  # e.g. a GPU, but not the CUDA libraries this CTranslate2 was built for
-            if resolved.type != "cuda" or device not in (None, "", "auto"):
+            if resolved.type != "cuda" or not is_auto(device):
                 raise
             resolved = torch.device("cpu")  # auto: the best device CTranslate2 can use here
             self._translator = _load(ctranslate2, record, resolved, compute_type, decode.workers)

@@ -82,8 +82,9 @@ def generate(
 ) -> list[Hypothesis]:
     """Translate source id sequences (no BOS/EOS); one :class:`Hypothesis` each, in input order.
 
-    ``device`` defaults to the one the model's weights are on. Sentences are decoded in batches of at most ``decode.max_tokens`` source tokens and
-    ``decode.max_sentences`` sentences, formed from length-sorted input. An empty source
+    ``device`` defaults to the one the model's weights are on. Sentences are decoded in
+    batches of at most ``decode.max_tokens`` source tokens and ``decode.max_sentences``
+    sentences, formed from length-sorted input. An empty source
     gives an empty hypothesis. The model decodes in evaluation mode (no dropout) and gets
     its own mode back afterwards.
 

@@ -24,7 +24,7 @@ from nmt_cli.decoding.generator import decoding_workers, generate
 from nmt_cli.decoding.hypothesis import Hypothesis
 from nmt_cli.decoding.scoring import PairScore, score_pairs
 from nmt_cli.decoding.workers import WorkerPool
-from nmt_cli.device import resolve_device
+from nmt_cli.device import is_auto, resolve_device
 from nmt_cli.errors import ConfigError, NmtError
 from nmt_cli.models.base import Seq2SeqModel
 from nmt_cli.models.packed import can_pack, pack_linear_layers
@@ -116,7 +116,7 @@ class Translator:
         which ``device="auto"`` then means);
         otherwise, on the CPU, float32 Linear layers are packed for oneDNN (:mod:`nmt_cli.models.packed`).
         """
-        if quantize is not None and device in (None, "", "auto"):
+        if quantize is not None and is_auto(device):
             device = "cpu"  # torch's dynamic int8 kernels run on the CPU alone, GPU or not
         resolved_device = resolve_device(device)
         paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
