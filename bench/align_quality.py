@@ -651,7 +651,8 @@ def _notes(scale: Scale, settings: Settings) -> list[str]:
         f"guided by eflomal = its {GUIDE} links of the whole training text, with a learned null position for "
         "the words they leave unaligned (model.alignment_null; both directions: an en-de model guided by the same "
         "links reversed as well); bootstrap = `nmt align bootstrap` with the same settings, the null in its "
-        "guided stage (its forward and reverse models, trained without one, are the plain-attention rows)",
+        "guided stage, which learns grow-diag-final-and links (its forward and reverse models, trained without "
+        "a null, are the plain-attention rows)",
         "tuned rows: the lowest AER on the tuning pairs over every layer, head, head average and shift "
         f"(`nmt align sweep`) with argmax links or a threshold in {', '.join(map(str, scale.thresholds)) or '-'}; "
         f"both-directions rows and eflomal: the best symmetrisation on the tuning pairs (ours: "

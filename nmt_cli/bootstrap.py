@@ -6,7 +6,8 @@
    directions (the reverse one swaps ``data.src_lang`` and ``data.tgt_lang``);
 2. ``links``: both models align the cleaned training text by forced decoding, read with
    the attention that makes the two directions agree most (:func:`agreed_reading`, no
-   gold links involved), and the two link sets are symmetrised with grow-diag-final;
+   gold links involved), and the two link sets are symmetrised with grow-diag-final
+   (grow-diag-final-and with a null position: :func:`links_symmetrization`);
 3. ``guided``: a third model with the config's settings learns translation and those
    links together (guided alignment, Garg et al. 2019; ``train.alignment_weight``,
    0.05 when the config leaves it at 0), and a null position for the words they leave
@@ -43,14 +44,24 @@ from nmt_cli.pharaoh import format_links
 from nmt_cli.textio import read_lines
 from nmt_cli.training import train
 
-__all__ = ["AGREEMENT_SAMPLE", "DEFAULT_GUIDE_WEIGHT", "ReadingChoice", "agreed_reading", "bootstrap"]
+__all__ = ["AGREEMENT_SAMPLE", "DEFAULT_GUIDE_WEIGHT", "ReadingChoice", "agreed_reading", "bootstrap",
+           "links_symmetrization"]
 
 #: training pairs the first-stage reading is chosen on
 AGREEMENT_SAMPLE = 2000
 #: the alignment loss weight of Garg et al. 2019, when the config leaves train.alignment_weight at 0
 DEFAULT_GUIDE_WEIGHT = 0.05
 ALIGN_CHUNK = 5000
-SYMMETRIZATION = "grow-diag-final"
+
+
+def links_symmetrization(config: Config) -> str:
+    """grow-diag-final, or grow-diag-final-and when the guided stage learns a null position.
+
+    grow-diag-final keeps every link of the forward argmax reading, which links every target
+    word, so a null would have no unaligned word to learn from; grow-diag-final-and adds
+    those links only for words that neither direction has linked yet.
+    """
+    return "grow-diag-final-and" if config.model.alignment_null else "grow-diag-final"
 
 
 @dataclass(frozen=True)
@@ -143,7 +154,7 @@ def bootstrap(config: Config, out_dir: str | os.PathLike, device: str = "cpu", p
     for name, stage_config in (("forward", plain), ("reverse", reverse_config(plain))):
         save(name, _prepare_and_train(stage_config, stages, name, device, progress, stream))
     if "links" not in record["stages"] or not (stages.links / "train.align").is_file():
-        save("links", _write_links(stages, device, stream))
+        save("links", _write_links(stages, device, stream, links_symmetrization(config)))
     split_names = PreparedData(stages.prepared("forward")).split_names
     save("guided", _prepare_and_train(guided_config(config, stages.links, split_names), stages, "guided", device,
                                       progress, stream))
@@ -164,7 +175,7 @@ def _prepare_and_train(config: Config, stages: Stages, name: str, device: str, p
             "seconds": round(manifest["elapsed_seconds"] + elapsed, 1)}
 
 
-def _write_links(stages: Stages, device: str, stream: TextIO | None) -> dict:
+def _write_links(stages: Stages, device: str, stream: TextIO | None, symmetrization: str) -> dict:
     """Align the forward stage's cleaned training text both ways; links/ gets that text and
     ``train.align`` (and the other splits' text, without links)."""
     started = time.perf_counter()
@@ -183,7 +194,7 @@ def _write_links(stages: Stages, device: str, stream: TextIO | None) -> dict:
     best = choices[0]
     if stream is not None:
         print(f"bootstrap: first-stage reading {best.describe()}", file=stream, flush=True)
-    options = AlignOptions(reading=AttentionReading(best.selection), shift=best.shift, symmetrization=SYMMETRIZATION)
+    options = AlignOptions(reading=AttentionReading(best.selection), shift=best.shift, symmetrization=symmetrization)
     aligner = Aligner(stages.run("forward"), options, device, stages.run("reverse"))
     links = 0
     with atomic_open(target) as handle:
@@ -192,6 +203,7 @@ def _write_links(stages: Stages, device: str, stream: TextIO | None) -> dict:
             for sentence in aligner.align(src_lines[chunk], tgt_lines[chunk]):
                 handle.write(format_links(sentence.links) + "\n")
                 links += len(sentence.links)
-    return {"reading": best.selection.describe(), "shift": best.shift, "agreement": round(best.agreement, 4),
+    return {"reading": best.selection.describe(), "shift": best.shift, "symmetrization": symmetrization,
+            "agreement": round(best.agreement, 4),
             "candidates": [choice.describe() for choice in choices], "links": links, "pairs": len(src_lines),
             "seconds": round(time.perf_counter() - started, 1)}

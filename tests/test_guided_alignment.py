@@ -16,7 +16,7 @@ from nmt_cli.alignment.extract import forced_attention
 from nmt_cli.alignment.model import AlignmentModel
 from nmt_cli.alignment.reader import (AttentionReading, HeadSelection, default_full_context, default_selection,
                                       default_shift, read_alignment)
-from nmt_cli.bootstrap import agreed_reading, bootstrap
+from nmt_cli.bootstrap import agreed_reading, bootstrap, links_symmetrization
 from nmt_cli.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
 from nmt_cli.config import Config
 from nmt_cli.data.links import piece_links
@@ -371,6 +371,9 @@ def test_bootstrap_trains_both_directions_links_and_a_guided_model(tmp_path):
     forward = PreparedData(root / "forward" / "prepared")
     assert len(links) == len(forward.split("train")) and sum(len(pair.sure) for pair in links) == \
         record["stages"]["links"]["links"]
+    # with a null to learn, the links leave words unaligned: grow-diag-final-and, not grow-diag-final
+    assert record["stages"]["links"]["symmetrization"] == "grow-diag-final-and"
+    assert links_symmetrization(config.with_overrides({"model.alignment_null": False})) == "grow-diag-final"
     guided = load_checkpoint(root / "guided" / "run")
     assert guided.config.train.alignment_weight == 0.05 and guided.config.data.alignment_path == str(root / "links")
     assert PreparedData(root / "guided" / "prepared").split("train").links is not None
