@@ -68,6 +68,7 @@ from nmt_cli.alignment.aer import AlignmentScore
 from nmt_cli.bootstrap import reverse_config
 from nmt_cli.checkpoint import list_checkpoints
 from nmt_cli.config import Config, load_config
+from nmt_cli.data.cleaning import normalize_text
 from nmt_cli.data.synthetic import generate
 from nmt_cli.fileio import atomic_write_text
 
@@ -166,8 +167,10 @@ def synthetic_corpus(work: Path, scale: Scale) -> Corpus:
 
 
 def _tokenise(line: str) -> str:
-    """Lowercase and split off punctuation, close to the gold set's own tokenisation."""
-    return " ".join(PUNCTUATION.sub(r" \1 ", line.lower()).split())
+    """``nmt prepare``'s normalisation, then lowercase and split off punctuation, close to the
+    gold set's own tokenisation: eflomal and the models count the same words (a soft hyphen
+    standing alone in newstest's German is a word to eflomal, nothing after normalisation)."""
+    return " ".join(PUNCTUATION.sub(r" \1 ", normalize_text(line).lower()).split())
 
 
 def _read(path: Path) -> list[str]:
