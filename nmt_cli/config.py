@@ -474,22 +474,29 @@ class Config:
         return cls(**built)
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> "Config":
-        """Return a copy with ``{"train.max_steps": 100, ...}`` applied and validated."""
+        """Return a copy with ``{"train.max_steps": 100, ...}`` applied and validated.
+
+        Every unknown key and every bad value is reported together, one line each.
+        """
         updated = self.to_dict()
+        problems = []
         for dotted, value in overrides.items():
             section, _, key = dotted.partition(".")
             if section not in updated or not key:
-                raise ConfigError(
-                    f"bad override key {dotted!r}; use <section>.<key> with section one of: "
-                    f"{', '.join(updated)}"
-                )
-            if key not in updated[section]:
-                raise ConfigError(
-                    f"unknown config key '{dotted}'; valid keys in '{section}': "
-                    f"{', '.join(updated[section])}"
-                )
-            updated[section][key] = value
-        return Config.from_dict(updated)
+                problems.append(f"bad override key {dotted!r}; use <section>.<key> with section one of: "
+                                f"{', '.join(updated)}")
+            elif key not in updated[section]:
+                problems.append(f"unknown config key '{dotted}'; valid keys in '{section}': "
+                                f"{', '.join(updated[section])}")
+            else:
+                updated[section][key] = value
+        try:
+            config = Config.from_dict(updated)
+        except ConfigError as exc:
+            problems.extend(str(exc).splitlines())
+        if problems:
+            raise ConfigError("\n".join(problems))
+        return config
 
 
 def attention_shape(model: ModelConfig) -> tuple[int, int]:

@@ -48,6 +48,16 @@ def test_unknown_override_key():
         load_config(None, parse_overrides(["data.vocab=100"]))
 
 
+def test_every_bad_override_is_reported_at_once():
+    with pytest.raises(ConfigError) as info:
+        load_config(None, parse_overrides(["train.foo=1", "data.vocab_size=lots", "trian.max_steps=5",
+                                           "train.bar=2"]))
+    lines = str(info.value).splitlines()
+    assert len(lines) == 4
+    assert "unknown config key 'train.foo'" in lines[0] and "bad override key 'trian.max_steps'" in lines[1]
+    assert "unknown config key 'train.bar'" in lines[2] and "expected an integer" in lines[3]
+
+
 def test_unknown_section():
     with pytest.raises(ConfigError, match="unknown config section 'dta'"):
         Config.from_dict({"dta": {}})
