@@ -2,9 +2,11 @@
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
-# A CPU build of torch, installed before the project so pip never pulls CUDA wheels.
-# On a GPU machine: make install TORCH_SPEC="torch>=2.2"
+# The torch pin, installed before the project. PyPI's Linux wheel brings the CUDA libraries;
+# TORCH_INDEX=https://download.pytorch.org/whl/cpu installs the CPU build instead (CI machines
+# get it from their own wheel folder). On a GPU machine: make install TORCH_SPEC="torch>=2.2"
 TORCH_SPEC ?= torch==2.13.0
+TORCH_INDEX ?=
 BIN := $(VENV)/bin
 # every recipes/NAME.yaml is also a target of its own: make multi30k-transformer
 RECIPE_NAMES := $(filter-out demo,$(basename $(notdir $(wildcard recipes/*.yaml))))
@@ -18,7 +20,7 @@ install: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/pip install --quiet "$(TORCH_SPEC)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $@
 
