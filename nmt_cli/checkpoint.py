@@ -5,8 +5,8 @@ so a kill at any moment leaves the previous checkpoint whole::
 
     step-00001000/
         model.safetensors   weights (tied tensors stored once, aliases listed in state.json)
-        optimizer.pt        optimizer + scheduler state, loaded with weights_only=True
-        state.json          config, step, epoch, RNG states, data position, metrics, ...
+        optimizer.pt        optimizer and grad-scaler state, loaded with weights_only=True
+        state.json          config, step, epoch, scheduler, RNG states, data position, metrics, ...
         spm.model           the SentencePiece model(s) the weights were trained with
 
 Loading never unpickles arbitrary objects: weights come from safetensors, everything
