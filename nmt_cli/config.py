@@ -479,16 +479,10 @@ class Config:
         Every unknown key and every bad value is reported together, one line each.
         """
         updated = self.to_dict()
-        problems = []
+        problems = _override_key_problems(overrides)
         for dotted, value in overrides.items():
             section, _, key = dotted.partition(".")
-            if section not in updated or not key:
-                problems.append(f"bad override key {dotted!r}; use <section>.<key> with section one of: "
-                                f"{', '.join(updated)}")
-            elif key not in updated[section]:
-                problems.append(f"unknown config key '{dotted}'; valid keys in '{section}': "
-                                f"{', '.join(updated[section])}")
-            else:
+            if key in updated.get(section, {}):
                 updated[section][key] = value
         try:
             config = Config.from_dict(updated)
@@ -497,6 +491,21 @@ class Config:
         if problems:
             raise ConfigError("\n".join(problems))
         return config
+
+
+def _override_key_problems(overrides: Mapping[str, Any]) -> list[str]:
+    """One line per override key that names no section and key of :class:`Config`."""
+    known = Config().to_dict()
+    problems = []
+    for dotted in overrides:
+        section, _, key = dotted.partition(".")
+        if section not in known or not key:
+            problems.append(f"bad override key {dotted!r}; use <section>.<key> with section one of: "
+                            f"{', '.join(known)}")
+        elif key not in known[section]:
+            problems.append(f"unknown config key '{dotted}'; valid keys in '{section}': "
+                            f"{', '.join(known[section])}")
+    return problems
 
 
 def attention_shape(model: ModelConfig) -> tuple[int, int]:
@@ -629,8 +638,9 @@ def load_config(path: str | Path | None = None, overrides: Mapping[str, Any] | N
             raise ConfigError(f"{path}: a config file must be a mapping of sections")
         try:
             config = Config.from_dict(raw)
-        except ConfigError as exc:
-            raise ConfigError("\n".join(f"{path}: {problem}" for problem in str(exc).splitlines())) from None
+        except ConfigError as exc:  # the file's problems, and those of the override keys with them
+            problems = [f"{path}: {problem}" for problem in str(exc).splitlines()]
+            raise ConfigError("\n".join(problems + _override_key_problems(overrides or {}))) from None
     else:
         config = Config()
     if overrides:

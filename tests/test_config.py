@@ -58,6 +58,17 @@ def test_every_bad_override_is_reported_at_once():
     assert "unknown config key 'train.bar'" in lines[2] and "expected an integer" in lines[3]
 
 
+def test_a_bad_file_and_bad_override_keys_are_reported_together(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text("data:\n  vocab_size: lots\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, parse_overrides(["train.foo=1", "train.max_steps=5"]))
+    lines = str(info.value).splitlines()
+    assert len(lines) == 2
+    assert lines[0].startswith(f"{path}: ") and "expected an integer" in lines[0]
+    assert "unknown config key 'train.foo'" in lines[1]
+
+
 def test_unknown_section():
     with pytest.raises(ConfigError, match="unknown config section 'dta'"):
         Config.from_dict({"dta": {}})
