@@ -13,6 +13,7 @@ from nmt_cli.checkpoint import (STATE, checkpoint_dir_name, checkpoints_to_avera
                                 load_checkpoint_config, save_checkpoint, write_average)
 from nmt_cli.config import Config, DecodeConfig, ModelConfig
 from nmt_cli.decoding import Translator, generate
+from nmt_cli.decoding.translator import apply_decode_overrides
 from nmt_cli.errors import ConfigError, NmtError
 from nmt_cli.models import build_model
 from nmt_cli.tokenization import Tokenizer, train_sentencepiece
@@ -213,3 +214,13 @@ def test_decoding_workers_are_forked_once_and_kept_until_closed(checkpoint):
     assert [h.tokens for h in translator.translate(TEXTS)] == [h.tokens for h in first]  # forks new ones
     assert len(live_children() - before) == 2 and not (live_children() - before) & workers
     translator.close()
+
+
+def test_decode_overrides_report_every_problem_together():
+    assert apply_decode_overrides(DecodeConfig(), {"decode.beam_size": 3}).beam_size == 3
+    with pytest.raises(ConfigError) as info:
+        apply_decode_overrides(DecodeConfig(), {"train.lr": 1, "decode.beam_size": "wide", "decode.bem": 2})
+    lines = str(info.value).splitlines()
+    assert len(lines) == 3
+    assert lines[0] == "train.lr: only decode.* settings can change when translating"
+    assert "unknown config key 'decode.bem'" in lines[1] and "expected an integer" in lines[2]

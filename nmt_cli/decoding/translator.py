@@ -208,11 +208,18 @@ class Translator:
 
 def apply_decode_overrides(decode: DecodeConfig, overrides: Mapping[str, Any] | None) -> DecodeConfig:
     """``decode`` with ``{"decode.beam_size": 1, ...}`` (as ``--set`` writes them) applied and
-    validated; a key of another section is refused."""
-    other = sorted(key for key in overrides or {} if not key.startswith("decode."))
-    if other:
-        raise ConfigError(f"{other[0]}: only decode.* settings can change when translating")
-    return Config(decode=decode).with_overrides(overrides or {}).decode
+    validated; a key of another section is refused. Every problem is reported together."""
+    overrides = overrides or {}
+    problems = [f"{key}: only decode.* settings can change when translating"
+                for key in sorted(key for key in overrides if not key.startswith("decode."))]
+    try:
+        decode = Config(decode=decode).with_overrides(
+            {key: value for key, value in overrides.items() if key.startswith("decode.")}).decode
+    except ConfigError as exc:
+        problems.extend(str(exc).splitlines())
+    if problems:
+        raise ConfigError("\n".join(problems))
+    return decode
 
 
 def signature_parts(decode: DecodeConfig, checkpoint: str, step: int | str, average: str | None) -> list[str]:
