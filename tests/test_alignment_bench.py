@@ -19,7 +19,7 @@ def test_quick_bench_prints_a_row_per_system(tmp_path):
     report_path = tmp_path / "report.json"
     done = subprocess.run(
         [sys.executable, str(REPO / "bench" / "align_quality.py"), "--quick", "--work", str(tmp_path),
-         "--json", str(report_path), "--threads", "1"],
+         "--json", str(report_path), "--threads", "1", "--steps", "12"],
         capture_output=True, text=True, timeout=300,
     )
     assert done.returncode == 0, done.stderr[-2000:]
@@ -59,6 +59,8 @@ def test_quick_bench_prints_a_row_per_system(tmp_path):
     else:
         assert ("synthetic", "eflomal", label) in rows
     assert "| synthetic | nmt-cli plain attention |" in done.stdout
+    assert any("training steps: synthetic 12;" in note for note in report["notes"])
+    assert "max_steps: 12" in (work / "bootstrap" / "reverse" / "run" / "config.yaml").read_text(encoding="utf-8")
 
 
 def test_corpora_are_whole_names():
@@ -68,6 +70,14 @@ def test_corpora_are_whole_names():
     assert corpus_names("multi30k, synthetic") == ["multi30k", "synthetic"]
     with pytest.raises(SystemExit, match="unknown corpus 'multi30'"):
         corpus_names("multi30")
+
+
+def test_steps_must_be_positive(capsys):
+    from align_quality import main
+
+    with pytest.raises(SystemExit):
+        main(["--quick", "--steps", "0"])
+    assert "--steps must be at least 1, got 0" in capsys.readouterr().err
 
 
 def test_systems_are_checked_names():
