@@ -122,6 +122,10 @@ def test_decode_profile_quick_splits_the_decode_into_parts_and_states_the_ceilin
     # CTranslate2 decodes our own model at float32 under the same rule: the same outputs
     pieces = re.search(r"([0-9,]+) pieces", real["whole decode"]["note"]).group(1)
     assert re.search(r"([0-9,]+) pieces", real["CTranslate2 float32, same model and rule"]["note"]).group(1) == pieces
+    for sentences in (64, 128):  # both engines again with larger batches, side by side
+        larger = real[f"the same decode in batches of {sentences} sentences"]
+        assert figure(larger["seconds"]) > 0
+        assert float(re.search(r"torch at ([0-9.]+)x$", larger["note"]).group(1)) > 0
 
 
 def test_serve_load_quick_answers_every_sentence_and_refuses_the_overload_cleanly(work: Path) -> None:
