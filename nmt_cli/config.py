@@ -620,7 +620,12 @@ def parse_overrides(items: typing.Iterable[str]) -> dict[str, Any]:
 
 
 def load_config(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None) -> Config:
-    """Read a YAML config (or start from the defaults) and apply overrides."""
+    """Read a YAML config (or start from the defaults) and apply overrides.
+
+    The overrides replace the file's values before anything is validated, so a ``--set`` mends
+    a bad value in the file. Every problem is reported together, one line each; those of the
+    file's own values name the file.
+    """
     raw: dict[str, Any] = {}
     if path is not None:
         path = Path(path)
@@ -636,16 +641,31 @@ def load_config(path: str | Path | None = None, overrides: Mapping[str, Any] | N
             raise ConfigError(f"{path}: invalid YAML (nested too deeply)") from None
         if not isinstance(raw, dict):
             raise ConfigError(f"{path}: a config file must be a mapping of sections")
-        try:
-            config = Config.from_dict(raw)
-        except ConfigError as exc:  # the file's problems, and those of the override keys with them
-            problems = [f"{path}: {problem}" for problem in str(exc).splitlines()]
-            raise ConfigError("\n".join(problems + _override_key_problems(overrides or {}))) from None
-    else:
-        config = Config()
-    if overrides:
-        config = config.with_overrides(overrides)
+    overrides = dict(overrides or {})
+    key_problems = _override_key_problems(overrides)
+    try:
+        config = Config.from_dict(_overridden(raw, overrides))
+    except ConfigError as exc:  # each problem named by where its value came from, the file's first
+        problems = str(exc).splitlines()
+        from_set = [problem for problem in problems if any(f"'{key}'" in problem for key in overrides)]
+        prefix = "" if path is None else f"{path}: "
+        from_file = [prefix + problem for problem in problems if problem not in from_set]
+        raise ConfigError("\n".join(from_file + key_problems + from_set)) from None
+    if key_problems:
+        raise ConfigError("\n".join(key_problems))
     return config
+
+
+def _overridden(raw: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """``raw`` sections with the override values of known keys put in, before anything is
+    validated: a ``--set`` replaces a file's bad value instead of being refused with it."""
+    known = Config().to_dict()
+    merged = {section: dict(values) if isinstance(values, Mapping) else values for section, values in raw.items()}
+    for dotted, value in overrides.items():
+        section, _, key = dotted.partition(".")
+        if key in known.get(section, {}) and isinstance(merged.setdefault(section, {}), dict):
+            merged[section][key] = value
+    return merged
 
 
 def config_replace(config: Config, section: str, **changes: Any) -> Config:

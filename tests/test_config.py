@@ -69,6 +69,28 @@ def test_a_bad_file_and_bad_override_keys_are_reported_together(tmp_path):
     assert "unknown config key 'train.foo'" in lines[1]
 
 
+def test_a_set_mends_a_bad_value_of_the_file(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text("train:\n  lr: -1\n  max_steps: 7\n")
+    config = load_config(path, parse_overrides(["train.lr=0.001"]))
+    assert config.train.lr == 0.001 and config.train.max_steps == 7
+    with pytest.raises(ConfigError) as info:  # a bad --set value is still refused, without the file's name
+        load_config(path, parse_overrides(["train.lr=-2"]))
+    assert str(info.value) == "config key 'train.lr': must be at least 0, got -2.0"
+
+
+def test_file_problems_come_first_and_name_the_file(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text("train:\n  max_steps: many\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, parse_overrides(["data.vocab_size=lots", "train.foo=1"]))
+    lines = str(info.value).splitlines()
+    assert len(lines) == 3
+    assert lines[0].startswith(f"{path}: ") and "'train.max_steps'" in lines[0]
+    assert "unknown config key 'train.foo'" in lines[1]
+    assert lines[2].startswith("config key 'data.vocab_size'") and "expected an integer" in lines[2]
+
+
 def test_unknown_section():
     with pytest.raises(ConfigError, match="unknown config section 'dta'"):
         Config.from_dict({"dta": {}})
