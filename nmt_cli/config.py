@@ -660,7 +660,8 @@ def _overridden(raw: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[st
     """``raw`` sections with the override values of known keys put in, before anything is
     validated: a ``--set`` replaces a file's bad value instead of being refused with it."""
     known = Config().to_dict()
-    merged = {section: dict(values) if isinstance(values, Mapping) else values for section, values in raw.items()}
+    merged = {section: dict(values) if isinstance(values, Mapping) else {} if values is None else values
+              for section, values in raw.items()}  # an empty section (``train:``) is None in YAML
     for dotted, value in overrides.items():
         section, _, key = dotted.partition(".")
         if key in known.get(section, {}) and isinstance(merged.setdefault(section, {}), dict):

@@ -77,6 +77,8 @@ def test_a_set_mends_a_bad_value_of_the_file(tmp_path):
     with pytest.raises(ConfigError) as info:  # a bad --set value is still refused, without the file's name
         load_config(path, parse_overrides(["train.lr=-2"]))
     assert str(info.value) == "config key 'train.lr': must be at least 0, got -2.0"
+    path.write_text("train:\n")  # an empty section
+    assert load_config(path, parse_overrides(["train.max_steps=5"])).train.max_steps == 5
 
 
 def test_file_problems_come_first_and_name_the_file(tmp_path):
