@@ -478,14 +478,9 @@ class Config:
 
         Every unknown key and every bad value is reported together, one line each.
         """
-        updated = self.to_dict()
         problems = _override_key_problems(overrides)
-        for dotted, value in overrides.items():
-            section, _, key = dotted.partition(".")
-            if key in updated.get(section, {}):
-                updated[section][key] = value
         try:
-            config = Config.from_dict(updated)
+            config = Config.from_dict(_overridden(self.to_dict(), overrides))
         except ConfigError as exc:
             problems.extend(str(exc).splitlines())
         if problems:
