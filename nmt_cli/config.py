@@ -478,14 +478,7 @@ class Config:
 
         Every unknown key and every bad value is reported together, one line each.
         """
-        problems = _override_key_problems(overrides)
-        try:
-            config = Config.from_dict(_overridden(self.to_dict(), overrides))
-        except ConfigError as exc:
-            problems.extend(str(exc).splitlines())
-        if problems:
-            raise ConfigError("\n".join(problems))
-        return config
+        return _validated(self.to_dict(), overrides)
 
 
 def _override_key_problems(overrides: Mapping[str, Any]) -> list[str]:
@@ -636,15 +629,22 @@ def load_config(path: str | Path | None = None, overrides: Mapping[str, Any] | N
             raise ConfigError(f"{path}: invalid YAML (nested too deeply)") from None
         if not isinstance(raw, dict):
             raise ConfigError(f"{path}: a config file must be a mapping of sections")
-    overrides = dict(overrides or {})
+    return _validated(raw, overrides or {}, path)
+
+
+def _validated(raw: Mapping[str, Any], overrides: Mapping[str, Any], path: Path | None = None) -> Config:
+    """The config of ``raw`` sections with ``overrides`` put in, validated once; every problem
+    is raised together, one line each: unknown override keys, then bad values. With ``path``
+    the problems of the file's own values come first, named by the file."""
     key_problems = _override_key_problems(overrides)
     try:
         config = Config.from_dict(_overridden(raw, overrides))
-    except ConfigError as exc:  # each problem named by where its value came from, the file's first
+    except ConfigError as exc:
         problems = str(exc).splitlines()
+        if path is None:
+            raise ConfigError("\n".join(key_problems + problems)) from None
         from_set = [problem for problem in problems if any(f"'{key}'" in problem for key in overrides)]
-        prefix = "" if path is None else f"{path}: "
-        from_file = [prefix + problem for problem in problems if problem not in from_set]
+        from_file = [f"{path}: {problem}" for problem in problems if problem not in from_set]
         raise ConfigError("\n".join(from_file + key_problems + from_set)) from None
     if key_problems:
         raise ConfigError("\n".join(key_problems))

@@ -67,6 +67,14 @@ def test_a_bad_file_and_bad_override_keys_are_reported_together(tmp_path):
     assert len(lines) == 2
     assert lines[0].startswith(f"{path}: ") and "expected an integer" in lines[0]
     assert "unknown config key 'train.foo'" in lines[1]
+    path.write_text("train:\n  max_steps: many\n")  # with a bad --set value: the file's problems come first
+    with pytest.raises(ConfigError) as info:
+        load_config(path, parse_overrides(["data.vocab_size=lots", "train.foo=1"]))
+    lines = str(info.value).splitlines()
+    assert len(lines) == 3
+    assert lines[0].startswith(f"{path}: ") and "'train.max_steps'" in lines[0]
+    assert "unknown config key 'train.foo'" in lines[1]
+    assert lines[2].startswith("config key 'data.vocab_size'") and "expected an integer" in lines[2]
 
 
 def test_a_set_mends_a_bad_value_of_the_file(tmp_path):
@@ -79,18 +87,6 @@ def test_a_set_mends_a_bad_value_of_the_file(tmp_path):
     assert str(info.value) == "config key 'train.lr': must be at least 0, got -2.0"
     path.write_text("train:\n")  # an empty section
     assert load_config(path, parse_overrides(["train.max_steps=5"])).train.max_steps == 5
-
-
-def test_file_problems_come_first_and_name_the_file(tmp_path):
-    path = tmp_path / "config.yaml"
-    path.write_text("train:\n  max_steps: many\n")
-    with pytest.raises(ConfigError) as info:
-        load_config(path, parse_overrides(["data.vocab_size=lots", "train.foo=1"]))
-    lines = str(info.value).splitlines()
-    assert len(lines) == 3
-    assert lines[0].startswith(f"{path}: ") and "'train.max_steps'" in lines[0]
-    assert "unknown config key 'train.foo'" in lines[1]
-    assert lines[2].startswith("config key 'data.vocab_size'") and "expected an integer" in lines[2]
 
 
 def test_unknown_section():
