@@ -224,8 +224,7 @@ def real_text_rows(report: Report, args, repeats: int) -> None:
                    f"{fmt(ctranslate2_tokens / ctranslate2_wall)} out tok/s, {fmt(ctranslate2_tokens)} pieces")
     for sentences in LARGER_BATCHES:
         larger = decode_overrides(DecodeSpec(max_length=decode.max_length, batch_sentences=sentences))
-        engines = [load_translator(checkpoint, engine="torch", overrides=larger),
-                   load_translator(checkpoint, engine="ctranslate2", quantize="float32", overrides=larger)]
+        engines = [ours.with_decode(larger), ctranslate2.with_decode(larger)]  # the loaded models, other batches
         for translator in engines:
             translator.translate(texts[:WARMUP_SENTENCES])
         (torch_wall, torch_tokens), (ct2_wall, ct2_tokens) = (wall_seconds(e, texts, repeats) for e in engines)
