@@ -43,7 +43,7 @@ from common import Report, bench_arguments, fmt, repeats_of
 from engine_ratio import ENGINES, LENGTH, forced_work, random_engines, shared_tokenizer
 from peers.arch import DecodeSpec
 from peers.ours import WARMUP_SENTENCES, decode_overrides
-from translate_speed import QUICK_MAX_LENGTH, tiny_transformer
+from translate_speed import QUICK_MAX_LENGTH, text_quality, tiny_transformer
 
 from nmt_cli.decoding import load_translator, strategies
 from nmt_cli.models.attention import multihead
@@ -102,14 +102,26 @@ def part_seconds(translator, texts: list[str]) -> tuple[Counter, float]:
     return timer.seconds, wall
 
 
-def wall_seconds(translator, texts: list[str], repeats: int) -> tuple[float, int]:
-    """The fastest of ``repeats`` decodes of ``texts``, and the output pieces it produced."""
+def wall_seconds(translator, texts: list[str], repeats: int) -> tuple[float, list]:
+    """The fastest of ``repeats`` decodes of ``texts``, and the hypotheses it produced."""
     best = float("inf")
     for _ in range(repeats):
         started = time.perf_counter()
         hypotheses = translator.translate(texts)
         best = min(best, time.perf_counter() - started)
-    return best, sum(len(h.tokens) for h in hypotheses)
+    return best, hypotheses
+
+
+def pieces(hypotheses: list) -> int:
+    """Output pieces of a decode."""
+    return sum(len(h.tokens) for h in hypotheses)
+
+
+def worth(hypotheses: list, references: list[str], max_length: int) -> str:
+    """A decode's BLEU and share of outputs at the length limit, for the row beside its speed."""
+    measured = text_quality([h.text for h in hypotheses], [len(h.tokens) for h in hypotheses], references,
+                            max_length)
+    return f"BLEU {measured.bleu:.1f}, {100 * measured.at_limit:.1f}% at the limit"
 
 
 def step_rows(translator, texts: list[str]) -> tuple[list[int], float]:
@@ -190,21 +202,24 @@ LARGER_BATCHES = (64, 128)  # sentences per batch: how the gap to CTranslate2 mo
 def real_text_rows(report: Report, args, repeats: int) -> None:
     """The parts, steps and one-sentence step cost of decoding real text with a trained model,
     and CTranslate2 float32 on the same model and rule."""
-    checkpoint, source = tiny_transformer(args.work, args.quick)
+    checkpoint, source, reference = tiny_transformer(args.work, args.quick)
     texts = source.read_text(encoding="utf-8").splitlines()
+    references = reference.read_text(encoding="utf-8").splitlines()
     decode = DecodeSpec(max_length=QUICK_MAX_LENGTH if args.quick else DecodeSpec.max_length)
     ours = load_translator(checkpoint, engine="torch", overrides=decode_overrides(decode))
     ctranslate2 = load_translator(checkpoint, engine="ctranslate2", quantize="float32",
                                   overrides=decode_overrides(decode))
     for translator in (ours, ctranslate2):
         translator.translate(texts[:WARMUP_SENTENCES])
-    (wall, tokens), (ctranslate2_wall, ctranslate2_tokens) = (
+    (wall, ours_out), (ctranslate2_wall, ctranslate2_out) = (
         wall_seconds(ours, texts, repeats), wall_seconds(ctranslate2, texts, repeats))
+    tokens, ctranslate2_tokens = pieces(ours_out), pieces(ctranslate2_out)
     parts, timed_wall = part_seconds(ours, texts)
     for part in PARTS:
         report.add_row(REAL_TEXT, part, f"{parts[part]:.3f}", f"{parts[part] / timed_wall:.0%}", "")
     report.add_row(REAL_TEXT, "whole decode", f"{wall:.3f}", "100%",
-                   f"{fmt(tokens / wall)} out tok/s, {fmt(tokens)} pieces (with the timers: {timed_wall:.3f} s)")
+                   f"{fmt(tokens / wall)} out tok/s, {fmt(tokens)} pieces, "
+                   f"{worth(ours_out, references, decode.max_length)} (with the timers: {timed_wall:.3f} s)")
     rows, _ = step_rows(ours, texts)
     full = decode.beam * decode.batch_sentences
     report.add_row(REAL_TEXT, "decoder steps", "", "",
@@ -221,17 +236,21 @@ def real_text_rows(report: Report, args, repeats: int) -> None:
                    f"{per_step * 1e3:.2f} ms per step of {decode.beam} rows, times {len(rows):,} steps")
     report.add_row(REAL_TEXT, "CTranslate2 float32, same model and rule", f"{ctranslate2_wall:.3f}",
                    f"{ctranslate2_wall / wall:.0%}",
-                   f"{fmt(ctranslate2_tokens / ctranslate2_wall)} out tok/s, {fmt(ctranslate2_tokens)} pieces")
+                   f"{fmt(ctranslate2_tokens / ctranslate2_wall)} out tok/s, {fmt(ctranslate2_tokens)} pieces, "
+                   f"{worth(ctranslate2_out, references, decode.max_length)}")
     for sentences in LARGER_BATCHES:
         larger = decode_overrides(DecodeSpec(max_length=decode.max_length, batch_sentences=sentences))
         engines = [ours.with_decode(larger), ctranslate2.with_decode(larger)]  # the loaded models, other batches
         for translator in engines:
             translator.translate(texts[:WARMUP_SENTENCES])
-        (torch_wall, torch_tokens), (ct2_wall, ct2_tokens) = (wall_seconds(e, texts, repeats) for e in engines)
-        torch_rate, ct2_rate = torch_tokens / torch_wall, ct2_tokens / ct2_wall
+        (torch_wall, torch_out), (ct2_wall, ct2_out) = (wall_seconds(e, texts, repeats) for e in engines)
+        torch_rate, ct2_rate = pieces(torch_out) / torch_wall, pieces(ct2_out) / ct2_wall
         report.add_row(REAL_TEXT, f"the same decode in batches of {sentences} sentences", f"{torch_wall:.3f}",
-                       f"{torch_wall / wall:.0%}", f"{fmt(torch_rate)} out tok/s; CTranslate2 float32 "
-                       f"{fmt(ct2_rate)} ({ct2_wall:.3f} s): torch at {torch_rate / ct2_rate:.2f}x")
+                       f"{torch_wall / wall:.0%}",
+                       f"{fmt(torch_rate)} out tok/s, {fmt(pieces(torch_out))} pieces, "
+                       f"{worth(torch_out, references, decode.max_length)}; CTranslate2 float32 {fmt(ct2_rate)} "
+                       f"({ct2_wall:.3f} s), {fmt(pieces(ct2_out))} pieces, "
+                       f"{worth(ct2_out, references, decode.max_length)}: torch at {torch_rate / ct2_rate:.2f}x")
     report.notes.append(
         f"real text: the trained tiny Transformer of translate_speed.py on Multi30k test2016, beam {decode.beam}, at "
         f"most {decode.max_length} pieces, GNMT alpha {decode.alpha}, batches of {decode.batch_sentences}, one "
@@ -255,9 +274,9 @@ def main() -> None:
         for translator in engines.values():
             translator.translate(texts[:8])  # warm-up
         tokens = len(texts) * LENGTH
-        (wall, ours_tokens), (ctranslate2_wall, ctranslate2_tokens) = (
+        (wall, ours_out), (ctranslate2_wall, ctranslate2_out) = (
             wall_seconds(ours, texts, repeats), wall_seconds(ctranslate2, texts, repeats))
-        assert ours_tokens == ctranslate2_tokens == tokens, "every output must have the forced length"
+        assert pieces(ours_out) == pieces(ctranslate2_out) == tokens, "every output must have the forced length"
         parts, timed_wall = part_seconds(ours, texts)
         for part in PARTS:
             report.add_row(shape, part, f"{parts[part]:.3f}", f"{parts[part] / timed_wall:.0%}", "")

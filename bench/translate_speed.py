@@ -80,13 +80,14 @@ def work_dir(root: Path, quick: bool) -> Path:
     return root / ("translate_speed-quick" if quick else "translate_speed")
 
 
-def tiny_transformer(root: Path, quick: bool) -> tuple[Path, Path]:
+def tiny_transformer(root: Path, quick: bool) -> tuple[Path, Path, Path]:
     """This table's trained tiny Transformer (trained once, shared with decode_profile) and the
-    raw source text of the test set."""
+    raw source and reference text of the test set."""
     prepared = prepare_multi30k(root, quick)
     checkpoint = trained_model(prepared, work_dir(root, quick) / "models", QUICK_TRAINING if quick else FULL_TRAINING,
                                "transformer", TINY_TRANSFORMER)
-    return checkpoint, PreparedData(prepared).text_path("test", "src")
+    data = PreparedData(prepared)
+    return checkpoint, data.text_path("test", "src"), data.text_path("test", "tgt")
 
 
 def our_systems(prepared: Path, source_text: Path, models: Path, train_spec: TrainSpec,
@@ -161,9 +162,14 @@ class Quality:
 def quality(hypotheses: Path, references: list[str], tokenizer, max_length: int) -> Quality:
     """Detokenise piece output with our SentencePiece model; score with sacreBLEU."""
     lines = [line.split() for line in hypotheses.read_text(encoding="utf-8").splitlines()]
-    texts = [tokenizer.tgt.decode_pieces(pieces) for pieces in lines]
+    return text_quality([tokenizer.tgt.decode_pieces(pieces) for pieces in lines], [len(p) for p in lines],
+                        references, max_length)
+
+
+def text_quality(texts: list[str], lengths: list[int], references: list[str], max_length: int) -> Quality:
+    """sacreBLEU of detokenised ``texts``; the share of ``lengths`` (in pieces) at ``max_length``."""
     bleu = sacrebleu.corpus_bleu(texts, [references]).score
-    return Quality(bleu, sum(len(pieces) >= max_length for pieces in lines) / max(len(lines), 1))
+    return Quality(bleu, sum(length >= max_length for length in lengths) / max(len(lengths), 1))
 
 
 def ctranslate2_version() -> str:

@@ -126,6 +126,13 @@ def test_decode_profile_quick_splits_the_decode_into_parts_and_states_the_ceilin
         larger = real[f"the same decode in batches of {sentences} sentences"]
         assert figure(larger["seconds"]) > 0
         assert float(re.search(r"torch at ([0-9.]+)x$", larger["note"]).group(1)) > 0
+    # every decode shows what its output is worth beside its speed (one figure per engine)
+    decodes = ["whole decode", "CTranslate2 float32, same model and rule",
+               "the same decode in batches of 64 sentences", "the same decode in batches of 128 sentences"]
+    for name in decodes:
+        worth = re.findall(r"BLEU ([0-9.]+), ([0-9.]+)% at the limit", real[name]["note"])
+        assert len(worth) == (2 if name.startswith("the same decode") else 1), name
+        assert all(0 <= float(bleu) <= 100 and 0 <= float(share) <= 100 for bleu, share in worth)
 
 
 def test_serve_load_quick_answers_every_sentence_and_refuses_the_overload_cleanly(work: Path) -> None:
