@@ -48,11 +48,16 @@ def test_unknown_override_key():
         load_config(None, parse_overrides(["data.vocab=100"]))
 
 
-def test_every_bad_override_is_reported_at_once():
+def problem_lines(path, settings: tuple[str, ...] | list[str] = ()) -> list[str]:
+    """The lines of the ConfigError that loading ``path`` with the ``--set`` values ``settings``
+    raises, one problem each."""
     with pytest.raises(ConfigError) as info:
-        load_config(None, parse_overrides(["train.foo=1", "data.vocab_size=lots", "trian.max_steps=5",
-                                           "train.bar=2"]))
-    lines = str(info.value).splitlines()
+        load_config(path, parse_overrides(list(settings)))
+    return str(info.value).splitlines()
+
+
+def test_every_bad_override_is_reported_at_once():
+    lines = problem_lines(None, ["train.foo=1", "data.vocab_size=lots", "trian.max_steps=5", "train.bar=2"])
     assert len(lines) == 4
     assert "unknown config key 'train.foo'" in lines[0] and "bad override key 'trian.max_steps'" in lines[1]
     assert "unknown config key 'train.bar'" in lines[2] and "expected an integer" in lines[3]
@@ -61,16 +66,12 @@ def test_every_bad_override_is_reported_at_once():
 def test_a_bad_file_and_bad_override_keys_are_reported_together(tmp_path):
     path = tmp_path / "config.yaml"
     path.write_text("data:\n  vocab_size: lots\n")
-    with pytest.raises(ConfigError) as info:
-        load_config(path, parse_overrides(["train.foo=1", "train.max_steps=5"]))
-    lines = str(info.value).splitlines()
+    lines = problem_lines(path, ["train.foo=1", "train.max_steps=5"])
     assert len(lines) == 2
     assert lines[0].startswith(f"{path}: ") and "expected an integer" in lines[0]
     assert "unknown config key 'train.foo'" in lines[1]
     path.write_text("train:\n  max_steps: many\n")  # with a bad --set value: the file's problems come first
-    with pytest.raises(ConfigError) as info:
-        load_config(path, parse_overrides(["data.vocab_size=lots", "train.foo=1"]))
-    lines = str(info.value).splitlines()
+    lines = problem_lines(path, ["data.vocab_size=lots", "train.foo=1"])
     assert len(lines) == 3
     assert lines[0].startswith(f"{path}: ") and "'train.max_steps'" in lines[0]
     assert "unknown config key 'train.foo'" in lines[1]
@@ -133,9 +134,7 @@ def test_every_problem_is_reported_at_once_one_line_each(tmp_path):
     path.write_text("train:\n  max_tokens: 0\n  update_freq: lots\n  early_stop_metric: bleu\n  valid_bleu: false\n"
                     "decode:\n  beam_size: 2\n  nbest: 3\n  top_p: 1.5\nmodel:\n  d_model: 10\n  heads: 4\n"
                     "  colour: red\n")
-    with pytest.raises(ConfigError) as info:
-        load_config(path)
-    lines = str(info.value).splitlines()
+    lines = problem_lines(path)
     assert all(line.startswith(f"{path}: ") for line in lines)
     expected = [
         "config key 'train.update_freq': expected an integer, got 'lots'",
@@ -148,9 +147,7 @@ def test_every_problem_is_reported_at_once_one_line_each(tmp_path):
     # rules that tie keys together run once the section's own values are in range
     fixed = path.read_text().replace("max_tokens: 0", "max_tokens: 10").replace("lots", "2")
     path.write_text(fixed.replace("top_p: 1.5", "top_p: 0.5").replace("  colour: red\n", ""))
-    with pytest.raises(ConfigError) as info:
-        load_config(path)
-    lines = str(info.value).splitlines()
+    lines = problem_lines(path)
     assert len(lines) == 3
     for text in ("bleu needs train.valid_bleu=true", "'model.d_model': 10 is not divisible by model.heads=4",
                  "'decode.nbest': must be at most decode.beam_size (2), got 3"):
