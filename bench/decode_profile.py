@@ -244,12 +244,13 @@ def real_text_rows(report: Report, args, repeats: int) -> None:
         for translator in engines:
             translator.translate(texts[:WARMUP_SENTENCES])
         (torch_wall, torch_out), (ct2_wall, ct2_out) = (wall_seconds(e, texts, repeats) for e in engines)
-        torch_rate, ct2_rate = pieces(torch_out) / torch_wall, pieces(ct2_out) / ct2_wall
+        torch_pieces, ct2_pieces = pieces(torch_out), pieces(ct2_out)
+        torch_rate, ct2_rate = torch_pieces / torch_wall, ct2_pieces / ct2_wall
         report.add_row(REAL_TEXT, f"the same decode in batches of {sentences} sentences", f"{torch_wall:.3f}",
                        f"{torch_wall / wall:.0%}",
-                       f"{fmt(torch_rate)} out tok/s, {fmt(pieces(torch_out))} pieces, "
+                       f"{fmt(torch_rate)} out tok/s, {fmt(torch_pieces)} pieces, "
                        f"{worth(torch_out, references, decode.max_length)}; CTranslate2 float32 {fmt(ct2_rate)} "
-                       f"({ct2_wall:.3f} s), {fmt(pieces(ct2_out))} pieces, "
+                       f"({ct2_wall:.3f} s), {fmt(ct2_pieces)} pieces, "
                        f"{worth(ct2_out, references, decode.max_length)}: torch at {torch_rate / ct2_rate:.2f}x")
     report.notes.append(
         f"real text: the trained tiny Transformer of translate_speed.py on Multi30k test2016, beam {decode.beam}, at "
