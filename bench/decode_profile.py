@@ -258,7 +258,7 @@ def real_text_rows(report: Report, args, repeats: int) -> None:
         f"worker; warm-up on the first {WARMUP_SENTENCES} sentences; a one-sentence step: the wall time of decoding "
         f"the first {ALONE_SENTENCES} sentences one at a time ({decode.beam} rows a step; encoding included) over "
         "the steps it took; larger batches: the same rule with more sentences per batch, for both engines, so "
-        "a step's fixed cost is spread over more rows (the equal-work translation table keeps batches of 32)")
+        "a step's fixed cost is spread over more rows (the equal-work translation table has batches of 32 and of 64)")
 
 
 def main() -> None:

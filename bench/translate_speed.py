@@ -3,7 +3,8 @@
 Every row decodes the same source (the 1,000 sentences of Multi30k test2016; ``--quick``:
 100) with the same rule: at most ``DecodeSpec.max_length`` output pieces (an absolute cap,
 the one rule every toolkit applies exactly), the GNMT length penalty ``alpha`` 0.6, the
-same beam, batches of 32 sentences, after a warm-up (OpenNMT-py excepted: ``onmt_translate``
+same beam and the same batches (32 sentences, and 64: a decoding step's fixed cost weighs
+less in larger batches, for every engine), after a warm-up (OpenNMT-py excepted: ``onmt_translate``
 has none). The primary figure is output tokens/s (pieces generated), with sentences/s
 beside it; each row shows its BLEU on the test set and the share of outputs that hit the
 length limit, so a fast but broken row is visible.
@@ -14,7 +15,7 @@ CTranslate2 rows decode OUR Transformer, exported with ``nmt export`` (float32 w
 int8 is CTranslate2's load-time quantization), through ``nmt translate``'s CTranslate2
 engine. OpenNMT-py trains and decodes its own Transformer of the same shape (pre-norm).
 Ratios compare output tokens/s with CTranslate2 float32 (2 inter threads) and OpenNMT-py
-of the same beam, measured in the same run. Each figure is the median of ``--repeats`` runs.
+of the same beam and batch, measured in the same run. Each figure is the median of ``--repeats`` runs.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ FULL_TRAINING = TrainSpec(steps=800, log_every=100, warmup=400)
 QUICK_TRAINING = TrainSpec(steps=6, log_every=2, warmup=100)
 QUICK_MAX_LENGTH = 16  # a model trained 6 steps runs every sentence to the limit
 BEAMS = (1, 5)
+BATCHES = (32, 64)  # sentences per batch
 OPENNMT_ROW = "OpenNMT-py"
 CT2_ROW = "CTranslate2 float32, 2 inter x 1 intra"
 CT2_LAYOUTS = ((2, 2, "2 inter x 1 intra"), (1, 1, "1 inter x 1 intra"))  # (threads, workers, name)
@@ -180,7 +182,7 @@ def ctranslate2_version() -> str:
     return f"ctranslate2 {ctranslate2.__version__} (nmt-cli[ctranslate2] extra)"
 
 
-COLUMNS = ["system", "threads", "beam", "out tok/s", "sent/s", "output pieces", "at limit", "BLEU",
+COLUMNS = ["system", "threads", "beam", "batch", "out tok/s", "sent/s", "output pieces", "at limit", "BLEU",
            "peak RSS MB", "vs CT2 float32", "vs OpenNMT-py"]
 
 
@@ -205,12 +207,12 @@ def add_rows(report: Report, systems: list[System], decode: DecodeSpec, runs, fa
     for system in systems:
         results = runs[system.name]
         if system.name in failures:
-            report.add_row(system.name, system.threads, str(decode.beam), f"failed: {failures[system.name]}",
-                           *["-"] * (len(COLUMNS) - 4))
+            report.add_row(system.name, system.threads, str(decode.beam), str(decode.batch_sentences),
+                           f"failed: {failures[system.name]}", *["-"] * (len(COLUMNS) - 5))
             continue
         rate = rates[system.name]
         worth = score(results[-1].hypotheses)
-        report.add_row(system.name, system.threads, str(decode.beam), fmt(median(rate)),
+        report.add_row(system.name, system.threads, str(decode.beam), str(decode.batch_sentences), fmt(median(rate)),
                        fmt(median([r.sentences_per_second for r in results]), 1), fmt(results[-1].output_tokens),
                        f"{100 * worth.at_limit:.1f}%", f"{worth.bleu:.1f}",
                        fmt(max(r.measured.peak_rss_mb for r in results)),
@@ -225,6 +227,7 @@ def main() -> None:
     parser.add_argument("--ours", default=",".join(OUR_SYSTEMS),
                         help=f"comma list of nmt-cli systems: {', '.join(OUR_SYSTEMS)} (default: all)")
     parser.add_argument("--beams", default=",".join(map(str, BEAMS)), help="comma list of beam sizes")
+    parser.add_argument("--batches", default=",".join(map(str, BATCHES)), help="comma list of sentences per batch")
     args = parser.parse_args()
     repeats = repeats_of(args)
     wanted = [name for name in args.ours.split(",") if name]
@@ -243,21 +246,24 @@ def main() -> None:
     systems += peer_systems(runners, corpus, corpus.text("test", "src"), work / "models", train_spec)
     missing = {**our_missing, **{peer_label(name): why for name, why in missing.items()}}
 
-    report = Report("translate_speed", "Translation speed, equal work (Multi30k test2016, batches of 32 sentences)",
+    report = Report("translate_speed", "Translation speed, equal work (Multi30k test2016)",
                     COLUMNS, quick=args.quick)
     report.versions = {"nmt-cli": project_version(), "CTranslate2": ctranslate2_version(),
                        **{peer_label(name): str(install_record(name)["versions"]) for name in runners}}
     max_length = QUICK_MAX_LENGTH if args.quick else DecodeSpec.max_length
-    for beam in [int(b) for b in args.beams.split(",")]:
-        decode = DecodeSpec(beam=beam, max_length=max_length)
-        runs, failures = measure(systems, decode, repeats, work)
-        add_rows(report, systems, decode, runs, failures,
-                 lambda path: quality(path, references, data.tokenizer, max_length))
-        for name, why in missing.items():
-            report.add_row(name, "-", str(beam), why, *["-"] * (len(COLUMNS) - 4))
+    batches = [int(b) for b in args.batches.split(",")]
+    for batch in batches:
+        for beam in [int(b) for b in args.beams.split(",")]:
+            decode = DecodeSpec(beam=beam, batch_sentences=batch, max_length=max_length)
+            runs, failures = measure(systems, decode, repeats, work / f"batch{batch}")
+            add_rows(report, systems, decode, runs, failures,
+                     lambda path: quality(path, references, data.tokenizer, max_length))
+            for name, why in missing.items():
+                report.add_row(name, "-", str(beam), str(batch), why, *["-"] * (len(COLUMNS) - 5))
     report.notes += [
         f"{len(references)} test sentences; every row: at most {max_length} output pieces, GNMT length penalty "
-        f"alpha {DecodeSpec.alpha}, batches of {DecodeSpec.batch_sentences} sentences; each model trained "
+        f"alpha {DecodeSpec.alpha}, length-sorted batches of {' or '.join(map(str, batches))} sentences (batch); "
+        f"each model trained "
         f"{train_spec.steps} steps of <= {train_spec.max_tokens} tokens on the same pieces",
         f"out tok/s and sent/s: median of {repeats} run(s), each timed after a warm-up on the first "
         f"{ours.WARMUP_SENTENCES} sentences (OpenNMT-py: onmt_translate's own time, no warm-up possible); "
@@ -267,9 +273,9 @@ def main() -> None:
         "CTranslate2 rows: our Transformer exported by nmt export, decoded by nmt translate's ctranslate2 "
         "engine (same hypotheses as the torch engine at float32, re-ranked by the GNMT score)",
         "peak RSS: the decoding process including model load (wait4 maxrss); ratios: output tokens/s of the "
-        "row over that of CTranslate2 float32 (2 inter threads) / OpenNMT-py at the same beam: the ratio of the "
-        "medians, and in brackets the lowest and highest ratio of the runs made side by side (the systems run in "
-        "turn, repeat after repeat), which shows how far the machine's noise moves it",
+        "row over that of CTranslate2 float32 (2 inter threads) / OpenNMT-py at the same beam and batch: the "
+        "ratio of the medians, and in brackets the lowest and highest ratio of the runs made side by side (the "
+        "systems run in turn, repeat after repeat), which shows how far the machine's noise moves it",
     ]
     report.emit(args.json)
 

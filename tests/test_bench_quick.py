@@ -72,11 +72,19 @@ def test_train_speed_quick_reports_our_throughput_and_memory(work: Path) -> None
 
 def test_translate_speed_quick_reports_equal_work_rows(work: Path) -> None:
     report = run_bench("translate_speed", work, "--peers", "none", "--ours", "transformer,int8,ctranslate2",
-                       "--beams", "5")
-    rows = {row[0]: dict(zip(report["columns"], row)) for row in report["rows"]}
-    assert {"nmt-cli Transformer", "nmt-cli Transformer int8", "CTranslate2 float32, 2 inter x 1 intra",
-            "CTranslate2 int8, 1 inter x 1 intra"} <= set(rows)
-    for row in rows.values():
+                       "--beams", "5", "--batches", "32,64")
+    table = [dict(zip(report["columns"], row)) for row in report["rows"]]
+    names = {"nmt-cli Transformer", "nmt-cli Transformer int8", "CTranslate2 float32, 2 inter x 1 intra",
+             "CTranslate2 int8, 1 inter x 1 intra"}
+    for batch in ("32", "64"):  # every system at each batch size, compared with CTranslate2 at the same one
+        rows = {row["system"]: row for row in table if row["batch"] == batch}
+        assert names <= set(rows)
+        assert rows["CTranslate2 float32, 2 inter x 1 intra"]["vs CT2 float32"] == "1.00x"
+        # the CTranslate2 rows decode our own exported Transformer: the float32 outputs are ours, and
+        # the same model and rule give the same outputs in batches of any size
+        assert rows["CTranslate2 float32, 2 inter x 1 intra"]["output pieces"] == rows["nmt-cli Transformer"]["output pieces"]
+        assert rows["nmt-cli Transformer"]["output pieces"] == table[0]["output pieces"]
+    for row in table:
         tokens_per_second, sentences_per_second = figure(row["out tok/s"]), figure(row["sent/s"])
         assert tokens_per_second > 0
         # 100 test sentences, each output at most 16 pieces: tokens/s <= 16 x sentences/s, up to the
@@ -85,9 +93,6 @@ def test_translate_speed_quick_reports_equal_work_rows(work: Path) -> None:
                                                                        + half_unit(row["sent/s"]))
         assert 0 < figure(row["output pieces"]) <= 1600
         assert 0 <= figure(row["at limit"].rstrip("%")) <= 100 and figure(row["BLEU"]) >= 0
-    # the CTranslate2 rows decode our own exported Transformer: the float32 outputs are ours
-    assert rows["CTranslate2 float32, 2 inter x 1 intra"]["output pieces"] == rows["nmt-cli Transformer"]["output pieces"]
-    assert rows["CTranslate2 float32, 2 inter x 1 intra"]["vs CT2 float32"] == "1.00x"
 
 
 def test_engine_ratio_quick_compares_engines_on_forced_equal_work(work: Path) -> None:
