@@ -155,7 +155,7 @@ def test_every_problem_is_reported_at_once_one_line_each(tmp_path):
 
 
 @pytest.mark.parametrize("override, expected", [
-    ("decode.max_tokens=0", "'decode.max_tokens': must be at least 1, got 0"),
+    ("decode.max_tokens=-1", "'decode.max_tokens': must be at least 0, got -1"),
     ("decode.workers=0", "'decode.workers': must be at least 1"),
     ("model.dropout=1.0", "'model.dropout': must be below 1"),
     ("model.local_window=0", "'model.local_window': must be at least 1"),

@@ -21,6 +21,7 @@ from nmt_cli.cli import cli
 from nmt_cli.cli import translate as _translate_command  # noqa: F401  (registers `nmt translate`)
 from nmt_cli.data.prepared import PreparedData
 from nmt_cli.decoding import load_translator
+from nmt_cli.decoding.batching import CPU_BATCH_TOKENS
 from nmt_cli.errors import NmtError
 from nmt_cli.export import export_ctranslate2
 
@@ -91,6 +92,15 @@ def test_each_sentence_gets_its_own_length_limit(trained_transformer, exports, t
     assert all(len(h.tokens) <= limit for h, limit in zip(exported, limits))
     assert sum(len(h.tokens) == limit for h, limit in zip(exported, limits)) > 50
     assert agreement(ours, exported) >= 0.99
+
+
+def test_batches_take_the_torch_engines_token_budget(exports) -> None:
+    translator = load_translator(exports["float32"], device="cpu", overrides={"decode.max_len_a": 0.0})
+    sources = [[5] * 10] * 500  # 5,000 source tokens, one length limit
+    assert translator.decode.max_tokens == 0  # the device's budget
+    assert [len(batch) for batch, _ in translator._batches(sources)] == [CPU_BATCH_TOKENS // 10] * 2 + [100]
+    given = translator.with_decode({"decode.max_tokens": 4000})
+    assert [len(batch) for batch, _ in given._batches(sources)] == [400, 100]
 
 
 def run(*args: str, input: str | None = None):

@@ -14,7 +14,9 @@ import pytest
 import torch
 
 from nmt_cli.config import DecodeConfig, ModelConfig
-from nmt_cli.decoding.batching import pad_sources, token_budget_batches
+from nmt_cli.decoding import generator
+from nmt_cli.decoding.batching import (CPU_BATCH_TOKENS, GPU_BATCH_TOKENS, batch_token_budget, pad_sources,
+                                         token_budget_batches)
 from nmt_cli.decoding.generator import decoding_workers, generate, run_search
 from nmt_cli.decoding.search import greedy_tokens, max_output_lengths
 from nmt_cli.decoding.strategies import BeamSearch, GreedySearch
@@ -192,6 +194,24 @@ def test_token_budget_batches_sort_by_length_and_respect_the_budget():
     capped = token_budget_batches(lengths, max_tokens=100, max_sentences=2)
     assert [len(batch) for batch in capped] == [2, 2, 2]
     assert sorted(i for batch in capped for i in batch) == list(range(len(lengths)))
+
+
+def test_decoding_batches_take_the_devices_budget_unless_one_is_given(monkeypatch):
+    assert DecodeConfig().max_tokens == 0
+    assert batch_token_budget(0, torch.device("cpu")) == CPU_BATCH_TOKENS
+    assert batch_token_budget(0, torch.device("cuda")) == GPU_BATCH_TOKENS
+    assert batch_token_budget(500, torch.device("cpu")) == 500
+    batch_tokens = []
+    decode_task = generator.decode_task
+    monkeypatch.setattr(generator, "decode_task", lambda model, device, number, task: (
+        batch_tokens.append(sum(map(len, task.sources))), decode_task(model, device, number, task))[1])
+    sources = [[1] * 10] * 500  # 5,000 source tokens
+    hypotheses = generate(ScriptedModel({(1,): {A: 1.0}}), sources, decode_config(beam_size=1))
+    assert len(hypotheses) == 500 and all(h.tokens == [A] for h in hypotheses)
+    assert batch_tokens == [CPU_BATCH_TOKENS, CPU_BATCH_TOKENS, 1000]
+    batch_tokens.clear()
+    generate(ScriptedModel({}), sources, decode_config(beam_size=1, max_tokens=4000))
+    assert batch_tokens == [4000, 1000]
 
 
 def test_sampling_does_not_depend_on_the_number_of_workers():

@@ -217,7 +217,7 @@ class GatedEngine:
 
     def __init__(self, engine, gate: threading.Event, entered: threading.Event, decoded: list[str]):
         self.engine, self.gate, self.entered, self.decoded = engine, gate, entered, decoded
-        self.decode, self.tokenizer = engine.decode, engine.tokenizer
+        self.decode, self.tokenizer, self.device = engine.decode, engine.tokenizer, engine.device
 
     def translate(self, texts, with_attention=False):
         self.entered.set()

@@ -13,6 +13,13 @@ from nmt_cli.specials import BOS_ID, EOS_ID, PAD_ID
 
 Pair = tuple[Sequence[int], Sequence[int]]
 
+#: source tokens per decoding batch where ``decode.max_tokens`` is 0 (the default). On the CPU
+#: a decoding step costs about the same per row in batches of any size past a few dozen
+#: sentences, and small batches keep several workers busy to the end of a call; a GPU
+#: needs large batches to be busy.
+CPU_BATCH_TOKENS = 2000
+GPU_BATCH_TOKENS = 6000
+
 
 def token_budget_batches(lengths: Sequence[int], max_tokens: int, max_sentences: int = 0) -> list[list[int]]:
     """Indices grouped into batches of at most ``max_tokens`` padded source tokens.
@@ -34,6 +41,11 @@ def token_budget_batches(lengths: Sequence[int], max_tokens: int, max_sentences:
     if current:
         batches.append(current)
     return batches
+
+
+def batch_token_budget(max_tokens: int, device: torch.device) -> int:
+    """``decode.max_tokens``, or the budget for ``device`` where it is 0 (the default)."""
+    return max_tokens or (CPU_BATCH_TOKENS if device.type == "cpu" else GPU_BATCH_TOKENS)
 
 
 def pad_sources(sources: Sequence[Sequence[int]], device: torch.device | str) -> tuple[Tensor, Tensor]:
@@ -72,4 +84,4 @@ def forced_batches(pairs: Sequence[Pair], indices: Sequence[int], batch_size: in
         yield ForcedBatch(chosen, src, src_mask, tgt_in, tgt_out, tgt_mask)
 
 
-__all__ = ["token_budget_batches", "pad_sources", "ForcedBatch", "forced_batches"]
+__all__ = ["token_budget_batches", "batch_token_budget", "pad_sources", "ForcedBatch", "forced_batches"]

@@ -14,8 +14,8 @@ directory written by ``nmt export``. How our search settings map onto CTranslate
   recomputed with ``score_batch``, which adds ``log p(EOS)`` as our search does when it
   forces EOS there, so scores and rankings match ours there too.
 * The maximum length ``a * |x| + b`` is per sentence here but per batch in CTranslate2:
-  sentences are grouped by their limit, then batched by ``decode.max_tokens`` /
-  ``decode.max_sentences`` within each group, so every sentence gets exactly its own limit.
+  sentences are grouped by their limit, then batched by ``decode.max_tokens`` (the device's
+  budget where it is 0, as in the torch engine) / ``decode.max_sentences`` within each group, so every sentence gets exactly its own limit.
 * ``decode.min_len``: CTranslate2's ``min_decoding_length`` (EOS blocked before it).
 * ``decode.workers`` batches run at once (CTranslate2's ``inter_threads``), each on an
   equal share of torch's intra-op thread count.
@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from nmt_cli.config import DecodeConfig
-from nmt_cli.decoding.batching import token_budget_batches
+from nmt_cli.decoding.batching import batch_token_budget, token_budget_batches
 from nmt_cli.decoding.hypothesis import Hypothesis
 from nmt_cli.decoding.search import length_penalty
 from nmt_cli.decoding.translator import (apply_decode_overrides, averaged_label, fit_sources, signature_parts,
@@ -155,11 +155,11 @@ class CTranslate2Translator:
         """(indices, output limit) batches: non-empty sources grouped by limit, then by token budget."""
         nonempty = [i for i, source in enumerate(sources) if source]
         limits = dict(zip(nonempty, self.output_limits([sources[i] for i in nonempty])))
+        budget = batch_token_budget(self.decode.max_tokens, self.device)
         batches = []
         for limit in sorted(set(limits.values()), reverse=True):
             group = [i for i in nonempty if limits[i] == limit]
-            for batch in token_budget_batches([len(sources[i]) for i in group], self.decode.max_tokens,
-                                              self.decode.max_sentences):
+            for batch in token_budget_batches([len(sources[i]) for i in group], budget, self.decode.max_sentences):
                 batches.append(([group[j] for j in batch], limit))
         return batches
 

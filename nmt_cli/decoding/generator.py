@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from nmt_cli.config import DecodeConfig
-from nmt_cli.decoding.batching import pad_sources, token_budget_batches
+from nmt_cli.decoding.batching import batch_token_budget, pad_sources, token_budget_batches
 from nmt_cli.decoding.hypothesis import Hypothesis
 from nmt_cli.decoding.search import greedy_tokens, max_output_lengths, sample_tokens
 from nmt_cli.decoding.strategies import BeamSearch, Finished, GreedySearch, Search
@@ -83,7 +83,8 @@ def generate(
     """Translate source id sequences (no BOS/EOS); one :class:`Hypothesis` each, in input order.
 
     ``device`` defaults to the one the model's weights are on. Sentences are decoded in
-    batches of at most ``decode.max_tokens`` source tokens and ``decode.max_sentences``
+    batches of at most ``decode.max_tokens`` source tokens (0: the device's,
+    :func:`~nmt_cli.decoding.batching.batch_token_budget`) and ``decode.max_sentences``
     sentences, formed from length-sorted input. An empty source
     gives an empty hypothesis. The model decodes in evaluation mode (no dropout) and gets
     its own mode back afterwards.
@@ -100,8 +101,8 @@ def generate(
     results: list[Hypothesis] = [Hypothesis(tokens=[], score=0.0, log_prob=0.0) for _ in sources]
     nonempty = [i for i, source in enumerate(sources) if len(source) > 0]
     lengths = [len(sources[i]) for i in nonempty]
-    batches = [[nonempty[j] for j in batch]
-               for batch in token_budget_batches(lengths, decode.max_tokens, decode.max_sentences)]
+    budget = batch_token_budget(decode.max_tokens, device)
+    batches = [[nonempty[j] for j in batch] for batch in token_budget_batches(lengths, budget, decode.max_sentences)]
 
     tasks = [BatchTask([sources[i] for i in indices], decode, need_attention) for indices in batches]
     decode_numbered = functools.partial(decode_task, model, device)

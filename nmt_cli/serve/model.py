@@ -11,6 +11,8 @@ import os
 from dataclasses import dataclass
 from typing import Any, Mapping, Protocol, Sequence
 
+import torch
+
 from nmt_cli.checkpoint import load_checkpoint_config
 from nmt_cli.config import DecodeConfig, ModelConfig
 from nmt_cli.decoding import load_translator
@@ -26,6 +28,7 @@ class Engine(Protocol):
 
     decode: DecodeConfig
     tokenizer: Tokenizer
+    device: torch.device
 
     def translate(self, texts: Sequence[str], with_attention: bool = False) -> list[Hypothesis]: ...
 

@@ -10,6 +10,7 @@ import asyncio
 import math
 from typing import Any, NamedTuple, Sequence
 
+from nmt_cli.decoding.batching import batch_token_budget
 from nmt_cli.decoding.hypothesis import Hypothesis
 from nmt_cli.errors import NmtError
 from nmt_cli.serve.alignment import alignment_record
@@ -47,7 +48,7 @@ class TranslationService:
     def __init__(self, model: ServedModel, settings: ServeSettings, on_batch=None):
         self.model = model
         self.settings = settings
-        budget = settings.batch_tokens or model.engine.decode.max_tokens
+        budget = settings.batch_tokens or batch_token_budget(model.engine.decode.max_tokens, model.engine.device)
         self.batcher = MicroBatcher(settings.queue_size, budget, settings.batch_wait_ms / 1000,
                                     settings.batching, settings.batch_idle_ms / 1000, on_batch)
 
