@@ -46,7 +46,8 @@ Models are cached under ``--work``; ``--reuse-models`` keeps finished runs with 
 settings instead of training them again (a changed setting still retrains); ``--systems``
 runs only some of nmt-cli's systems (eflomal always runs: it is the guide); ``--steps``
 sets every model's training steps (the default 2,000 are about 4 epochs of Multi30k+Tatoeba,
-short of what the guided and bootstrap models keep gaining from).
+short of what the guided and bootstrap models keep gaining from); ``--device cuda`` trains,
+aligns and translates on a GPU (the times are then the GPU's, as the notes say).
 """
 
 from __future__ import annotations
@@ -215,6 +216,7 @@ class Settings:
     reuse: bool
     repeats: int
     systems: tuple[str, ...]  # of NMT_SYSTEMS
+    device: str = "cpu"  # where every nmt-cli step runs (nmt's --device)
 
 
 def _nmt(*args: object) -> list[str]:
@@ -270,8 +272,8 @@ def train_model(corpus: Corpus, settings: Settings, base: Path, config: Config) 
     config_path = base / "config.yaml"
     restart = [] if _kept(settings, config_path, config) else ["--restart"]
     _run(_nmt("prepare", "--config", config_path, "--out", base / "prepared", "--quiet"), base / "prepare.log", settings)
-    _run(_nmt("train", "--config", config_path, "--data", base / "prepared", "--out", base / "run", "--device", "cpu",
-              *restart), base / "train.log", settings)
+    _run(_nmt("train", "--config", config_path, "--data", base / "prepared", "--out", base / "run",
+              "--device", settings.device, *restart), base / "train.log", settings)
     return _run_seconds(base / "run", base / "prepared")
 
 
@@ -282,7 +284,7 @@ def bootstrap_models(corpus: Corpus, settings: Settings) -> dict:
     config = _config(corpus, settings).with_overrides({"model.alignment_null": True})  # its guided stage's
     if not _kept(settings, config_path, config) and base.exists():
         shutil.rmtree(base)
-    _run(_nmt("align", "bootstrap", "--config", config_path, "--out", base, "--device", "cpu", "--quiet"),
+    _run(_nmt("align", "bootstrap", "--config", config_path, "--out", base, "--device", settings.device, "--quiet"),
          settings.work / corpus.name / "bootstrap.log", settings)
     return json.loads((base / "bootstrap.json").read_text(encoding="utf-8"))
 
@@ -382,7 +384,7 @@ def align_and_score(aligner: Aligner, gold: GoldSet, out: Path, settings: Settin
     reverse model symmetrised by ``symmetrization`` (`nmt align`'s default); its score and seconds."""
     both = ["--reverse-checkpoint", aligner.reverse, "--symmetrize", symmetrization] if aligner.reverse else []
     measured = _run(_nmt("align", "--checkpoint", aligner.checkpoint, "--src", gold.src, "--tgt", gold.tgt,
-                         "--out", out, "--device", "cpu", *both, *options), out.with_suffix(".log"), settings)
+                         "--out", out, "--device", settings.device, *both, *options), out.with_suffix(".log"), settings)
     return _score(gold, out / "alignments.align"), measured.seconds
 
 
@@ -395,7 +397,7 @@ def tuned_reading(aligner: Aligner, corpus: Corpus, out: Path, settings: Setting
         ranking = out / f"sweep-{number}.jsonl"
         measured = _run(_nmt("align", "sweep", "--checkpoint", aligner.checkpoint, "--src", corpus.tune.src,
                              "--tgt", corpus.tune.tgt, "--gold", corpus.tune.gold, "--method", method,
-                             "--threshold", threshold, "--json", "--device", "cpu"),
+                             "--threshold", threshold, "--json", "--device", settings.device),
                         out / f"sweep-{number}.log", settings, stdout=ranking)
         seconds += measured.seconds
         top = json.loads(ranking.read_text(encoding="utf-8").splitlines()[0])
@@ -421,7 +423,7 @@ def bleu(aligner: Aligner, corpus: Corpus, out: Path, settings: Settings, baseli
     source, reference = corpus.bleu
     hypotheses = out / "bleu.hyp"
     _run(_nmt("translate", "--checkpoint", aligner.checkpoint, "--input", source, "--output", hypotheses,
-              "--beam", 1, "--device", "cpu"), out / "translate.log", settings)
+              "--beam", 1, "--device", settings.device), out / "translate.log", settings)
     compared = ["--baseline", baseline, "--bootstrap-samples", 1000] if baseline else []
     report = out / "bleu.json"
     _run(_nmt("evaluate", "--hyp", hypotheses, "--ref", reference, "--metrics", "bleu", "--json", *compared),
@@ -614,6 +616,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--systems", default=",".join(NMT_SYSTEMS),
                         help="comma list of the nmt-cli systems to run: bootstrap (with the plain-attention rows), "
                              "guided, mask-align; eflomal always runs (default: all)")
+    parser.add_argument("--device", default="cpu",
+                        help="where nmt-cli trains, aligns and translates: cpu (default), cuda or cuda:N")
     parser.add_argument("--steps", type=int, default=None, metavar="N",
                         help="training steps of every nmt-cli model, for every corpus (default: the scale's, "
                              "2,000 each; 2,000 steps are about 4 epochs of multi30k+tatoeba)")
@@ -624,7 +628,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--steps must be at least 1, got {args.steps}")
         scale = replace(scale, steps={name: args.steps for name in scale.steps})
     work = (args.work / "align_quality" / ("quick" if args.quick else "full")).resolve()
-    settings = Settings(work, scale, args.threads, args.reuse_models, repeats_of(args), system_names(args.systems))
+    settings = Settings(work, scale, args.threads, args.reuse_models, repeats_of(args), system_names(args.systems),
+                        args.device)
     report = Report(script="align_quality", columns=COLUMNS, quick=args.quick,
                     title="Word alignment: eflomal and nmt-cli's aligners (AER, lower is better)")
     if args.quick:
@@ -657,7 +662,8 @@ def _notes(scale: Scale, settings: Settings) -> list[str]:
         f"every nmt-cli model: {model['arch']} (Mask-Align rows: mask_align) {model['encoder_layers']}+"
         f"{model['decoder_layers']} layers, d_model "
         f"{model['d_model']}, {model['heads']} heads, FFN {model['ffn_dim']}, {scale.precision}, batches of "
-        f"{scale.max_tokens:,} tokens; training steps: {steps}; {settings.threads} thread(s) per step",
+        f"{scale.max_tokens:,} tokens; training steps: {steps}; {settings.threads} thread(s) per step, on "
+        f"device {settings.device}",
         "guided models: train.alignment_weight 0.05 on head 0 of the penultimate decoder layer, learning each "
         "word's links at the step where it is the decoder input (model.alignment_shift, the default); "
         f"guided by eflomal = its {GUIDE} links of the whole training text, with a learned null position for "

@@ -19,7 +19,7 @@ def test_quick_bench_prints_a_row_per_system(tmp_path):
     report_path = tmp_path / "report.json"
     done = subprocess.run(
         [sys.executable, str(REPO / "bench" / "align_quality.py"), "--quick", "--work", str(tmp_path),
-         "--json", str(report_path), "--threads", "1", "--steps", "12"],
+         "--json", str(report_path), "--threads", "1", "--steps", "12", "--device", "cpu"],
         capture_output=True, text=True, timeout=300,
     )
     assert done.returncode == 0, done.stderr[-2000:]
@@ -59,7 +59,7 @@ def test_quick_bench_prints_a_row_per_system(tmp_path):
     else:
         assert ("synthetic", "eflomal", label) in rows
     assert "| synthetic | nmt-cli plain attention |" in done.stdout
-    assert any("training steps: synthetic 12;" in note for note in report["notes"])
+    assert any("training steps: synthetic 12; 1 thread(s) per step, on device cpu" in note for note in report["notes"])
     assert "max_steps: 12" in (work / "bootstrap" / "reverse" / "run" / "config.yaml").read_text(encoding="utf-8")
 
 
