@@ -394,8 +394,8 @@ class DecodeConfig(Validated):
     temperature: float = setting(1.0, "sampling: divide log-probabilities by this", above=0)
     seed: int = setting(1, "random seed for sampling")
     max_tokens: int = setting(
-        0, "source tokens per decoding batch (0 = the device's: 2000 on the CPU, where small batches decode "
-        "fastest, 6000 on a GPU)", at_least=0)
+        0, "source tokens per decoding batch (0 = the device's: 2000 on the CPU, where larger batches gain "
+        "nothing, 6000 on a GPU)", at_least=0)
     max_sentences: int = setting(0, "sentences per decoding batch (0 = no limit besides max_tokens)", at_least=0)
     workers: int = setting(
         1, "CPU: batches decoded at once, each in a forked process of one torch thread",

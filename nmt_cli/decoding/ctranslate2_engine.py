@@ -15,7 +15,8 @@ directory written by ``nmt export``. How our search settings map onto CTranslate
   forces EOS there, so scores and rankings match ours there too.
 * The maximum length ``a * |x| + b`` is per sentence here but per batch in CTranslate2:
   sentences are grouped by their limit, then batched by ``decode.max_tokens`` (the device's
-  budget where it is 0, as in the torch engine) / ``decode.max_sentences`` within each group, so every sentence gets exactly its own limit.
+  budget where it is 0, as in the torch engine) / ``decode.max_sentences`` within each
+  group, so every sentence gets exactly its own limit.
 * ``decode.min_len``: CTranslate2's ``min_decoding_length`` (EOS blocked before it).
 * ``decode.workers`` batches run at once (CTranslate2's ``inter_threads``), each on an
   equal share of torch's intra-op thread count.

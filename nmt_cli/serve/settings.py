@@ -14,10 +14,10 @@ class ServeSettings:
     """Every limit is on by default, so a server bound beyond localhost is still bounded.
 
     ``queue_size`` counts sentences waiting for a decode call; ``batch_tokens`` (None:
-    the checkpoint's ``decode.max_tokens``, or the device's budget where that is 0) is the source-token budget of one
-    micro-batch; ``batch_wait_ms`` is the longest a micro-batch is held open for more
-    sentences once the decoder is free, ``batch_idle_ms`` closes it sooner when no
-    sentence has arrived for that long.
+    the checkpoint's ``decode.max_tokens``, or the device's budget where that is 0) is the
+    source-token budget of one micro-batch; ``batch_wait_ms`` is the longest a micro-batch
+    is held open for more sentences once the decoder is free, ``batch_idle_ms`` closes it
+    sooner when no sentence has arrived for that long.
     """
 
     host: str = "127.0.0.1"
