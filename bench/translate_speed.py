@@ -46,7 +46,9 @@ BEAMS = (1, 5)
 BATCHES = (32, 64)  # sentences per batch
 OPENNMT_ROW = "OpenNMT-py"
 CT2_ROW = "CTranslate2 float32, 2 inter x 1 intra"
-CT2_LAYOUTS = ((2, 2, "2 inter x 1 intra"), (1, 1, "1 inter x 1 intra"))  # (threads, workers, name)
+#: (threads, workers, name): two translators of one thread each (like our two workers), one of two threads
+#: (like our one process with two threads), and one thread
+CT2_LAYOUTS = ((2, 2, "2 inter x 1 intra"), (2, 1, "1 inter x 2 intra"), (1, 1, "1 inter x 1 intra"))
 
 
 @dataclass

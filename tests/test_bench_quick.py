@@ -75,7 +75,7 @@ def test_translate_speed_quick_reports_equal_work_rows(work: Path) -> None:
                        "--beams", "5", "--batches", "32,64")
     table = [dict(zip(report["columns"], row)) for row in report["rows"]]
     names = {"nmt-cli Transformer", "nmt-cli Transformer int8", "CTranslate2 float32, 2 inter x 1 intra",
-             "CTranslate2 int8, 1 inter x 1 intra"}
+             "CTranslate2 float32, 1 inter x 2 intra", "CTranslate2 int8, 1 inter x 1 intra"}
     for batch in ("32", "64"):  # every system at each batch size, compared with CTranslate2 at the same one
         rows = {row["system"]: row for row in table if row["batch"] == batch}
         assert names <= set(rows)
