@@ -253,9 +253,9 @@ def main() -> None:
     report.versions = {"nmt-cli": project_version(), "CTranslate2": ctranslate2_version(),
                        **{peer_label(name): str(install_record(name)["versions"]) for name in runners}}
     max_length = QUICK_MAX_LENGTH if args.quick else DecodeSpec.max_length
-    batches = [int(b) for b in args.batches.split(",")]
+    batches, beams = ([int(value) for value in option.split(",")] for option in (args.batches, args.beams))
     for batch in batches:
-        for beam in [int(b) for b in args.beams.split(",")]:
+        for beam in beams:
             decode = DecodeSpec(beam=beam, batch_sentences=batch, max_length=max_length)
             runs, failures = measure(systems, decode, repeats, work / f"batch{batch}")
             add_rows(report, systems, decode, runs, failures,
@@ -265,8 +265,7 @@ def main() -> None:
     report.notes += [
         f"{len(references)} test sentences; every row: at most {max_length} output pieces, GNMT length penalty "
         f"alpha {DecodeSpec.alpha}, length-sorted batches of {' or '.join(map(str, batches))} sentences (batch); "
-        f"each model trained "
-        f"{train_spec.steps} steps of <= {train_spec.max_tokens} tokens on the same pieces",
+        f"each model trained {train_spec.steps} steps of <= {train_spec.max_tokens} tokens on the same pieces",
         f"out tok/s and sent/s: median of {repeats} run(s), each timed after a warm-up on the first "
         f"{ours.WARMUP_SENTENCES} sentences (OpenNMT-py: onmt_translate's own time, no warm-up possible); "
         "model load excluded",

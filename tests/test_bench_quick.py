@@ -80,10 +80,11 @@ def test_translate_speed_quick_reports_equal_work_rows(work: Path) -> None:
         rows = {row["system"]: row for row in table if row["batch"] == batch}
         assert names <= set(rows)
         assert rows["CTranslate2 float32, 2 inter x 1 intra"]["vs CT2 float32"] == "1.00x"
-        # the CTranslate2 rows decode our own exported Transformer: the float32 outputs are ours, and
-        # the same model and rule give the same outputs in batches of any size
+        # the CTranslate2 rows decode our own exported Transformer: the float32 outputs are ours
         assert rows["CTranslate2 float32, 2 inter x 1 intra"]["output pieces"] == rows["nmt-cli Transformer"]["output pieces"]
-        assert rows["nmt-cli Transformer"]["output pieces"] == table[0]["output pieces"]
+    # the same model and rule give the same outputs in batches of any size
+    ours = {row["batch"]: row["output pieces"] for row in table if row["system"] == "nmt-cli Transformer"}
+    assert ours["32"] == ours["64"]
     for row in table:
         tokens_per_second, sentences_per_second = figure(row["out tok/s"]), figure(row["sent/s"])
         assert tokens_per_second > 0
