@@ -41,6 +41,17 @@ def test_quick_bench_prints_a_row_per_system(tmp_path):
                    if setting.startswith("tuned: both directions, --symmetrize ")]
     assert {row["system"] for row in symmetrised} >= {"nmt-cli plain attention",
                                                       "nmt-cli Mask-Align (no external aligner)"}
+    heuristics = ("intersection", "grow-diag", "grow-diag-final", "grow-diag-final-and")
+    for (corpus, system, setting), row in rows.items():
+        if setting.startswith("tuned: both directions, --symmetrize "):
+            picked = setting.removeprefix("tuned: both directions, --symmetrize ").split(" (picked")[0]
+            assert picked in heuristics or picked == "average --average-threshold 0.4", setting
+    tried = [json.loads(path.read_text(encoding="utf-8")) for path in sorted(
+        (tmp_path / "align_quality" / "quick" / "synthetic" / "scores").glob("*/symmetrize-*/settings.json"))]
+    averaged = [settings for settings in tried if settings["symmetrization"] == "average"]
+    # every both-directions system tries the four heuristics and the average at the default threshold
+    assert len(tried) == 5 * len(averaged) and averaged
+    assert all(settings["average_threshold"] == 0.4 for settings in averaged)
     tuned = [row for (corpus, system, setting), row in rows.items() if setting.startswith("tuned: --layer")]
     assert tuned and all(row["pairs"] == "test 1-30" for row in tuned)
     work = tmp_path / "align_quality" / "quick" / "synthetic"

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from nmt_cli.alignment.hard import argmax_links, hard_links, threshold_links
-from nmt_cli.alignment.symmetrize import symmetrize
+from nmt_cli.alignment.symmetrize import average_links, symmetrize
 from nmt_cli.errors import InputError
 from nmt_cli.pharaoh import format_links, parse_links, read_alignments, write_alignments
 
@@ -84,3 +84,17 @@ def test_final_and_needs_both_words_unaligned():
 def test_unknown_symmetrization_lists_the_choices():
     with pytest.raises(ValueError, match="grow-diag-final-and"):
         symmetrize(FORWARD, REVERSE, "diagonal", 4, 4)
+
+
+def test_average_links_keep_pairs_whose_mean_weight_passes_the_threshold():
+    forward = np.array([[0.8, 0.2, 0.0],  # target word 0 -> source 0
+                        [0.0, 0.5, 0.1]])  # target word 1: 0.4 of its weight on a null
+    reverse = np.array([[0.9, 0.1],  # source word 0 -> target 0
+                        [0.1, 0.3],  # source word 1: unsure
+                        [0.0, 0.9]])  # source word 2 -> target 1, which forward barely supports
+    # means (source x target): [[0.85, 0.05], [0.15, 0.4], [0.0, 0.5]]
+    assert average_links(forward, reverse, 0.4) == [(0, 0), (2, 1)]
+    assert average_links(forward, reverse, 0.3) == [(0, 0), (1, 1), (2, 1)]
+    assert average_links(forward, reverse, 0.9) == []
+    with pytest.raises(ValueError, match="do not transpose"):
+        average_links(forward, reverse.T, 0.4)

@@ -135,6 +135,11 @@ def test_a_word_is_unaligned_where_the_null_outweighs_its_best_source_word():
     # a threshold applies to the weights with the null's share among them
     threshold = read_alignment(src, tgt, attention, AttentionReading(HeadSelection(), "threshold", 0.35, null=True))
     assert threshold.links == [(0, 0), (1, 1)]
+    # the weights links are read from keep the null's share out: "the" 0.7/0.1 of 1, "house"
+    # 0.1/0.6 with 0.3 on the null, "of" 0.3/0.2 with 0.5 on it
+    np.testing.assert_allclose(with_null.null_share, [0.1, 0.3, 0.5])
+    np.testing.assert_allclose(with_null.link_weights(), [[0.7, 0.2], [0.1, 0.6], [0.3, 0.2]])
+    assert without.null_share is None and without.link_weights() is without.matrix
 
 
 @pytest.fixture(scope="module")

@@ -101,6 +101,29 @@ def test_cli_align_reads_stdin_pairs_and_symmetrises(files, tmp_path):
     assert result.exit_code == 1 and "--heads 1 is out of range: the model has 1 head(s)" in result.stderr
 
 
+def test_cli_align_symmetrises_by_the_average_of_both_directions(files, tmp_path):
+    root = files["root"]
+    common = ["--src", root / "src", "--tgt", root / "tgt", "--batch-size", 2]
+    run("--checkpoint", files["forward"], "--out", tmp_path / "fwd", *common)
+    run("--checkpoint", files["reverse"], "--out", tmp_path / "rev", "--src", root / "tgt", "--tgt", root / "src")
+    forward, _ = load_soft_npz(tmp_path / "fwd" / "soft.npz")  # (T, S) each
+    reverse, _ = load_soft_npz(tmp_path / "rev" / "soft.npz")  # (S, T) each
+    result = run("--checkpoint", files["forward"], "--reverse-checkpoint", files["reverse"], "--out", tmp_path / "avg",
+                 "--symmetrize", "average", "--average-threshold", 0.3, *common)
+    assert result.exit_code == 0, result.output
+    assert "argmax, average > 0.3)" in result.stderr
+    averaged = read_alignments(tmp_path / "avg" / "alignments.align")
+    for pair, f, r in zip(averaged, forward, reverse):
+        mean = (f.matrix.T + r.matrix) / 2  # neither model has a null: its weights are its matrix
+        assert pair.sure == {(int(i), int(j)) for i, j in zip(*np.nonzero(mean > 0.3))}
+    assert sum(len(a.sure) for a in averaged) > 0
+    settings = json.loads((tmp_path / "avg" / "settings.json").read_text(encoding="utf-8"))
+    assert settings["symmetrization"] == "average" and settings["average_threshold"] == 0.3
+    result = CliRunner().invoke(cli, ["align", "--checkpoint", str(files["forward"]), "--out", str(tmp_path / "x"),
+                                      "--symmetrize", "average", "--average-threshold", "1"])
+    assert result.exit_code == 2 and "1.0 is not in the range 0.0<=x<1.0" in result.output
+
+
 def test_cli_align_threshold_method(files, tmp_path):
     root = files["root"]
     run("--checkpoint", files["forward"], "--src", root / "src", "--tgt", root / "tgt", "--out", tmp_path,

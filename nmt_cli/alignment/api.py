@@ -20,20 +20,28 @@ from nmt_cli.alignment.aer import AlignmentScore, score_alignments
 from nmt_cli.alignment.extract import forced_attention
 from nmt_cli.alignment.model import AlignmentModel, encode_pairs
 from nmt_cli.alignment.reader import AttentionReading, SentenceAlignment, default_full_context, default_shift
-from nmt_cli.alignment.symmetrize import SYMMETRIZATIONS, symmetrize
+from nmt_cli.alignment.symmetrize import AVERAGE, SYMMETRIZATIONS, average_links, symmetrize
 from nmt_cli.config import Config
 from nmt_cli.errors import NmtError
 from nmt_cli.models.base import Seq2SeqModel
 from nmt_cli.pharaoh import GoldAlignment
 from nmt_cli.tokenization import Tokenizer
 
-__all__ = ["AlignOptions", "Aligner", "align_corpus", "model_alignment_score"]
+__all__ = ["SYMMETRIZATION_CHOICES", "AlignOptions", "Aligner", "align_corpus", "model_alignment_score"]
+
+#: how ``nmt align`` can combine two directions: the hard-link heuristics and the soft average
+SYMMETRIZATION_CHOICES = SYMMETRIZATIONS + (AVERAGE,)
 
 
 @dataclass(frozen=True)
 class AlignOptions:
     """How attention becomes alignments: the reading (heads, hard-link rule), shift-att,
     the batch size of forced decoding and how two directions are symmetrised.
+
+    ``symmetrization``: one of :data:`SYMMETRIZATION_CHOICES`. The hard ones combine the two
+    directions' links; ``average`` their soft weights, linking where the mean exceeds
+    ``average_threshold`` (:func:`~nmt_cli.alignment.symmetrize.average_links`); the
+    reading's hard-link rule then serves only a model read alone.
 
     ``shift`` (shift-att, Chen et al. 2020): None reads each model as it was trained to
     align (:func:`~nmt_cli.alignment.reader.default_shift`: on for a head guided at the
@@ -44,12 +52,14 @@ class AlignOptions:
     shift: bool | None = None
     batch_size: int = 32
     symmetrization: str = "grow-diag-final"
+    average_threshold: float = 0.4
 
     def __post_init__(self) -> None:
-        if self.symmetrization not in SYMMETRIZATIONS:
-            raise NmtError(
-                f"unknown symmetrization {self.symmetrization!r}; choose one of: {', '.join(SYMMETRIZATIONS)}"
-            )
+        if self.symmetrization not in SYMMETRIZATION_CHOICES:
+            raise NmtError(f"unknown symmetrization {self.symmetrization!r}; "
+                           f"choose one of: {', '.join(SYMMETRIZATION_CHOICES)}")
+        if not 0.0 <= self.average_threshold < 1.0:
+            raise NmtError(f"the average threshold must be in [0, 1), not {self.average_threshold}")
 
 
 class Aligner:
@@ -94,6 +104,8 @@ class Aligner:
                           reverse_shift=self.shifts[self.reverse],
                           reverse_full_context=default_full_context(self.reverse.config),
                           reverse_null=self.readings[self.reverse].null)
+            if self.options.symmetrization == AVERAGE:
+                record["average_threshold"] = self.options.average_threshold
         return record
 
     def _one_direction(self, model: AlignmentModel, src_lines: Sequence[str],
@@ -115,6 +127,10 @@ class Aligner:
                     f"pair {number}: the two models split it into different words ({len(sentence.src_words)}/"
                     f"{len(sentence.tgt_words)} vs {len(reverse.tgt_words)}/{len(reverse.src_words)})"
                 )
+            if self.options.symmetrization == AVERAGE:
+                sentence.links = average_links(sentence.link_weights(), reverse.link_weights(),
+                                               self.options.average_threshold)
+                continue
             reverse_links = [(i, j) for j, i in reverse.links]  # (target, source) -> (source, target)
             sentence.links = symmetrize(
                 sentence.links, reverse_links, self.options.symmetrization,

@@ -157,12 +157,24 @@ class AttentionReading:
 
 @dataclass
 class SentenceAlignment:
-    """One aligned pair: the words of both sides, the soft matrix and the hard links."""
+    """One aligned pair: the words of both sides, the soft matrix and the hard links.
+
+    ``null_share``: each target word's weight on the null position, normalised together with
+    its source words' (None for a model without one); :meth:`link_weights` combines the two.
+    """
 
     src_words: list[str]
     tgt_words: list[str]
     matrix: np.ndarray  # (T_words, S_words), each row sums to one over source words
     links: list[Link]  # (source word, target word), 0-based
+    null_share: np.ndarray | None = None  # (T_words,); None: no null position
+
+    def link_weights(self) -> np.ndarray:
+        """(T_words, S_words): each target word's weight on each source word beside the null,
+        so a row sums to one minus the word's null share (to one without a null)."""
+        if self.null_share is None:
+            return self.matrix
+        return self.matrix * (1.0 - self.null_share)[:, None]
 
 
 def read_alignment(src_pieces: Sequence[str], tgt_pieces: Sequence[str], attention: np.ndarray,
@@ -190,6 +202,6 @@ def read_alignment(src_pieces: Sequence[str], tgt_pieces: Sequence[str], attenti
     null = target_word_means(attention[:, -1], tgt_pieces)  # (T_words,)
     with_null = normalise_rows(np.concatenate([masses, null[:, None]], axis=1))  # (T_words, S_words + 1)
     links = [(i, j) for i, j in hard_links(with_null, reading.method, reading.threshold) if i < len(src_words)]
-    return SentenceAlignment(src_words, tgt_words, matrix, links)
+    return SentenceAlignment(src_words, tgt_words, matrix, links, null_share=with_null[:, -1])
 
 

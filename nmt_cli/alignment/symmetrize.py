@@ -13,17 +13,26 @@ Both inputs are in source-target orientation: ``forward`` from the source->targe
   source word *or* target word is unaligned;
 * ``grow-diag-final-and``: the same, but the source word *and* the target word must
   both be unaligned.
+
+Those combine hard links. :func:`average_links` combines the two directions' soft weights
+instead (``nmt align --symmetrize average``): a link where their mean exceeds a threshold,
+the bidirectional averaging of Nagata et al. (2020), so a pair either direction is sure of
+and the other leans to survives, and one that both only half-believe does not.
 """
 
 from __future__ import annotations
 
 from typing import Iterable
 
+import numpy as np
+
 from nmt_cli.pharaoh import Link
 
-__all__ = ["SYMMETRIZATIONS", "symmetrize"]
+__all__ = ["AVERAGE", "SYMMETRIZATIONS", "average_links", "symmetrize"]
 
 SYMMETRIZATIONS = ("intersection", "union", "grow-diag", "grow-diag-final", "grow-diag-final-and")
+#: the soft symmetrisation, beside the hard ones (:func:`average_links`)
+AVERAGE = "average"
 _NEIGHBOURS = ((-1, 0), (0, -1), (1, 0), (0, 1), (-1, -1), (-1, 1), (1, -1), (1, 1))
 
 
@@ -88,3 +97,17 @@ def symmetrize(
         _final(alignment, forward, both)
         _final(alignment, reverse, both)
     return sorted(alignment.links)
+
+
+def average_links(forward: np.ndarray, reverse: np.ndarray, threshold: float) -> list[Link]:
+    """Links ``(i, j)`` where ``(forward[j, i] + reverse[i, j]) / 2 > threshold``, sorted.
+
+    ``forward``: (T, S) weights of each target word ``j`` on each source word ``i`` from the
+    source->target model; ``reverse``: (S, T) weights of each source word ``i`` on each
+    target word ``j`` from the target->source model. Rows sum to at most one (a null
+    position may keep the rest), so a mean above one half needs both directions' support.
+    """
+    if forward.shape[::-1] != reverse.shape:
+        raise ValueError(f"forward weights {forward.shape} and reverse weights {reverse.shape} do not transpose")
+    mean = (forward.T + reverse) / 2.0  # (S, T)
+    return [(int(i), int(j)) for i, j in zip(*np.nonzero(mean > threshold))]

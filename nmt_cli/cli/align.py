@@ -8,12 +8,11 @@ import json
 import click
 
 from nmt_cli.alignment.aer import score_alignments, score_files
-from nmt_cli.alignment.api import Aligner, AlignOptions
+from nmt_cli.alignment.api import SYMMETRIZATION_CHOICES, Aligner, AlignOptions
 from nmt_cli.alignment.inputs import split_pairs
 from nmt_cli.alignment.model import AlignmentModel
 from nmt_cli.alignment.output import write_outputs
 from nmt_cli.alignment.sweep import sweep
-from nmt_cli.alignment.symmetrize import SYMMETRIZATIONS
 from nmt_cli.cli import cli
 from nmt_cli.cli.options import DEVICE_HELP, config_options, link_options, reading_options
 from nmt_cli.config import Config
@@ -55,13 +54,16 @@ def _read_gold(path: str, src_path: str | None, pairs: int) -> list[GoldAlignmen
 @click.option("--heatmap-lines", default="", help="Heatmaps of these 1-based lines too, e.g. 3,17.")
 @click.option("--gold", "gold_path", type=FILE, help="Gold Pharaoh file: drawn on heatmaps; AER printed.")
 @click.option("--reverse-checkpoint", type=click.Path(), help="Target -> source model: symmetrise both directions.")
-@click.option("--symmetrize", "symmetrization", type=click.Choice(SYMMETRIZATIONS), default="grow-diag-final",
-              help="How to combine the two directions.")
+@click.option("--symmetrize", "symmetrization", type=click.Choice(SYMMETRIZATION_CHOICES), default="grow-diag-final",
+              help="How to combine the two directions: their links (intersection ... grow-diag-final-and), or "
+              "'average': a link where the mean of the two models' word weights exceeds --average-threshold.")
+@click.option("--average-threshold", type=click.FloatRange(0.0, 1.0, max_open=True), default=0.4,
+              help="With --symmetrize average: the mean weight a link needs.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=32, help="Sentence pairs per forward pass.")
 @click.option("--device", default="auto", help=DEVICE_HELP)
 @click.pass_context
 def align(ctx: click.Context, checkpoint, src_path, tgt_path, out_dir, reading, shift, heatmaps, heatmap_lines,
-          gold_path, reverse_checkpoint, symmetrization, batch_size, device) -> None:
+          gold_path, reverse_checkpoint, symmetrization, average_threshold, batch_size, device) -> None:
     """Align sentence pairs with a model's cross-attention (forced decoding of the given target).
 
     Writes OUT/alignments.align (Pharaoh i-j, 0-based source-target words), soft word
@@ -81,15 +83,17 @@ def align(ctx: click.Context, checkpoint, src_path, tgt_path, out_dir, reading, 
         src_lines, tgt_lines = split_pairs(iter_lines(STDIN))
     lines = _heatmap_lines(heatmaps, heatmap_lines, len(src_lines))
     gold = _read_gold(gold_path, src_path, len(src_lines)) if gold_path else None
-    options = AlignOptions(reading=reading, shift=shift, batch_size=batch_size, symmetrization=symmetrization)
+    options = AlignOptions(reading=reading, shift=shift, batch_size=batch_size, symmetrization=symmetrization,
+                           average_threshold=average_threshold)
     aligner = Aligner(checkpoint, options, device, reverse_checkpoint)
     sentences = aligner.align(src_lines, tgt_lines)
     settings = aligner.settings
+    combined = symmetrization + (f" > {average_threshold}" if symmetrization == "average" else "")
     written = write_outputs(out_dir, sentences, settings, lines, gold)
     click.echo(
         f"aligned {len(sentences)} pairs ({settings['selection']}, shift={'on' if settings['shift'] else 'off'}, "
         f"{'full context, ' if settings['full_context'] else ''}{'null, ' if settings['null'] else ''}"
-        f"{reading.method}{', ' + symmetrization if reverse_checkpoint else ''}) -> {out_dir}: "
+        f"{reading.method}{', ' + combined if reverse_checkpoint else ''}) -> {out_dir}: "
         f"{', '.join(path.name for path in written[:4])}, {len(written) - 4} heatmap(s)",
         err=True,
     )
