@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from nmt_cli.alignment.api import Aligner, model_alignment_score
 from nmt_cli.alignment.extract import forced_attention
-from nmt_cli.alignment.reader import AttentionReading, HeadSelection, default_null, read_alignment
+from nmt_cli.alignment.reader import AttentionReading, HeadSelection, combine_alignments, default_null, read_alignment
 from nmt_cli.alignment.sweep import sweep
 from nmt_cli.checkpoint import save_checkpoint
 from nmt_cli.cli import cli
@@ -140,6 +140,25 @@ def test_a_word_is_unaligned_where_the_null_outweighs_its_best_source_word():
     np.testing.assert_allclose(with_null.null_share, [0.1, 0.3, 0.5])
     np.testing.assert_allclose(with_null.link_weights(), [[0.7, 0.2], [0.1, 0.6], [0.3, 0.2]])
     assert without.null_share is None and without.link_weights() is without.matrix
+
+
+def test_an_ensemble_reads_the_mean_of_its_models_link_weights():
+    src, tgt = [f"{B}das", f"{B}Haus"], [f"{B}the", f"{B}house"]
+    with_null = read_alignment(src, tgt, np.array([[0.5, 0.1, 0.4], [0.1, 0.3, 0.6]]),
+                               AttentionReading(HeadSelection(), null=True))
+    assert with_null.links == [(0, 0)]  # "house": the null (0.6) beats Haus (0.3)
+    plain = read_alignment(src, tgt, np.array([[0.9, 0.1], [0.2, 0.8]]), AttentionReading(HeadSelection()))
+    both = combine_alignments([with_null, plain], AttentionReading(HeadSelection()))
+    # means: "the" 0.7/0.1, null 0.2; "house" 0.15/0.55, null 0.3 -> Haus now beats the null
+    np.testing.assert_allclose(both.link_weights(), [[0.7, 0.1], [0.15, 0.55]])
+    np.testing.assert_allclose(both.null_share, [0.2, 0.3])
+    np.testing.assert_allclose(both.matrix, [[7 / 8, 1 / 8], [0.15 / 0.7, 0.55 / 0.7]])
+    assert both.links == [(0, 0), (1, 1)]
+    assert combine_alignments([plain, plain], AttentionReading(HeadSelection())).null_share is None
+    assert combine_alignments([plain], AttentionReading(HeadSelection())) is plain
+    other = read_alignment([f"{B}das", f"{B}Ha", f"{B}us"], tgt, np.ones((2, 3)) / 3, AttentionReading(HeadSelection()))
+    with pytest.raises(NmtError, match="read a pair as different words"):
+        combine_alignments([plain, other], AttentionReading(HeadSelection()))
 
 
 @pytest.fixture(scope="module")

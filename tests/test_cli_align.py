@@ -124,6 +124,34 @@ def test_cli_align_symmetrises_by_the_average_of_both_directions(files, tmp_path
     assert result.exit_code == 2 and "1.0 is not in the range 0.0<=x<1.0" in result.output
 
 
+def test_cli_align_with_an_ensemble_reads_the_mean_of_its_models(files, tmp_path):
+    root = files["root"]
+    common = ["--src", root / "src", "--tgt", root / "tgt", "--gold", root / "gold"]
+    for name, model in (("one", files["forward"]), ("two", files["reverse"])):
+        run("--checkpoint", model, "--out", tmp_path / name, *common)
+    result = run("--checkpoint", files["forward"], "--checkpoint", files["reverse"], "--out", tmp_path / "both",
+                 *common)
+    assert result.exit_code == 0, result.output
+    assert "aligned 3 pairs (2 models, layer=-1 heads=all" in result.stderr and result.stdout.startswith("AER ")
+    one, _ = load_soft_npz(tmp_path / "one" / "soft.npz")
+    two, _ = load_soft_npz(tmp_path / "two" / "soft.npz")
+    both, settings = load_soft_npz(tmp_path / "both" / "soft.npz")
+    for a, b, mean in zip(one, two, both):  # neither has a null: each row sums to one, and so does the mean
+        np.testing.assert_allclose(mean.matrix, (a.matrix + b.matrix) / 2, atol=1e-6)
+        assert sorted(mean.links) == sorted((int(np.argmax(row)), j) for j, row in enumerate(mean.matrix))
+    assert [member["arch"] for member in settings["ensemble"]] == ["transformer", "rnn_bahdanau"]
+    # the same model twice is that model
+    run("--checkpoint", files["forward"], "--checkpoint", files["forward"], "--out", tmp_path / "twice", *common)
+    twice, _ = load_soft_npz(tmp_path / "twice" / "soft.npz")
+    assert all(t.links == o.links and np.allclose(t.matrix, o.matrix, atol=1e-6) for t, o in zip(twice, one))
+    # both sides may be ensembles
+    result = run("--checkpoint", files["forward"], "--checkpoint", files["reverse"], "--reverse-checkpoint",
+                 files["reverse"], "--reverse-checkpoint", files["forward"], "--symmetrize", "average",
+                 "--out", tmp_path / "four", *common)
+    assert result.exit_code == 0 and "(2+2 models, " in result.stderr
+    assert len(json.loads((tmp_path / "four" / "settings.json").read_text(encoding="utf-8"))["reverse_ensemble"]) == 2
+
+
 def test_cli_align_threshold_method(files, tmp_path):
     root = files["root"]
     run("--checkpoint", files["forward"], "--src", root / "src", "--tgt", root / "tgt", "--out", tmp_path,

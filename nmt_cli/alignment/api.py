@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Sequence, Union
 
 from nmt_cli.alignment.aer import AlignmentScore, score_alignments
 from nmt_cli.alignment.extract import forced_attention
 from nmt_cli.alignment.model import AlignmentModel, encode_pairs
-from nmt_cli.alignment.reader import AttentionReading, SentenceAlignment, default_full_context, default_shift
+from nmt_cli.alignment.reader import (AttentionReading, SentenceAlignment, combine_alignments, default_full_context,
+                                     default_shift)
 from nmt_cli.alignment.symmetrize import AVERAGE, SYMMETRIZATIONS, average_links, symmetrize
 from nmt_cli.config import Config
 from nmt_cli.errors import NmtError
@@ -62,65 +63,106 @@ class AlignOptions:
             raise NmtError(f"the average threshold must be in [0, 1), not {self.average_threshold}")
 
 
+#: a checkpoint, or several making an ensemble
+Checkpoints = Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]
+
+
+def _paths(checkpoints) -> list:
+    """One checkpoint path, or several (an ensemble), as a list."""
+    if checkpoints is None:
+        return []
+    return [checkpoints] if isinstance(checkpoints, (str, os.PathLike)) else list(checkpoints)
+
+
 class Aligner:
-    """A model (and optionally its reverse-direction partner) ready to align sentence pairs."""
+    """A model (and optionally its reverse-direction partner) ready to align sentence pairs.
+
+    Each direction may be an ensemble: several checkpoints whose word link weights are
+    averaged for every pair (:func:`~nmt_cli.alignment.reader.combine_alignments`).
+    """
 
     def __init__(
         self,
-        checkpoint: str | os.PathLike,
+        checkpoint: Checkpoints,
         options: AlignOptions = AlignOptions(),
         device: str = "cpu",
-        reverse_checkpoint: str | os.PathLike | None = None,
+        reverse_checkpoint: Checkpoints | None = None,
     ):
         self.options = options
-        self.forward = AlignmentModel(checkpoint, device, options.batch_size)
-        self.reverse = AlignmentModel(reverse_checkpoint, device, options.batch_size) if reverse_checkpoint else None
-        #: the reading and shift of each model, its defaults filled in (they may differ between the two)
+        self.forward_models = [AlignmentModel(path, device, options.batch_size) for path in _paths(checkpoint)]
+        self.reverse_models = [AlignmentModel(path, device, options.batch_size)
+                               for path in _paths(reverse_checkpoint)]
+        if not self.forward_models:
+            raise NmtError("no checkpoint to align with")
+        #: the reading and shift of each model, its defaults filled in (they may differ between models)
         self.readings, self.shifts = {}, {}
-        for model in (self.forward, self.reverse):
-            if model is not None:
-                self.readings[model] = options.reading.for_model(model.config)
-                self.shifts[model] = default_shift(model.config) if options.shift is None else options.shift
-                model.check(self.readings[model].selection)
+        for model in self.forward_models + self.reverse_models:
+            self.readings[model] = options.reading.for_model(model.config)
+            self.shifts[model] = default_shift(model.config) if options.shift is None else options.shift
+            model.check(self.readings[model].selection)
+
+    @property
+    def forward(self) -> AlignmentModel:
+        """The (first) source -> target model."""
+        return self.forward_models[0]
+
+    @property
+    def reverse(self) -> AlignmentModel | None:
+        """The (first) target -> source model, if any."""
+        return self.reverse_models[0] if self.reverse_models else None
+
+    def _describe(self, model: AlignmentModel) -> dict:
+        reading = self.readings[model]
+        return {"checkpoint": str(model.path), "step": model.step, "arch": model.arch,
+                "selection": reading.selection.describe(), "shift": self.shifts[model],
+                "full_context": default_full_context(model.config), "null": reading.null}
 
     @property
     def settings(self) -> dict:
-        """Everything that decides the output, recorded next to it."""
+        """Everything that decides the output, recorded next to it: the first model of each
+        direction under the usual keys, every model of an ensemble under ``ensemble``."""
         reading = self.readings[self.forward]
-        record = {
-            "checkpoint": str(self.forward.path),
-            "step": self.forward.step,
-            "arch": self.forward.arch,
-            "selection": reading.selection.describe(),
-            "shift": self.shifts[self.forward],
-            "full_context": default_full_context(self.forward.config),
-            "null": reading.null,
-            "method": reading.method,
-            "threshold": reading.threshold if reading.method == "threshold" else None,
-        }
+        record = {**self._describe(self.forward), "method": reading.method,
+                  "threshold": reading.threshold if reading.method == "threshold" else None}
+        if len(self.forward_models) > 1:
+            record["ensemble"] = [self._describe(model) for model in self.forward_models]
         if self.reverse is not None:
-            record.update(reverse_checkpoint=str(self.reverse.path), symmetrization=self.options.symmetrization,
-                          reverse_selection=self.readings[self.reverse].selection.describe(),
-                          reverse_shift=self.shifts[self.reverse],
-                          reverse_full_context=default_full_context(self.reverse.config),
-                          reverse_null=self.readings[self.reverse].null)
+            reverse = {f"reverse_{key}": value for key, value in self._describe(self.reverse).items()
+                       if key not in ("step", "arch")}
+            record.update(reverse, symmetrization=self.options.symmetrization)
+            if len(self.reverse_models) > 1:
+                record["reverse_ensemble"] = [self._describe(model) for model in self.reverse_models]
             if self.options.symmetrization == AVERAGE:
                 record["average_threshold"] = self.options.average_threshold
         return record
 
-    def _one_direction(self, model: AlignmentModel, src_lines: Sequence[str],
-                       tgt_lines: Sequence[str]) -> list[SentenceAlignment]:
+    def _one_model(self, model: AlignmentModel, src_lines: Sequence[str],
+                   tgt_lines: Sequence[str]) -> list[SentenceAlignment]:
         pairs = model.encode(src_lines, tgt_lines)
         reading = self.readings[model]
         attentions = model.attention(pairs, self.shifts[model], reading.selection)  # (T, S) each
         return [pair.read(attention, reading) for pair, attention in zip(pairs, attentions)]
 
+    def _one_direction(self, models: list[AlignmentModel], src_lines: Sequence[str],
+                       tgt_lines: Sequence[str]) -> list[SentenceAlignment]:
+        """Each pair's alignment by ``models`` (one model, or an ensemble read as the first is)."""
+        members = [self._one_model(model, src_lines, tgt_lines) for model in models]
+        if len(models) == 1:
+            return members[0]
+        reading, combined = self.readings[models[0]], []
+        for number, pair in enumerate(zip(*members), start=1):
+            try:
+                combined.append(combine_alignments(pair, reading))
+            except NmtError as exc:
+                raise NmtError(f"pair {number}: {exc}") from None
+        return combined
+
     def align(self, src_lines: Sequence[str], tgt_lines: Sequence[str]) -> list[SentenceAlignment]:
         """Align ``src_lines[k]`` with ``tgt_lines[k]`` for every ``k``."""
-        sentences = self._one_direction(self.forward, src_lines, tgt_lines)
-        if self.reverse is None:
+        sentences = self._one_direction(self.forward_models, src_lines, tgt_lines)
+        if not self.reverse_models:
             return sentences
-        backward = self._one_direction(self.reverse, tgt_lines, src_lines)
+        backward = self._one_direction(self.reverse_models, tgt_lines, src_lines)
         for number, (sentence, reverse) in enumerate(zip(sentences, backward), start=1):
             if (len(reverse.src_words), len(reverse.tgt_words)) != (len(sentence.tgt_words), len(sentence.src_words)):
                 raise NmtError(
@@ -140,12 +182,12 @@ class Aligner:
 
 
 def align_corpus(
-    checkpoint: str | os.PathLike,
+    checkpoint: Checkpoints,
     src_lines: Sequence[str],
     tgt_lines: Sequence[str],
     options: AlignOptions = AlignOptions(),
     device: str = "cpu",
-    reverse_checkpoint: str | os.PathLike | None = None,
+    reverse_checkpoint: Checkpoints | None = None,
 ) -> list[SentenceAlignment]:
     """Load the model(s) and align every pair; see :class:`Aligner`."""
     return Aligner(checkpoint, options, device, reverse_checkpoint).align(src_lines, tgt_lines)

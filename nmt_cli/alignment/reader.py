@@ -37,7 +37,7 @@ from nmt_cli.errors import NmtError
 from nmt_cli.pharaoh import Link
 
 __all__ = ["HeadSelection", "AttentionReading", "SentenceAlignment", "default_selection", "default_shift",
-           "default_full_context", "default_null", "read_alignment"]
+           "default_full_context", "default_null", "read_alignment", "combine_alignments"]
 
 
 @dataclass(frozen=True)
@@ -196,12 +196,37 @@ def read_alignment(src_pieces: Sequence[str], tgt_pieces: Sequence[str], attenti
     attention = np.asarray(attention, dtype=np.float64)
     source = attention[:, :-1] if reading.null else attention  # (T, S)
     masses = word_masses(source, src_pieces, tgt_pieces)  # (T_words, S_words)
+    null = target_word_means(attention[:, -1], tgt_pieces) if reading.null else None  # (T_words,)
+    return _word_alignment(src_words, tgt_words, masses, null, reading)
+
+
+def _word_alignment(src_words: list[str], tgt_words: list[str], masses: np.ndarray, null: np.ndarray | None,
+                    reading: AttentionReading) -> SentenceAlignment:
+    """The alignment of word masses (T_words, S_words) and, with a null, its weights (T_words,)."""
     matrix = normalise_rows(masses)  # aggregate_to_words
-    if not reading.null:
+    if null is None:
         return SentenceAlignment(src_words, tgt_words, matrix, hard_links(matrix, reading.method, reading.threshold))
-    null = target_word_means(attention[:, -1], tgt_pieces)  # (T_words,)
     with_null = normalise_rows(np.concatenate([masses, null[:, None]], axis=1))  # (T_words, S_words + 1)
     links = [(i, j) for i, j in hard_links(with_null, reading.method, reading.threshold) if i < len(src_words)]
     return SentenceAlignment(src_words, tgt_words, matrix, links, null_share=with_null[:, -1])
 
 
+def combine_alignments(members: Sequence[SentenceAlignment], reading: AttentionReading) -> SentenceAlignment:
+    """One pair's alignment by an ensemble: the mean of its models' link weights (and null
+    shares, zero for a model without a null), read by ``reading``'s hard-link rule as one
+    model's would be. Words are whitespace tokens, so models with different vocabularies
+    combine; they must only read the pair as the same words (the same text normalisation)."""
+    first = members[0]
+    if len(members) == 1:
+        return first
+    for member in members[1:]:
+        if (member.src_words, member.tgt_words) != (first.src_words, first.tgt_words):
+            raise NmtError(f"the ensemble's models read a pair as different words ({' '.join(first.src_words)!r} "
+                           f"vs {' '.join(member.src_words)!r}, or their targets): their text normalisation differs")
+    if not first.src_words or not first.tgt_words:
+        return first
+    weights = np.mean([member.link_weights() for member in members], axis=0)  # (T_words, S_words)
+    nulls = [member.null_share for member in members]
+    null = None if all(share is None for share in nulls) else np.mean(
+        [np.zeros(len(first.tgt_words)) if share is None else share for share in nulls], axis=0)
+    return _word_alignment(first.src_words, first.tgt_words, weights, null, reading)

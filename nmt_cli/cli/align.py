@@ -42,7 +42,9 @@ def _read_gold(path: str, src_path: str | None, pairs: int) -> list[GoldAlignmen
 
 
 @cli.group("align", invoke_without_command=True, context_settings={"show_default": True})
-@click.option("--checkpoint", type=click.Path(), help="Checkpoint or run directory (source -> target model).")
+@click.option("--checkpoint", "checkpoints", multiple=True, type=click.Path(),
+              help="Checkpoint or run directory (source -> target model); repeat it to align with an ensemble "
+              "(the mean of the models' word weights; their vocabularies may differ).")
 @click.option("--src", "src_path", type=FILE, help="Source sentences, one per line (else stdin 'src ||| tgt').")
 @click.option("--tgt", "tgt_path", type=FILE, help="Target sentences, paired line by line with --src.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Output directory.")
@@ -53,7 +55,8 @@ def _read_gold(path: str, src_path: str | None, pairs: int) -> list[GoldAlignmen
 @click.option("--heatmaps", type=click.IntRange(min=0), default=0, help="Heatmap PNGs of the first N pairs.")
 @click.option("--heatmap-lines", default="", help="Heatmaps of these 1-based lines too, e.g. 3,17.")
 @click.option("--gold", "gold_path", type=FILE, help="Gold Pharaoh file: drawn on heatmaps; AER printed.")
-@click.option("--reverse-checkpoint", type=click.Path(), help="Target -> source model: symmetrise both directions.")
+@click.option("--reverse-checkpoint", "reverse_checkpoints", multiple=True, type=click.Path(),
+              help="Target -> source model: symmetrise both directions (repeatable, like --checkpoint).")
 @click.option("--symmetrize", "symmetrization", type=click.Choice(SYMMETRIZATION_CHOICES), default="grow-diag-final",
               help="How to combine the two directions: their links (intersection ... grow-diag-final-and), or "
               "'average': a link where the mean of the two models' word weights exceeds --average-threshold.")
@@ -62,8 +65,8 @@ def _read_gold(path: str, src_path: str | None, pairs: int) -> list[GoldAlignmen
 @click.option("--batch-size", type=click.IntRange(min=1), default=32, help="Sentence pairs per forward pass.")
 @click.option("--device", default="auto", help=DEVICE_HELP)
 @click.pass_context
-def align(ctx: click.Context, checkpoint, src_path, tgt_path, out_dir, reading, shift, heatmaps, heatmap_lines,
-          gold_path, reverse_checkpoint, symmetrization, average_threshold, batch_size, device) -> None:
+def align(ctx: click.Context, checkpoints, src_path, tgt_path, out_dir, reading, shift, heatmaps, heatmap_lines,
+          gold_path, reverse_checkpoints, symmetrization, average_threshold, batch_size, device) -> None:
     """Align sentence pairs with a model's cross-attention (forced decoding of the given target).
 
     Writes OUT/alignments.align (Pharaoh i-j, 0-based source-target words), soft word
@@ -73,7 +76,7 @@ def align(ctx: click.Context, checkpoint, src_path, tgt_path, out_dir, reading, 
     """
     if ctx.invoked_subcommand is not None:
         return
-    if not checkpoint or not out_dir:
+    if not checkpoints or not out_dir:
         raise click.UsageError("nmt align needs --checkpoint and --out (or use `nmt align score` / `sweep`)")
     if (src_path is None) != (tgt_path is None):
         raise click.UsageError("give both --src and --tgt, or neither (then stdin holds 'source ||| target' lines)")
@@ -85,15 +88,17 @@ def align(ctx: click.Context, checkpoint, src_path, tgt_path, out_dir, reading, 
     gold = _read_gold(gold_path, src_path, len(src_lines)) if gold_path else None
     options = AlignOptions(reading=reading, shift=shift, batch_size=batch_size, symmetrization=symmetrization,
                            average_threshold=average_threshold)
-    aligner = Aligner(checkpoint, options, device, reverse_checkpoint)
+    aligner = Aligner(checkpoints, options, device, reverse_checkpoints)
     sentences = aligner.align(src_lines, tgt_lines)
     settings = aligner.settings
     combined = symmetrization + (f" > {average_threshold}" if symmetrization == "average" else "")
+    counts = "+".join(str(len(side)) for side in (checkpoints, reverse_checkpoints) if side)
+    models = f"{counts} models, " if max(len(checkpoints), len(reverse_checkpoints)) > 1 else ""
     written = write_outputs(out_dir, sentences, settings, lines, gold)
     click.echo(
-        f"aligned {len(sentences)} pairs ({settings['selection']}, shift={'on' if settings['shift'] else 'off'}, "
+        f"aligned {len(sentences)} pairs ({models}{settings['selection']}, shift={'on' if settings['shift'] else 'off'}, "
         f"{'full context, ' if settings['full_context'] else ''}{'null, ' if settings['null'] else ''}"
-        f"{reading.method}{', ' + combined if reverse_checkpoint else ''}) -> {out_dir}: "
+        f"{reading.method}{', ' + combined if reverse_checkpoints else ''}) -> {out_dir}: "
         f"{', '.join(path.name for path in written[:4])}, {len(written) - 4} heatmap(s)",
         err=True,
     )
