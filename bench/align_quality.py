@@ -260,11 +260,22 @@ def _run_seconds(run_dir: Path, prepared: Path) -> float:
     return manifest["elapsed_seconds"] + state["elapsed_seconds"]
 
 
+#: settings that decide how fast a model decodes, never what it learns or outputs: a run
+#: whose config differs from the new one only in these is kept by ``--reuse-models``
+SPEED_ONLY = (("decode", "max_tokens"),)
+
+
+def _same_models(stored: Config, wanted: Config) -> bool:
+    """Whether ``stored`` trains the models ``wanted`` would, speed-only settings aside."""
+    return stored.with_overrides(
+        {f"{section}.{key}": getattr(getattr(wanted, section), key) for section, key in SPEED_ONLY}) == wanted
+
+
 def _kept(settings: Settings, config_path: Path, config: Config) -> bool:
     """With ``--reuse-models``: whether the models built from ``config_path`` can stay (the
     same settings as now, read as a config: a key added since, at its default, changes
-    nothing); the new settings are written there either way."""
-    same = settings.reuse and config_path.is_file() and load_config(config_path) == config
+    nothing, nor does a :data:`SPEED_ONLY` one); the new settings are written there either way."""
+    same = settings.reuse and config_path.is_file() and _same_models(load_config(config_path), config)
     config_path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(config_path, config.to_yaml())
     return same

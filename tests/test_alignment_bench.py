@@ -108,3 +108,20 @@ def test_the_reversed_guide_swaps_every_link_of_every_line(tmp_path):
     folder = reversed_guide(guide)
     assert folder == tmp_path / "eflomal-links-reverse"
     assert (folder / "train.align").read_text(encoding="utf-8") == "1-0 2-1 2-2\n\n0-3\n"
+
+
+def test_reuse_keeps_models_whose_config_differs_only_in_decoding_speed(tmp_path):
+    from align_quality import QUICK, Settings, _kept
+
+    from nmt_cli.config import Config
+
+    settings = Settings(tmp_path, QUICK, threads=1, reuse=True, repeats=1, systems=())
+    stored = Config().with_overrides({"decode.max_tokens": 6000, "train.max_steps": 12})
+    wanted = Config().with_overrides({"decode.max_tokens": 0, "train.max_steps": 12})
+    path = tmp_path / "config.yaml"
+    path.write_text(stored.to_yaml(), encoding="utf-8")
+    assert _kept(settings, path, wanted)  # a batch budget changes no model and no output
+    assert "max_tokens: 0" in path.read_text(encoding="utf-8")  # the new settings are written
+    assert not _kept(settings, path, wanted.with_overrides({"train.max_steps": 13}))
+    assert not _kept(settings, path, wanted.with_overrides({"decode.beam_size": 4}))
+    assert not _kept(Settings(tmp_path, QUICK, 1, reuse=False, repeats=1, systems=()), path, wanted)
