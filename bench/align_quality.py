@@ -48,7 +48,9 @@ settings instead of training them again (a changed setting still retrains); ``--
 runs only some of nmt-cli's systems (eflomal always runs: it is the guide); ``--steps``
 sets every model's training steps (the default 2,000 are about 4 epochs of Multi30k+Tatoeba,
 short of what the guided and bootstrap models keep gaining from); ``--device cuda`` trains,
-aligns and translates on a GPU (the times are then the GPU's, as the notes say).
+aligns and translates on a GPU (the times are then the GPU's, as the notes say); ``--seeds N``
+trains N guided models per direction (``train.seed`` 1..N) and adds a row aligning with all
+of them as one ensemble.
 """
 
 from __future__ import annotations
@@ -220,6 +222,7 @@ class Settings:
     repeats: int
     systems: tuple[str, ...]  # of NMT_SYSTEMS
     device: str = "cpu"  # where every nmt-cli step runs (nmt's --device)
+    seeds: int = 1  # guided models per direction (train.seed 1..seeds); more than one adds an ensemble row
 
 
 def _nmt(*args: object) -> list[str]:
@@ -390,15 +393,25 @@ class Aligner:
     seconds: float
     reverse: Path | None = None  # a reverse-direction model: symmetrise grow-diag-final
     translates: bool = True  # its model translates; BLEU is measured for those without a reverse
+    ensemble: tuple[Path, ...] = ()  # more models of the forward direction, aligning as an ensemble with it
+    reverse_ensemble: tuple[Path, ...] = ()  # the same for the reverse direction
+
+    def align_options(self, symmetrization: str) -> list:
+        """``nmt align``'s model options: every checkpoint, and how two directions combine."""
+        models = [option for path in (self.checkpoint, *self.ensemble) for option in ("--checkpoint", path)]
+        if self.reverse is None:
+            return models
+        reverse = [option for path in (self.reverse, *self.reverse_ensemble)
+                   for option in ("--reverse-checkpoint", path)]
+        return models + reverse + ["--symmetrize", symmetrization]
 
 
 def align_and_score(aligner: Aligner, gold: GoldSet, out: Path, settings: Settings, options: tuple = (),
                     symmetrization: str = DEFAULT_SYMMETRIZATION) -> tuple[AlignmentScore, float]:
     """``nmt align`` of ``gold``'s pairs with ``options`` (none: the defaults), an aligner with a
     reverse model symmetrised by ``symmetrization`` (`nmt align`'s default); its score and seconds."""
-    both = ["--reverse-checkpoint", aligner.reverse, "--symmetrize", symmetrization] if aligner.reverse else []
-    measured = _run(_nmt("align", "--checkpoint", aligner.checkpoint, "--src", gold.src, "--tgt", gold.tgt,
-                         "--out", out, "--device", settings.device, *both, *options), out.with_suffix(".log"), settings)
+    measured = _run(_nmt("align", *aligner.align_options(symmetrization), "--src", gold.src, "--tgt", gold.tgt,
+                         "--out", out, "--device", settings.device, *options), out.with_suffix(".log"), settings)
     return _score(gold, out / "alignments.align"), measured.seconds
 
 
@@ -491,19 +504,32 @@ def train_both_directions(corpus: Corpus, settings: Settings, folders: tuple[str
 
 def guided_aligners(corpus: Corpus, settings: Settings, guide: Path, eflomal_seconds: float) -> list[Aligner]:
     """Guided by eflomal's links: de-en, and with an en-de model guided by the same links
-    reversed, both directions symmetrised (as Garg et al. 2019 report their aligner)."""
+    reversed, both directions symmetrised (as Garg et al. 2019 report their aligner); with
+    ``--seeds N`` > 1, N such pairs (``train.seed`` 1..N) aligning as one ensemble too."""
     forward_config = _config(corpus, settings, alignment_path=str(guide)).with_overrides(
         {"train.alignment_weight": 0.05, "model.alignment_null": True})
     reverse_guided = reverse_config(forward_config).with_overrides(
         {"data.alignment_path": str(reversed_guide(guide))})
-    (forward, forward_seconds), (reverse, reverse_seconds) = train_both_directions(
-        corpus, settings, ("guided-eflomal", "guided-eflomal-reverse"), (forward_config, reverse_guided))
+    pairs = []  # per seed: ((forward run, seconds), (reverse run, seconds))
+    for seed in range(1, settings.seeds + 1):
+        suffix, seeded = ("", {}) if seed == 1 else (f"-seed{seed}", {"train.seed": seed})
+        pairs.append(train_both_directions(
+            corpus, settings, (f"guided-eflomal{suffix}", f"guided-eflomal-reverse{suffix}"),
+            (forward_config.with_overrides(seeded), reverse_guided.with_overrides(seeded))))
+    (forward, forward_seconds), (reverse, reverse_seconds) = pairs[0]
     system = "nmt-cli guided by eflomal"
-    return [
+    aligners = [
         Aligner(system, "default reading (supervised head)", forward, eflomal_seconds + forward_seconds),
         Aligner(system, BOTH_DIRECTIONS, forward, eflomal_seconds + forward_seconds + reverse_seconds,
                 reverse=reverse, translates=False),
     ]
+    if len(pairs) > 1:
+        seconds = eflomal_seconds + sum(run[1] for pair in pairs for run in pair)
+        aligners.append(Aligner(system, f"ensemble of {len(pairs)} seeds per direction, {BOTH_DIRECTIONS}",
+                                forward, seconds, reverse=reverse, translates=False,
+                                ensemble=tuple(pair[0][0] for pair in pairs[1:]),
+                                reverse_ensemble=tuple(pair[1][0] for pair in pairs[1:])))
+    return aligners
 
 
 def mask_aligners(corpus: Corpus, settings: Settings) -> list[Aligner]:
@@ -643,7 +669,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=None, metavar="N",
                         help="training steps of every nmt-cli model, for every corpus (default: the scale's, "
                              "2,000 each; 2,000 steps are about 4 epochs of multi30k+tatoeba)")
+    parser.add_argument("--seeds", type=int, default=1, metavar="N",
+                        help="guided models per direction, each with its own train.seed; N > 1 adds a row aligning "
+                             "with all of them as an ensemble (nmt align's repeated --checkpoint) (default 1)")
     args = parser.parse_args(argv)
+    if args.seeds < 1:
+        parser.error(f"--seeds must be at least 1, got {args.seeds}")
     scale = QUICK if args.quick else FULL
     if args.steps is not None:
         if args.steps < 1:
@@ -651,7 +682,7 @@ def main(argv: list[str] | None = None) -> int:
         scale = replace(scale, steps={name: args.steps for name in scale.steps})
     work = (args.work / "align_quality" / ("quick" if args.quick else "full")).resolve()
     settings = Settings(work, scale, args.threads, args.reuse_models, repeats_of(args), system_names(args.systems),
-                        args.device)
+                        args.device, args.seeds)
     report = Report(script="align_quality", columns=COLUMNS, quick=args.quick,
                     title="Word alignment: eflomal and nmt-cli's aligners (AER, lower is better)")
     if args.quick:
@@ -690,7 +721,9 @@ def _notes(scale: Scale, settings: Settings) -> list[str]:
         "word's links at the step where it is the decoder input (model.alignment_shift, the default); "
         f"guided by eflomal = its {GUIDE} links of the whole training text, with a learned null position for "
         "the words they leave unaligned (model.alignment_null; both directions: an en-de model guided by the same "
-        "links reversed as well); bootstrap = `nmt align bootstrap` with the same settings, the null in its "
+        "links reversed as well" + (f"; an ensemble: {settings.seeds} such pairs, train.seed 1-{settings.seeds}, "
+                                    "their word weights averaged per direction" if settings.seeds > 1 else "")
+        + "); bootstrap = `nmt align bootstrap` with the same settings, the null in its "
         "guided stage, which learns grow-diag-final-and links (its forward and reverse models, trained without "
         "a null, are the plain-attention rows)",
         "tuned rows: the lowest AER on the tuning pairs over every layer, head, head average and shift "

@@ -19,7 +19,7 @@ def test_quick_bench_prints_a_row_per_system(tmp_path):
     report_path = tmp_path / "report.json"
     done = subprocess.run(
         [sys.executable, str(REPO / "bench" / "align_quality.py"), "--quick", "--work", str(tmp_path),
-         "--json", str(report_path), "--threads", "1", "--steps", "12", "--device", "cpu"],
+         "--json", str(report_path), "--threads", "1", "--steps", "12", "--device", "cpu", "--seeds", "2"],
         capture_output=True, text=True, timeout=300,
     )
     assert done.returncode == 0, done.stderr[-2000:]
@@ -67,8 +67,19 @@ def test_quick_bench_prints_a_row_per_system(tmp_path):
         assert 0.0 <= float(both_guided["AER"]) <= 1.0 and float(both_guided["time s"]) > float(guided["time s"])
         assert (work / "eflomal-links" / "train.align").is_file()
         assert (work / "guided-eflomal-reverse" / "run").is_dir()
+        ensemble = rows[("synthetic", "nmt-cli guided by eflomal",
+                         "ensemble of 2 seeds per direction, both directions, grow-diag-final (default readings)")]
+        assert 0.0 <= float(ensemble["AER"]) <= 1.0 and float(ensemble["time s"]) > float(both_guided["time s"])
+        assert "train.seed 1-2" in " ".join(report["notes"])
+        seed2 = work / "guided-eflomal-reverse-seed2" / "run" / "config.yaml"
+        assert "\n  seed: 2\n" in seed2.read_text(encoding="utf-8")
+        aligned = [json.loads(path.read_text(encoding="utf-8")) for path in sorted(
+            (work / "scores").glob("*/default/settings.json"))]
+        members = [(len(s.get("ensemble", [])), len(s.get("reverse_ensemble", []))) for s in aligned]
+        assert members.count((2, 2)) == 1  # the ensemble row's models, both directions
     else:
         assert ("synthetic", "eflomal", label) in rows
+        assert not (work / "guided-eflomal-seed2").exists()
     assert "| synthetic | nmt-cli plain attention |" in done.stdout
     assert any("training steps: synthetic 12; 1 thread(s) per step, on device cpu" in note for note in report["notes"])
     assert "max_steps: 12" in (work / "bootstrap" / "reverse" / "run" / "config.yaml").read_text(encoding="utf-8")
@@ -89,6 +100,9 @@ def test_steps_must_be_positive(capsys):
     with pytest.raises(SystemExit):
         main(["--quick", "--steps", "0"])
     assert "--steps must be at least 1, got 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--quick", "--seeds", "0"])
+    assert "--seeds must be at least 1, got 0" in capsys.readouterr().err
 
 
 def test_systems_are_checked_names():
