@@ -71,6 +71,7 @@ from peers.install import availability, venv_bin
 
 from nmt_cli.alignment import read_alignments, score_files, symmetrize, write_alignments
 from nmt_cli.alignment.aer import AlignmentScore
+from nmt_cli.alignment.symmetrize import AVERAGE_THRESHOLD
 from nmt_cli.bootstrap import reverse_config
 from nmt_cli.checkpoint import list_checkpoints
 from nmt_cli.config import Config, load_config
@@ -90,7 +91,6 @@ BOTH_DIRECTIONS = f"both directions, {DEFAULT_SYMMETRIZATION} (default readings)
 #: the symmetrisations a tuned both-directions row of ours picks from: these link heuristics,
 #: and ``average`` at ``nmt align``'s default threshold and each threshold of the scale
 SYMMETRIZED_TRIED = ("intersection", "grow-diag", "grow-diag-final", "grow-diag-final-and")
-AVERAGE_DEFAULT_THRESHOLD = 0.4
 
 
 @dataclass(frozen=True)
@@ -105,6 +105,11 @@ class Scale:
     max_tokens: int
     precision: str
     thresholds: tuple[float, ...] = ()  # tuned readings try argmax links and these thresholds
+
+    @property
+    def average_thresholds(self) -> list[float]:
+        """The thresholds a tuned ``--symmetrize average`` tries: ``nmt align``'s default and the scale's."""
+        return sorted({AVERAGE_THRESHOLD, *self.thresholds})
 
 
 QUICK = Scale(synthetic_train=300, synthetic_test=30, steps={"synthetic": 10}, vocab_size=200, max_tokens=1024,
@@ -439,9 +444,8 @@ def tuned_symmetrization(aligner: Aligner, corpus: Corpus, out: Path,
     """How to combine the two default readings with the lowest AER on the tuning pairs: each
     link heuristic, and the average of their weights at each threshold (:data:`SYMMETRIZED_TRIED`);
     the symmetrisation, its ``nmt align`` options and the seconds spent."""
-    thresholds = sorted({AVERAGE_DEFAULT_THRESHOLD, *settings.scale.thresholds})
     candidates = [(method, ()) for method in SYMMETRIZED_TRIED] + [
-        ("average", ("--average-threshold", value)) for value in thresholds]
+        ("average", ("--average-threshold", value)) for value in settings.scale.average_thresholds]
     scored, seconds = [], 0.0
     for number, (method, options) in enumerate(candidates):
         score, spent = align_and_score(aligner, corpus.tune, out / f"symmetrize-{number}", settings, options,
@@ -730,7 +734,7 @@ def _notes(scale: Scale, settings: Settings) -> list[str]:
         f"(`nmt align sweep`) with argmax links or a threshold in {', '.join(map(str, scale.thresholds)) or '-'}; "
         f"both-directions rows and eflomal: the best symmetrisation on the tuning pairs (ours: "
         f"{', '.join(SYMMETRIZED_TRIED)} of the default readings, or `--symmetrize average` of their weights at "
-        f"a threshold in {', '.join(map(str, sorted({AVERAGE_DEFAULT_THRESHOLD, *scale.thresholds})))})",
+        f"a threshold in {', '.join(map(str, scale.average_thresholds))})",
         "wrong links on unaligned words: of the links that are not even possible gold links, how many are on "
         "target words the gold leaves without any link (an argmax reading gives every word a link)",
         f"eflomal figures are the run with the median AER of {settings.repeats} run(s); its time is the median",

@@ -21,7 +21,7 @@ from nmt_cli.alignment.extract import forced_attention
 from nmt_cli.alignment.model import AlignmentModel, encode_pairs
 from nmt_cli.alignment.reader import (AttentionReading, SentenceAlignment, combine_alignments, default_full_context,
                                      default_shift)
-from nmt_cli.alignment.symmetrize import AVERAGE, SYMMETRIZATIONS, average_links, symmetrize
+from nmt_cli.alignment.symmetrize import AVERAGE, AVERAGE_THRESHOLD, SYMMETRIZATIONS, average_links, symmetrize
 from nmt_cli.config import Config
 from nmt_cli.errors import NmtError
 from nmt_cli.models.base import Seq2SeqModel
@@ -53,7 +53,7 @@ class AlignOptions:
     shift: bool | None = None
     batch_size: int = 32
     symmetrization: str = "grow-diag-final"
-    average_threshold: float = 0.4
+    average_threshold: float = AVERAGE_THRESHOLD
 
     def __post_init__(self) -> None:
         if self.symmetrization not in SYMMETRIZATION_CHOICES:

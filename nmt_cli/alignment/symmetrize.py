@@ -28,11 +28,12 @@ import numpy as np
 
 from nmt_cli.pharaoh import Link
 
-__all__ = ["AVERAGE", "SYMMETRIZATIONS", "average_links", "symmetrize"]
+__all__ = ["AVERAGE", "AVERAGE_THRESHOLD", "SYMMETRIZATIONS", "average_links", "symmetrize"]
 
 SYMMETRIZATIONS = ("intersection", "union", "grow-diag", "grow-diag-final", "grow-diag-final-and")
-#: the soft symmetrisation, beside the hard ones (:func:`average_links`)
+#: the soft symmetrisation, beside the hard ones (:func:`average_links`), and its default threshold
 AVERAGE = "average"
+AVERAGE_THRESHOLD = 0.4
 _NEIGHBOURS = ((-1, 0), (0, -1), (1, 0), (0, 1), (-1, -1), (-1, 1), (1, -1), (1, 1))
 
 

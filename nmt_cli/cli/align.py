@@ -13,6 +13,7 @@ from nmt_cli.alignment.inputs import split_pairs
 from nmt_cli.alignment.model import AlignmentModel
 from nmt_cli.alignment.output import write_outputs
 from nmt_cli.alignment.sweep import sweep
+from nmt_cli.alignment.symmetrize import AVERAGE_THRESHOLD
 from nmt_cli.cli import cli
 from nmt_cli.cli.options import DEVICE_HELP, config_options, link_options, reading_options
 from nmt_cli.config import Config
@@ -60,7 +61,7 @@ def _read_gold(path: str, src_path: str | None, pairs: int) -> list[GoldAlignmen
 @click.option("--symmetrize", "symmetrization", type=click.Choice(SYMMETRIZATION_CHOICES), default="grow-diag-final",
               help="How to combine the two directions: their links (intersection ... grow-diag-final-and), or "
               "'average': a link where the mean of the two models' word weights exceeds --average-threshold.")
-@click.option("--average-threshold", type=click.FloatRange(0.0, 1.0, max_open=True), default=0.4,
+@click.option("--average-threshold", type=click.FloatRange(0.0, 1.0, max_open=True), default=AVERAGE_THRESHOLD,
               help="With --symmetrize average: the mean weight a link needs.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=32, help="Sentence pairs per forward pass.")
 @click.option("--device", default="auto", help=DEVICE_HELP)
