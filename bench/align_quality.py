@@ -614,7 +614,8 @@ def nmt_rows(report: Report, corpus: Corpus, settings: Settings, guide: Path | N
             score, seconds = align_and_score(aligner, corpus.report, out / "tuned", settings, tuple(options.split()))
         else:
             method, chosen, tuning = tuned_symmetrization(aligner, corpus, out, settings)
-            options = " ".join(["both directions, --symmetrize", method, *map(str, chosen)])
+            picked = " ".join(["both directions, --symmetrize", method, *map(str, chosen)])
+            options = aligner.setting.replace(BOTH_DIRECTIONS, picked)  # an ensemble row keeps its name
             score, seconds = align_and_score(aligner, corpus.report, out / "tuned", settings, chosen,
                                              symmetrization=method)
         _row(report, corpus, aligner.system, f"tuned: {options} (picked on pairs {corpus.tune.label})",
