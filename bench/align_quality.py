@@ -29,7 +29,8 @@ Systems, each row naming how it reads its alignments:
   both directions symmetrised;
 * nmt-cli bootstrap (no external aligner): ``nmt align bootstrap``, a model guided by the
   symmetrised attention links of the two plain models (:mod:`nmt_cli.bootstrap`), with the
-  null position as the guided-by-eflomal models have it.
+  null position as the guided-by-eflomal models have it; de-en alone, and with its en-de
+  guided stage combined as the command's aligner does (``--symmetrize average``).
 * nmt-cli Mask-Align (no external aligner): ``model.arch: mask_align`` (Chen et al. 2021),
   which predicts each target token from the source and the other target tokens, in one
   direction and both directions symmetrised.
@@ -72,7 +73,7 @@ from peers.install import availability, venv_bin
 from nmt_cli.alignment import read_alignments, score_files, symmetrize, write_alignments
 from nmt_cli.alignment.aer import AlignmentScore
 from nmt_cli.alignment.symmetrize import AVERAGE_THRESHOLD
-from nmt_cli.bootstrap import reverse_config
+from nmt_cli.bootstrap import ALIGNER_SYMMETRIZATION, reverse_config
 from nmt_cli.checkpoint import list_checkpoints
 from nmt_cli.config import Config, load_config
 from nmt_cli.data.cleaning import normalize_text
@@ -398,6 +399,7 @@ class Aligner:
     seconds: float
     reverse: Path | None = None  # a reverse-direction model: symmetrise grow-diag-final
     translates: bool = True  # its model translates; BLEU is measured for those without a reverse
+    symmetrization: str = DEFAULT_SYMMETRIZATION  # how its default row combines two directions
     ensemble: tuple[Path, ...] = ()  # more models of the forward direction, aligning as an ensemble with it
     reverse_ensemble: tuple[Path, ...] = ()  # the same for the reverse direction
 
@@ -484,7 +486,8 @@ def nmt_aligners(corpus: Corpus, settings: Settings, guide: Path | None, eflomal
 
 
 def bootstrap_aligners(corpus: Corpus, settings: Settings) -> tuple[list[Aligner], list[Aligner]]:
-    """``nmt align bootstrap``'s models: its two plain stages (one and both directions) and its guided one."""
+    """``nmt align bootstrap``'s models: its two plain stages (one and both directions) and its
+    guided ones (de-en alone, and the pair it names as its aligner)."""
     record = bootstrap_models(corpus, settings)
     stages = {name: stage["seconds"] for name, stage in record["stages"].items()}
     root = settings.work / corpus.name / "bootstrap"
@@ -494,9 +497,14 @@ def bootstrap_aligners(corpus: Corpus, settings: Settings) -> tuple[list[Aligner
         Aligner("nmt-cli plain attention", BOTH_DIRECTIONS, root / "forward" / "run",
                 stages["forward"] + stages["reverse"], reverse=root / "reverse" / "run", translates=False),
     ]
-    booted = Aligner("nmt-cli bootstrap (no external aligner)", "default reading (supervised head)",
-                     root / "guided" / "run", sum(stages.values()))
-    return plain, [booted]
+    system, total = "nmt-cli bootstrap (no external aligner)", sum(stages.values())
+    booted = [
+        Aligner(system, "default reading (supervised head)", root / "guided" / "run", total - stages["guided-reverse"]),
+        Aligner(system, f"both directions, {ALIGNER_SYMMETRIZATION} (default readings; the aligner the command names)",
+                root / "guided" / "run", total, reverse=root / "guided-reverse" / "run", translates=False,
+                symmetrization=ALIGNER_SYMMETRIZATION),
+    ]
+    return plain, booted
 
 
 def train_both_directions(corpus: Corpus, settings: Settings, folders: tuple[str, str],
@@ -602,7 +610,8 @@ def nmt_rows(report: Report, corpus: Corpus, settings: Settings, guide: Path | N
     baseline = None
     for number, aligner in enumerate(nmt_aligners(corpus, settings, guide, eflomal_seconds)):
         out = settings.work / corpus.name / "scores" / str(number)
-        score, seconds = align_and_score(aligner, corpus.test, out / "default", settings)
+        score, seconds = align_and_score(aligner, corpus.test, out / "default", settings,
+                                         symmetrization=aligner.symmetrization)
         bleu_text = "-"
         if corpus.bleu is not None and aligner.translates:
             bleu_text, hypotheses = bleu(aligner, corpus, out, settings, baseline)
@@ -615,7 +624,7 @@ def nmt_rows(report: Report, corpus: Corpus, settings: Settings, guide: Path | N
         else:
             method, chosen, tuning = tuned_symmetrization(aligner, corpus, out, settings)
             picked = " ".join(["both directions, --symmetrize", method, *map(str, chosen)])
-            options = aligner.setting.replace(BOTH_DIRECTIONS, picked)  # an ensemble row keeps its name
+            options = aligner.setting.split("both directions, ")[0] + picked  # an ensemble row keeps its name
             score, seconds = align_and_score(aligner, corpus.report, out / "tuned", settings, chosen,
                                              symmetrization=method)
         _row(report, corpus, aligner.system, f"tuned: {options} (picked on pairs {corpus.tune.label})",
@@ -729,8 +738,8 @@ def _notes(scale: Scale, settings: Settings) -> list[str]:
         "links reversed as well" + (f"; an ensemble: {settings.seeds} such pairs, train.seed 1-{settings.seeds}, "
                                     "their word weights averaged per direction" if settings.seeds > 1 else "")
         + "); bootstrap = `nmt align bootstrap` with the same settings, the null in its "
-        "guided stage, which learns grow-diag-final-and links (its forward and reverse models, trained without "
-        "a null, are the plain-attention rows)",
+        "guided stages (de-en and en-de), which learn grow-diag-final-and links (its forward and reverse models, "
+        "trained without a null, are the plain-attention rows)",
         "tuned rows: the lowest AER on the tuning pairs over every layer, head, head average and shift "
         f"(`nmt align sweep`) with argmax links or a threshold in {', '.join(map(str, scale.thresholds)) or '-'}; "
         f"both-directions rows and eflomal: the best symmetrisation on the tuning pairs (ours: "

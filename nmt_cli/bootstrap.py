@@ -12,8 +12,12 @@
    links together (guided alignment, Garg et al. 2019; ``train.alignment_weight``,
    0.05 when the config leaves it at 0), and a null position for the words they leave
    unaligned when the config asks for one (``model.alignment_null``; the first stages,
-   which have no links to learn it from, train without). ``nmt align --checkpoint
-   DIR/guided/run`` then reads its supervised head by default.
+   which have no links to learn it from, train without);
+4. ``guided-reverse``: the same in the opposite direction, on the same links reversed
+   (``links-reverse/``). The aligner is the pair, each read by its supervised head and
+   combined by the mean of their word weights (:func:`aligner_command`: ``nmt align
+   --checkpoint DIR/guided/run --reverse-checkpoint DIR/guided-reverse/run --symmetrize
+   average``), which aligns better than either direction alone.
 
 This is the bootstrapping of Zenkel et al. 2020 (guided alignment training on the
 symmetrised alignments of the model's own attention) with a translation model's
@@ -40,18 +44,20 @@ from nmt_cli.config import Config
 from nmt_cli.data.prepare import prepare
 from nmt_cli.data.prepared import PreparedData
 from nmt_cli.fileio import atomic_open, atomic_write_json
-from nmt_cli.pharaoh import format_links
+from nmt_cli.pharaoh import format_links, read_alignments
 from nmt_cli.textio import read_lines
 from nmt_cli.training import train
 
-__all__ = ["AGREEMENT_SAMPLE", "DEFAULT_GUIDE_WEIGHT", "ReadingChoice", "agreed_reading", "bootstrap",
-           "links_symmetrization"]
+__all__ = ["AGREEMENT_SAMPLE", "ALIGNER_SYMMETRIZATION", "DEFAULT_GUIDE_WEIGHT", "ReadingChoice", "agreed_reading",
+           "aligner_command", "bootstrap", "links_symmetrization"]
 
 #: training pairs the first-stage reading is chosen on
 AGREEMENT_SAMPLE = 2000
 #: the alignment loss weight of Garg et al. 2019, when the config leaves train.alignment_weight at 0
 DEFAULT_GUIDE_WEIGHT = 0.05
 ALIGN_CHUNK = 5000
+#: how the two guided stages are combined into the bootstrap's aligner
+ALIGNER_SYMMETRIZATION = "average"
 
 
 def links_symmetrization(config: Config) -> str:
@@ -118,6 +124,10 @@ class Stages:
     def links(self) -> Path:
         return self.root / "links"
 
+    @property
+    def reverse_links(self) -> Path:
+        return self.root / "links-reverse"
+
 
 def reverse_config(config: Config) -> Config:
     """The same settings for the opposite direction."""
@@ -158,9 +168,32 @@ def bootstrap(config: Config, out_dir: str | os.PathLike, device: str = "cpu", p
     split_names = PreparedData(stages.prepared("forward")).split_names
     save("guided", _prepare_and_train(guided_config(config, stages.links, split_names), stages, "guided", device,
                                       progress, stream))
+    if "guided-reverse" not in record["stages"]:  # once trained, its links stay what it learned
+        _write_reverse_links(stages)
+    reverse_guided = reverse_config(guided_config(config, stages.reverse_links, split_names))
+    save("guided-reverse", _prepare_and_train(reverse_guided, stages, "guided-reverse", device, progress, stream))
     record["aligner"] = str(stages.run("guided"))
+    record["reverse_aligner"] = str(stages.run("guided-reverse"))
     atomic_write_json(record_path, record)
     return record
+
+
+def aligner_command(record: dict) -> str:
+    """The ``nmt align`` options of a finished bootstrap's aligner (its two guided stages)."""
+    return (f"--checkpoint {record['aligner']} --reverse-checkpoint {record['reverse_aligner']} "
+            f"--symmetrize {ALIGNER_SYMMETRIZATION}")
+
+
+def _write_reverse_links(stages: Stages) -> None:
+    """``links-reverse/``: the same text as ``links/`` (linked) and its links turned around (``i-j`` as ``j-i``)."""
+    folder = stages.reverse_links
+    folder.mkdir(parents=True, exist_ok=True)
+    for text in stages.links.iterdir():
+        if text.name != "train.align" and not (folder / text.name).exists():
+            (folder / text.name).symlink_to(text.resolve())
+    with atomic_open(folder / "train.align") as handle:
+        for pair in read_alignments(stages.links / "train.align"):
+            handle.write(format_links(sorted((j, i) for i, j in pair.sure)) + "\n")
 
 
 def _prepare_and_train(config: Config, stages: Stages, name: str, device: str, progress: bool,

@@ -33,6 +33,13 @@ def test_quick_bench_prints_a_row_per_system(tmp_path):
     assert 0.0 <= float(both["AER"]) <= 1.0
     booted = rows[("synthetic", "nmt-cli bootstrap (no external aligner)", "default reading (supervised head)")]
     assert 0.0 <= float(booted["AER"]) <= 1.0 and float(booted["time s"]) > 0
+    booted_pair = rows[("synthetic", "nmt-cli bootstrap (no external aligner)",
+                        "both directions, average (default readings; the aligner the command names)")]
+    # times add up each row's own stages plus its alignment, whose few seconds vary more than a tiny
+    # model's training: rows are not compared by time here, only checked to be counted
+    assert float(booted_pair["time s"]) > 0 and booted_pair["BLEU test2016 (greedy)"] == "-"
+    assert any(system == "nmt-cli bootstrap (no external aligner)" and setting.startswith(
+        "tuned: both directions, --symmetrize ") for (_, system, setting) in rows)
     masked = rows[("synthetic", "nmt-cli Mask-Align (no external aligner)",
                    "both directions, grow-diag-final (default readings)")]
     assert 0.0 <= float(masked["AER"]) <= 1.0 and masked["BLEU test2016 (greedy)"] == "-"
@@ -55,6 +62,8 @@ def test_quick_bench_prints_a_row_per_system(tmp_path):
     tuned = [row for (corpus, system, setting), row in rows.items() if setting.startswith("tuned: --layer")]
     assert tuned and all(row["pairs"] == "test 1-30" for row in tuned)
     work = tmp_path / "align_quality" / "quick" / "synthetic"
+    stages = json.loads((work / "bootstrap" / "bootstrap.json").read_text(encoding="utf-8"))["stages"]
+    assert list(stages) == ["forward", "reverse", "links", "guided", "guided-reverse"]
     assert (work / "bootstrap" / "reverse" / "run").is_dir() and (work / "bootstrap" / "links" / "train.align").is_file()
     usable, label = availability("eflomal")
     if usable:
@@ -64,12 +73,12 @@ def test_quick_bench_prints_a_row_per_system(tmp_path):
         assert guided["AER / eflomal's best symmetrised"].endswith("x")
         both_guided = rows[("synthetic", "nmt-cli guided by eflomal",
                             "both directions, grow-diag-final (default readings)")]
-        assert 0.0 <= float(both_guided["AER"]) <= 1.0 and float(both_guided["time s"]) > float(guided["time s"])
+        assert 0.0 <= float(both_guided["AER"]) <= 1.0 and float(both_guided["time s"]) > 0
         assert (work / "eflomal-links" / "train.align").is_file()
         assert (work / "guided-eflomal-reverse" / "run").is_dir()
         ensemble = rows[("synthetic", "nmt-cli guided by eflomal",
                          "ensemble of 2 seeds per direction, both directions, grow-diag-final (default readings)")]
-        assert 0.0 <= float(ensemble["AER"]) <= 1.0 and float(ensemble["time s"]) > float(both_guided["time s"])
+        assert 0.0 <= float(ensemble["AER"]) <= 1.0 and float(ensemble["time s"]) > 0
         assert "train.seed 1-2" in " ".join(report["notes"])
         assert any(setting.startswith("tuned: ensemble of 2 seeds per direction, both directions, --symmetrize ")
                    for (_, _, setting) in rows)

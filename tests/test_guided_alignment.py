@@ -16,7 +16,7 @@ from nmt_cli.alignment.extract import forced_attention
 from nmt_cli.alignment.model import AlignmentModel
 from nmt_cli.alignment.reader import (AttentionReading, HeadSelection, default_full_context, default_selection,
                                       default_shift, read_alignment)
-from nmt_cli.bootstrap import agreed_reading, bootstrap, links_symmetrization
+from nmt_cli.bootstrap import agreed_reading, aligner_command, bootstrap, links_symmetrization
 from nmt_cli.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
 from nmt_cli.config import Config
 from nmt_cli.data.links import piece_links
@@ -361,7 +361,7 @@ def test_bootstrap_trains_both_directions_links_and_a_guided_model(tmp_path):
         "model.alignment_null": True})
     record = bootstrap(config, tmp_path / "boot", device="cpu", progress=False, stream=io.StringIO())
     root = tmp_path / "boot"
-    assert list(record["stages"]) == ["forward", "reverse", "links", "guided"]
+    assert list(record["stages"]) == ["forward", "reverse", "links", "guided", "guided-reverse"]
     reverse = load_checkpoint(root / "reverse" / "run").config
     assert (reverse.data.src_lang, reverse.data.tgt_lang) == ("en", "de")
     # the null is learned from links: only the guided stage has one
@@ -379,6 +379,18 @@ def test_bootstrap_trains_both_directions_links_and_a_guided_model(tmp_path):
     assert PreparedData(root / "guided" / "prepared").split("train").links is not None
     assert guided.config.model.alignment_null and Aligner(root / "guided" / "run").settings["null"]
     assert Aligner(root / "guided" / "run").settings["selection"] == "layer=-2 heads=0"
+    # the reverse guided stage learns the same links turned around, on the same text
+    turned = read_alignments(root / "links-reverse" / "train.align")
+    assert [pair.sure for pair in turned] == [{(j, i) for i, j in pair.sure} for pair in links]
+    assert (root / "links-reverse" / "train.de").resolve() == (root / "links" / "train.de").resolve()
+    backward = load_checkpoint(root / "guided-reverse" / "run").config
+    assert (backward.data.src_lang, backward.data.tgt_lang) == ("en", "de")
+    assert backward.data.alignment_path == str(root / "links-reverse") and backward.model.alignment_null
+    assert aligner_command(record) == (f"--checkpoint {root / 'guided' / 'run'} --reverse-checkpoint "
+                                       f"{root / 'guided-reverse' / 'run'} --symmetrize average")
+    pair = Aligner(root / "guided" / "run", AlignOptions(symmetrization="average"), "cpu",
+                   root / "guided-reverse" / "run")
+    assert pair.settings["reverse_selection"] == "layer=-2 heads=0" and pair.settings["reverse_null"]
     # a rerun resumes: nothing is trained or aligned again, and each stage keeps its cost
     again = bootstrap(config, tmp_path / "boot", device="cpu", progress=False, stream=io.StringIO())
     assert again["stages"] == record["stages"]
@@ -404,7 +416,7 @@ def test_an_interrupted_stage_stops_the_bootstrap_and_a_rerun_resumes_it(tmp_pat
     assert not (root / "bootstrap.json").exists()  # the stage is not recorded as done
     monkeypatch.setattr(bootstrap_module, "train", train)
     record = bootstrap(config, root, device="cpu", progress=False, stream=io.StringIO())
-    assert list(record["stages"]) == ["forward", "reverse", "links", "guided"]
+    assert list(record["stages"]) == ["forward", "reverse", "links", "guided", "guided-reverse"]
 
 
 def test_the_first_stage_reading_is_ranked_by_agreement(files_for_agreement):

@@ -158,15 +158,16 @@ def sweep_command(checkpoint, src_path, tgt_path, gold_path, method, threshold, 
 @click.option("--quiet", "-q", is_flag=True, help="No progress output from data preparation.")
 def bootstrap_command(config: Config, out_dir: str, device: str, quiet: bool) -> None:
     """Train forward and reverse models on the config, symmetrise their attention links, and
-    train a model guided by those links (no external aligner). Align with it by
-    `nmt align --checkpoint OUT/guided/run`."""
+    train a model guided by those links in each direction (no external aligner). Align with
+    the pair as the last line says: `nmt align --checkpoint OUT/guided/run
+    --reverse-checkpoint OUT/guided-reverse/run --symmetrize average`."""
     import sys
 
-    from nmt_cli.bootstrap import bootstrap
+    from nmt_cli.bootstrap import aligner_command, bootstrap
 
     record = bootstrap(config, out_dir, device=device, progress=not quiet, stream=sys.stderr)
     for name, stage in record["stages"].items():
         click.echo(f"{name:<8} {stage['seconds']:>9,.1f} s" + (f"  reading {stage['reading']} shift="
                                                                f"{'on' if stage['shift'] else 'off'}, agreement "
                                                                f"{stage['agreement']:.4f}" if name == "links" else ""))
-    click.echo(f"aligner: nmt align --checkpoint {record['aligner']}")
+    click.echo(f"aligner: nmt align {aligner_command(record)}")
