@@ -75,6 +75,7 @@ from nmt_cli.alignment.aer import AlignmentScore
 from nmt_cli.alignment.symmetrize import AVERAGE_THRESHOLD
 from nmt_cli.bootstrap import ALIGNER_SYMMETRIZATION, reverse_config
 from nmt_cli.checkpoint import list_checkpoints
+from nmt_cli.pharaoh import write_reversed_alignments
 from nmt_cli.config import Config, load_config
 from nmt_cli.data.cleaning import normalize_text
 from nmt_cli.data.synthetic import generate
@@ -372,9 +373,8 @@ def _write_guide(corpus: Corpus, forward: Path, reverse: Path, settings: Setting
 def reversed_guide(guide: Path) -> Path:
     """The guide's links for the opposite direction (``i-j`` as ``j-i``), in a folder beside it."""
     folder = guide.with_name(guide.name + "-reverse")
-    links = [sorted((j, i) for i, j in pair.sure) for pair in read_alignments(guide / "train.align")]
     folder.mkdir(parents=True, exist_ok=True)
-    write_alignments(folder / "train.align", links)
+    write_reversed_alignments(guide / "train.align", folder / "train.align")
     return folder
 
 

@@ -44,7 +44,7 @@ from nmt_cli.config import Config
 from nmt_cli.data.prepare import prepare
 from nmt_cli.data.prepared import PreparedData
 from nmt_cli.fileio import atomic_open, atomic_write_json
-from nmt_cli.pharaoh import format_links, read_alignments
+from nmt_cli.pharaoh import format_links, write_reversed_alignments
 from nmt_cli.textio import read_lines
 from nmt_cli.training import train
 
@@ -191,9 +191,7 @@ def _write_reverse_links(stages: Stages) -> None:
     for text in stages.links.iterdir():
         if text.name != "train.align" and not (folder / text.name).exists():
             (folder / text.name).symlink_to(text.resolve())
-    with atomic_open(folder / "train.align") as handle:
-        for pair in read_alignments(stages.links / "train.align"):
-            handle.write(format_links(sorted((j, i) for i, j in pair.sure)) + "\n")
+    write_reversed_alignments(stages.links / "train.align", folder / "train.align")
 
 
 def _prepare_and_train(config: Config, stages: Stages, name: str, device: str, progress: bool,

@@ -17,7 +17,8 @@ from nmt_cli.errors import InputError
 from nmt_cli.fileio import atomic_open
 from nmt_cli.textio import iter_lines
 
-__all__ = ["Link", "GoldAlignment", "parse_links", "format_links", "read_alignments", "write_alignments"]
+__all__ = ["Link", "GoldAlignment", "parse_links", "format_links", "read_alignments", "write_alignments",
+           "write_reversed_alignments"]
 
 Link = tuple[int, int]
 _LINK = re.compile(r"([0-9]{1,9})([-p?])([0-9]{1,9})")  # word indices: ASCII digits, a sane size
@@ -63,3 +64,9 @@ def write_alignments(path: str | os.PathLike, alignments: Iterable[Iterable[Link
     with atomic_open(path, "w") as handle:
         for links in alignments:
             handle.write(format_links(links) + "\n")
+
+
+def write_reversed_alignments(source: str | os.PathLike, target: str | os.PathLike) -> None:
+    """``source``'s sure links turned around (``i-j`` as ``j-i``), line for line, into
+    ``target``: the links of the opposite translation direction."""
+    write_alignments(target, [sorted((j, i) for i, j in pair.sure) for pair in read_alignments(source)])

@@ -8,7 +8,7 @@ import pytest
 from nmt_cli.alignment.hard import argmax_links, hard_links, threshold_links
 from nmt_cli.alignment.symmetrize import average_links, symmetrize
 from nmt_cli.errors import InputError
-from nmt_cli.pharaoh import format_links, parse_links, read_alignments, write_alignments
+from nmt_cli.pharaoh import format_links, parse_links, read_alignments, write_alignments, write_reversed_alignments
 
 MATRIX = np.array(  # target words x source words
     [
@@ -98,3 +98,11 @@ def test_average_links_keep_pairs_whose_mean_weight_passes_the_threshold():
     assert average_links(forward, reverse, 0.9) == []
     with pytest.raises(ValueError, match="do not transpose"):
         average_links(forward, reverse.T, 0.4)
+
+
+def test_reversed_alignments_turn_every_sure_link_of_every_line(tmp_path):
+    source = tmp_path / "train.align"
+    source.write_text("0-1 2p2 1-2\n\n3-0\n", encoding="utf-8")
+    write_reversed_alignments(source, tmp_path / "reverse.align")
+    # line for line, each sure link i-j as j-i; possible-only links are not links to learn
+    assert (tmp_path / "reverse.align").read_text(encoding="utf-8") == "1-0 2-1\n\n0-3\n"

@@ -147,8 +147,6 @@ class Aligner:
                        tgt_lines: Sequence[str]) -> list[SentenceAlignment]:
         """Each pair's alignment by ``models`` (one model, or an ensemble read as the first is)."""
         members = [self._one_model(model, src_lines, tgt_lines) for model in models]
-        if len(models) == 1:
-            return members[0]
         reading, combined = self.readings[models[0]], []
         for number, pair in enumerate(zip(*members), start=1):
             try:
