@@ -11,7 +11,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from nmt_cli.alignment.api import Aligner, model_alignment_score
+from nmt_cli.alignment.api import AlignOptions, Aligner, default_symmetrization, model_alignment_score
 from nmt_cli.alignment.extract import forced_attention
 from nmt_cli.alignment.reader import AttentionReading, HeadSelection, combine_alignments, default_null, read_alignment
 from nmt_cli.alignment.sweep import sweep
@@ -237,3 +237,29 @@ def test_every_command_reads_the_null(null_checkpoint, tmp_path):
     by_default = hypothesis_alignment(sources[0], hypothesis, translator, AttentionReading())
     assert by_default.links == read.links
     np.testing.assert_allclose(by_default.matrix, read.matrix, atol=1e-6)
+
+
+def test_two_directions_read_with_their_nulls_are_averaged_by_default(null_checkpoint, tmp_path):
+    run, data, _ = null_checkpoint
+    sources = data.text_path("valid", "src").read_text(encoding="utf-8").splitlines()[:8]
+    targets = data.text_path("valid", "tgt").read_text(encoding="utf-8").splitlines()[:8]
+    by_default = Aligner(run, reverse_checkpoint=run)  # the vocabulary is joint: the model reads either way
+    assert by_default.symmetrization == "average"
+    assert by_default.settings["symmetrization"] == "average" and by_default.settings["average_threshold"] == 0.4
+    low = AlignOptions(average_threshold=0.1)  # this random model's weights rarely reach 0.4 in both directions
+    averaged = Aligner(run, dataclasses.replace(low, symmetrization="average"), reverse_checkpoint=run)
+    links = [a.links for a in Aligner(run, low, reverse_checkpoint=run).align(sources, targets)]
+    assert links == [a.links for a in averaged.align(sources, targets)] and any(links)
+    told = Aligner(run, AlignOptions(symmetrization="grow-diag-final-and"), reverse_checkpoint=run)
+    assert told.symmetrization == "grow-diag-final-and"  # a named one is kept
+    # a model without a null on either side: grow-diag-final, as for plain attention
+    null, plain = AttentionReading(HeadSelection(0, (1,)), null=True), AttentionReading(HeadSelection())
+    assert default_symmetrization([null, null, null]) == "average"
+    assert default_symmetrization([null, plain]) == "grow-diag-final" and default_symmetrization([]) == "grow-diag-final"
+    src_path, tgt_path = tmp_path / "src.txt", tmp_path / "tgt.txt"
+    src_path.write_text("".join(line + "\n" for line in sources), encoding="utf-8")
+    tgt_path.write_text("".join(line + "\n" for line in targets), encoding="utf-8")
+    result = CliRunner().invoke(cli, ["align", "--checkpoint", str(run), "--reverse-checkpoint", str(run), "--src",
+                                      str(src_path), "--tgt", str(tgt_path), "--out", str(tmp_path / "out")],
+                                catch_exceptions=False)
+    assert result.exit_code == 0 and "argmax, average > 0.4) ->" in result.stderr

@@ -28,7 +28,8 @@ from nmt_cli.models.base import Seq2SeqModel
 from nmt_cli.pharaoh import GoldAlignment
 from nmt_cli.tokenization import Tokenizer
 
-__all__ = ["SYMMETRIZATION_CHOICES", "AlignOptions", "Aligner", "align_corpus", "model_alignment_score"]
+__all__ = ["SYMMETRIZATION_CHOICES", "AlignOptions", "Aligner", "align_corpus", "default_symmetrization",
+           "model_alignment_score"]
 
 #: how ``nmt align`` can combine two directions: the hard-link heuristics and the soft average
 SYMMETRIZATION_CHOICES = SYMMETRIZATIONS + (AVERAGE,)
@@ -39,8 +40,9 @@ class AlignOptions:
     """How attention becomes alignments: the reading (heads, hard-link rule), shift-att,
     the batch size of forced decoding and how two directions are symmetrised.
 
-    ``symmetrization``: one of :data:`SYMMETRIZATION_CHOICES`. The hard ones combine the two
-    directions' links; ``average`` their soft weights, linking where the mean exceeds
+    ``symmetrization``: one of :data:`SYMMETRIZATION_CHOICES`, or None for the models'
+    default (:func:`default_symmetrization`). The hard ones combine the two directions'
+    links; ``average`` their soft weights, linking where the mean exceeds
     ``average_threshold`` (:func:`~nmt_cli.alignment.symmetrize.average_links`); the
     reading's hard-link rule then serves only a model read alone.
 
@@ -52,15 +54,30 @@ class AlignOptions:
     reading: AttentionReading = field(default_factory=AttentionReading)
     shift: bool | None = None
     batch_size: int = 32
-    symmetrization: str = "grow-diag-final"
+    symmetrization: str | None = None
     average_threshold: float = AVERAGE_THRESHOLD
 
     def __post_init__(self) -> None:
-        if self.symmetrization not in SYMMETRIZATION_CHOICES:
+        if self.symmetrization is not None and self.symmetrization not in SYMMETRIZATION_CHOICES:
             raise NmtError(f"unknown symmetrization {self.symmetrization!r}; "
                            f"choose one of: {', '.join(SYMMETRIZATION_CHOICES)}")
         if not 0.0 <= self.average_threshold < 1.0:
             raise NmtError(f"the average threshold must be in [0, 1), not {self.average_threshold}")
+
+
+def default_symmetrization(readings: Sequence[AttentionReading]) -> str:
+    """How two directions combine unless told: ``average`` when every model is read with the
+    null position of its guided head, else grow-diag-final.
+
+    A guided head with a null gives each target word a distribution over the source words
+    and the null that the word links trained, so the two directions' weights can be
+    averaged and thresholded as they are (Nagata et al. 2020 average two directions' link
+    probabilities so); the null share takes a word the model leaves unaligned out of the
+    mean. Plain attention spreads its weight with no such calibration, and its argmax links
+    are combined by grow-diag-final as statistical aligners' are. BENCHMARKS.md's word
+    alignment sections compare the two on gold links.
+    """
+    return AVERAGE if readings and all(reading.null for reading in readings) else "grow-diag-final"
 
 
 #: a checkpoint, or several making an ensemble
@@ -100,6 +117,8 @@ class Aligner:
             self.readings[model] = options.reading.for_model(model.config)
             self.shifts[model] = default_shift(model.config) if options.shift is None else options.shift
             model.check(self.readings[model].selection)
+        #: how the two directions combine (when there is a reverse direction)
+        self.symmetrization = options.symmetrization or default_symmetrization(list(self.readings.values()))
 
     @property
     def forward(self) -> AlignmentModel:
@@ -129,10 +148,10 @@ class Aligner:
         if self.reverse is not None:
             reverse = {f"reverse_{key}": value for key, value in self._describe(self.reverse).items()
                        if key not in ("step", "arch")}
-            record.update(reverse, symmetrization=self.options.symmetrization)
+            record.update(reverse, symmetrization=self.symmetrization)
             if len(self.reverse_models) > 1:
                 record["reverse_ensemble"] = [self._describe(model) for model in self.reverse_models]
-            if self.options.symmetrization == AVERAGE:
+            if self.symmetrization == AVERAGE:
                 record["average_threshold"] = self.options.average_threshold
         return record
 
@@ -167,13 +186,13 @@ class Aligner:
                     f"pair {number}: the two models split it into different words ({len(sentence.src_words)}/"
                     f"{len(sentence.tgt_words)} vs {len(reverse.tgt_words)}/{len(reverse.src_words)})"
                 )
-            if self.options.symmetrization == AVERAGE:
+            if self.symmetrization == AVERAGE:
                 sentence.links = average_links(sentence.link_weights(), reverse.link_weights(),
                                                self.options.average_threshold)
                 continue
             reverse_links = [(i, j) for j, i in reverse.links]  # (target, source) -> (source, target)
             sentence.links = symmetrize(
-                sentence.links, reverse_links, self.options.symmetrization,
+                sentence.links, reverse_links, self.symmetrization,
                 len(sentence.src_words), len(sentence.tgt_words),
             )
         return sentences

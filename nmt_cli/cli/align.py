@@ -58,11 +58,13 @@ def _read_gold(path: str, src_path: str | None, pairs: int) -> list[GoldAlignmen
 @click.option("--gold", "gold_path", type=FILE, help="Gold Pharaoh file: drawn on heatmaps; AER printed.")
 @click.option("--reverse-checkpoint", "reverse_checkpoints", multiple=True, type=click.Path(),
               help="Target -> source model: symmetrise both directions (repeatable, like --checkpoint).")
-@click.option("--symmetrize", "symmetrization", type=click.Choice(SYMMETRIZATION_CHOICES), default="grow-diag-final",
+@click.option("--symmetrize", "symmetrization", type=click.Choice(SYMMETRIZATION_CHOICES), default=None,
               help="How to combine the two directions: their links (intersection ... grow-diag-final-and), or "
-              "'average': a link where the mean of the two models' word weights exceeds --average-threshold.")
+              "'average': a link where the mean of the two models' word weights exceeds --average-threshold "
+              "[default: average when every model has a guided head with a null position, else grow-diag-final].")
 @click.option("--average-threshold", type=click.FloatRange(0.0, 1.0, max_open=True), default=AVERAGE_THRESHOLD,
-              help="With --symmetrize average: the mean weight a link needs.")
+              help="Where the two directions are averaged (--symmetrize average, the default for guided models "
+              "with a null position): the mean weight a link needs.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=32, help="Sentence pairs per forward pass.")
 @click.option("--device", default="auto", help=DEVICE_HELP)
 @click.pass_context
@@ -92,7 +94,7 @@ def align(ctx: click.Context, checkpoints, src_path, tgt_path, out_dir, reading,
     aligner = Aligner(checkpoints, options, device, reverse_checkpoints)
     sentences = aligner.align(src_lines, tgt_lines)
     settings = aligner.settings
-    combined = symmetrization + (f" > {average_threshold}" if symmetrization == AVERAGE else "")
+    combined = aligner.symmetrization + (f" > {average_threshold}" if aligner.symmetrization == AVERAGE else "")
     counts = "+".join(str(len(side)) for side in (checkpoints, reverse_checkpoints) if side)
     models = f"{counts} models, " if max(len(checkpoints), len(reverse_checkpoints)) > 1 else ""
     written = write_outputs(out_dir, sentences, settings, lines, gold)
