@@ -1,4 +1,4 @@
-"""The CUDA paths: mixed-precision training, fused attention and translation on a GPU.
+"""The CUDA paths: mixed-precision training, fused attention, translation and alignment on a GPU.
 
 CI has no GPU, so these skip there with the reason; on a machine with one, run
 ``python -m pytest tests/test_cuda.py``.
@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -113,3 +114,47 @@ def test_ctranslate2_under_auto_uses_the_gpu_or_else_the_cpu(tmp_path):
     else:
         nonblank = [(c, g) for c, g, text in zip(on_cpu, hypotheses, TEXTS) if text.strip()]
         assert sum(c.tokens == g.tokens for c, g in nonblank) * 2 >= len(nonblank)
+
+
+def test_alignment_on_cuda_reads_what_the_cpu_reads(tiny_prepared, tmp_path):
+    """`nmt align` on the GPU: an ensemble with a null model, both directions averaged, gives
+    the CPU's word matrices (within float32 rounding of the two devices' kernels) and links."""
+    from click.testing import CliRunner
+
+    from nmt_cli.alignment.output import load_soft_npz
+    from nmt_cli.checkpoint import save_checkpoint
+    from nmt_cli.cli import align as _align_command  # noqa: F401  (registers `nmt align`)
+    from nmt_cli.cli import cli
+    from nmt_cli.config import Config
+    from nmt_cli.data.prepared import PreparedData
+    from nmt_cli.models import build_model
+    from nmt_cli.pharaoh import read_alignments
+    from tests.test_guided_alignment import GUIDED, TINY
+
+    data = PreparedData(tiny_prepared)
+    models = []
+    for number, overrides in enumerate(({**GUIDED, "model.alignment_null": True}, TINY)):
+        config = Config().with_overrides(overrides)
+        torch.manual_seed(number)
+        model = build_model(config.model, data.tokenizer.src_vocab_size, data.tokenizer.tgt_vocab_size, True)
+        models.append(save_checkpoint(tmp_path / f"model{number}", model.state_dict(), config, data.tokenizer,
+                                      {"step": 1}))
+    members = ["--checkpoint", models[0], "--checkpoint", models[1],
+               "--reverse-checkpoint", models[1], "--reverse-checkpoint", models[0]]
+    for device in ("cpu", "cuda"):
+        result = CliRunner().invoke(cli, ["align", *map(str, members), "--symmetrize", "average",
+                                          "--average-threshold", "0.15", "--src",
+                                          str(data.text_path("valid", "src")), "--tgt",
+                                          str(data.text_path("valid", "tgt")), "--out", str(tmp_path / device),
+                                          "--device", device], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+    on_cpu, _ = load_soft_npz(tmp_path / "cpu" / "soft.npz")
+    on_gpu, settings = load_soft_npz(tmp_path / "cuda" / "soft.npz")
+    assert len(on_gpu) == 30 and len(settings["ensemble"]) == 2
+    for cpu_pair, gpu_pair in zip(on_cpu, on_gpu):
+        np.testing.assert_allclose(gpu_pair.matrix, cpu_pair.matrix, atol=1e-4)
+    cpu_links, gpu_links = ({(line, link) for line, links in enumerate(read_alignments(tmp_path / device /
+                                                                            "alignments.align"))
+                             for link in links.sure} for device in ("cpu", "cuda"))
+    # the same links, but for one whose mean weight is within the devices' rounding of the threshold
+    assert len(cpu_links) > 100 and len(cpu_links ^ gpu_links) <= len(cpu_links) // 200
