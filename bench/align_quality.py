@@ -35,7 +35,9 @@ Systems, each row naming how it reads its alignments:
   which predicts each target token from the source and the other target tokens, in one
   direction and both directions symmetrised.
 
-Headline rows use the defaults a user gets without gold links. "tuned" rows pick a reading
+Headline rows use the defaults a user gets without gold links (both directions: ``nmt
+align``'s default for the models, the average of their weights for guided models with a
+null, grow-diag-final for the others; the row names the one used). "tuned" rows pick a reading
 (layer, heads, shift, hard-link rule; both directions and eflomal: the symmetrisation, ours
 also the average of the two directions' weights at a threshold) on tuning pairs with
 gold (de-en: the first 25 gold pairs; synthetic: a separate development set) and score it
@@ -44,11 +46,14 @@ training (from the run's own clock, so a reused model keeps its cost) and alignm
 every stage behind a row. BLEU: greedy translations of Multi30k test2016 (tokenised like
 the training text), for the de-en models.
 
-Models are cached under ``--work``; ``--reuse-models`` keeps finished runs with the same
-settings instead of training them again (a changed setting still retrains); ``--systems``
+Models are cached under ``--work``; ``--reuse-models`` keeps runs with the same settings
+instead of training them again (a changed setting still retrains; a kept run that stopped
+early is resumed, a finished one is left as it is, so the notes can say from its train.log
+where it was trained: models trained on a GPU elsewhere and copied in keep that); ``--systems``
 runs only some of nmt-cli's systems (eflomal always runs: it is the guide); ``--steps``
 sets every model's training steps (the default 2,000 are about 4 epochs of Multi30k+Tatoeba,
-short of what the guided and bootstrap models keep gaining from); ``--device cuda`` trains,
+short of what the guided and bootstrap models keep gaining from; another number is a variant
+of the report, with a section of its own in BENCHMARKS.md); ``--device cuda`` trains,
 aligns and translates on a GPU (the times are then the GPU's, as the notes say); ``--seeds N``
 trains N guided models per direction (``train.seed`` 1..N) and adds a row aligning with all
 of them as one ensemble.
@@ -87,9 +92,9 @@ PUNCTUATION = re.compile(r"""([.,!?;:"()])""")
 EFLOMAL_READINGS = ("forward", "reverse", "intersection", "grow-diag-final", "grow-diag-final-and")
 SYMMETRIZED = ("intersection", "grow-diag-final", "grow-diag-final-and")
 GUIDE = "grow-diag-final-and"  # the eflomal links a guided model learns
-#: how ``nmt align`` symmetrises two directions by default, and the label of our rows read that way
-DEFAULT_SYMMETRIZATION = "grow-diag-final"
-BOTH_DIRECTIONS = f"both directions, {DEFAULT_SYMMETRIZATION} (default readings)"
+#: the setting of a row of ours aligning with both directions; the row adds how they were
+#: combined, which ``nmt align`` picks for the models unless the aligner names one
+BOTH_DIRECTIONS = "both directions"
 #: the symmetrisations a tuned both-directions row of ours picks from: these link heuristics,
 #: and ``average`` at ``nmt align``'s default threshold and each threshold of the scale
 SYMMETRIZED_TRIED = ("intersection", "grow-diag", "grow-diag-final", "grow-diag-final-and")
@@ -291,14 +296,41 @@ def _kept(settings: Settings, config_path: Path, config: Config) -> bool:
     return same
 
 
+def _finished(run_dir: Path, config: Config) -> bool:
+    """Whether the run's newest checkpoint has made all of ``config``'s training steps."""
+    checkpoints = list_checkpoints(run_dir)
+    if not checkpoints:
+        return False
+    state = json.loads((checkpoints[-1] / "state.json").read_text(encoding="utf-8"))
+    return state["step"] >= config.train.max_steps
+
+
 def train_model(corpus: Corpus, settings: Settings, base: Path, config: Config) -> float:
-    """``nmt prepare`` + ``nmt train`` into ``base``; returns their seconds (see :func:`_run_seconds`)."""
+    """``nmt prepare`` + ``nmt train`` into ``base``; returns their seconds (see :func:`_run_seconds`).
+    A kept run that has made all its steps is not resumed: its train.log keeps naming only
+    the sessions that trained it (:func:`training_devices`)."""
     config_path = base / "config.yaml"
-    restart = [] if _kept(settings, config_path, config) else ["--restart"]
+    kept = _kept(settings, config_path, config)
     _run(_nmt("prepare", "--config", config_path, "--out", base / "prepared", "--quiet"), base / "prepare.log", settings)
-    _run(_nmt("train", "--config", config_path, "--data", base / "prepared", "--out", base / "run",
-              "--device", settings.device, *restart), base / "train.log", settings)
+    if not (kept and _finished(base / "run", config)):
+        _run(_nmt("train", "--config", config_path, "--data", base / "prepared", "--out", base / "run",
+                  "--device", settings.device, *([] if kept else ["--restart"])), base / "train.log", settings)
     return _run_seconds(base / "run", base / "prepared")
+
+
+TRAINED_ON = re.compile(r"\| device (\S+ x \d+) \|")
+
+
+def training_devices(runs: list[Path], work: Path) -> str:
+    """Where each run trained, from the sessions its train.log names (``nmt train``'s first
+    line each time it starts): ``cuda:0 x 1: a/run, b/run; cpu x 1: c/run``."""
+    by_device: dict[str, list[str]] = {}
+    for run in dict.fromkeys(runs):  # one entry per run, in the order of the rows
+        log = run / "train.log"
+        found = TRAINED_ON.findall(log.read_text(encoding="utf-8")) if log.is_file() else []
+        devices = ", then ".join(dict.fromkeys(found)) or "not recorded"
+        by_device.setdefault(devices, []).append(str(run.relative_to(work)))
+    return "; ".join(f"{device}: {', '.join(names)}" for device, names in by_device.items())
 
 
 def bootstrap_models(corpus: Corpus, settings: Settings) -> dict:
@@ -397,26 +429,32 @@ class Aligner:
     setting: str
     checkpoint: Path
     seconds: float
-    reverse: Path | None = None  # a reverse-direction model: symmetrise grow-diag-final
+    reverse: Path | None = None  # a reverse-direction model: the two directions are symmetrised
     translates: bool = True  # its model translates; BLEU is measured for those without a reverse
-    symmetrization: str = DEFAULT_SYMMETRIZATION  # how its default row combines two directions
+    symmetrization: str | None = None  # how its default row combines two directions (None: nmt align's default)
+    why: str = "nmt align's defaults"  # what its default row's reading is, for the row's setting
     ensemble: tuple[Path, ...] = ()  # more models of the forward direction, aligning as an ensemble with it
     reverse_ensemble: tuple[Path, ...] = ()  # the same for the reverse direction
 
-    def align_options(self, symmetrization: str) -> list:
-        """``nmt align``'s model options: every checkpoint, and how two directions combine."""
+    @property
+    def runs(self) -> list[Path]:
+        """Every model it aligns with."""
+        return [self.checkpoint, *self.ensemble] + ([self.reverse, *self.reverse_ensemble] if self.reverse else [])
+
+    def align_options(self, symmetrization: str | None) -> list:
+        """``nmt align``'s model options: every checkpoint, and how two directions combine (None: its default)."""
         models = [option for path in (self.checkpoint, *self.ensemble) for option in ("--checkpoint", path)]
         if self.reverse is None:
             return models
         reverse = [option for path in (self.reverse, *self.reverse_ensemble)
                    for option in ("--reverse-checkpoint", path)]
-        return models + reverse + ["--symmetrize", symmetrization]
+        return models + reverse + (["--symmetrize", symmetrization] if symmetrization else [])
 
 
 def align_and_score(aligner: Aligner, gold: GoldSet, out: Path, settings: Settings, options: tuple = (),
-                    symmetrization: str = DEFAULT_SYMMETRIZATION) -> tuple[AlignmentScore, float]:
+                    symmetrization: str | None = None) -> tuple[AlignmentScore, float]:
     """``nmt align`` of ``gold``'s pairs with ``options`` (none: the defaults), an aligner with a
-    reverse model symmetrised by ``symmetrization`` (`nmt align`'s default); its score and seconds."""
+    reverse model symmetrised by ``symmetrization`` (None: `nmt align`'s default); its score and seconds."""
     measured = _run(_nmt("align", *aligner.align_options(symmetrization), "--src", gold.src, "--tgt", gold.tgt,
                          "--out", out, "--device", settings.device, *options), out.with_suffix(".log"), settings)
     return _score(gold, out / "alignments.align"), measured.seconds
@@ -500,9 +538,9 @@ def bootstrap_aligners(corpus: Corpus, settings: Settings) -> tuple[list[Aligner
     system, total = "nmt-cli bootstrap (no external aligner)", sum(stages.values())
     booted = [
         Aligner(system, "default reading (supervised head)", root / "guided" / "run", total - stages["guided-reverse"]),
-        Aligner(system, f"both directions, {ALIGNER_SYMMETRIZATION} (default readings; the aligner the command names)",
-                root / "guided" / "run", total, reverse=root / "guided-reverse" / "run", translates=False,
-                symmetrization=ALIGNER_SYMMETRIZATION),
+        Aligner(system, BOTH_DIRECTIONS, root / "guided" / "run", total, reverse=root / "guided-reverse" / "run",
+                translates=False, symmetrization=ALIGNER_SYMMETRIZATION,
+                why="default readings; the aligner the command names"),
     ]
     return plain, booted
 
@@ -604,11 +642,21 @@ def eflomal_rows(report: Report, corpus: Corpus, settings: Settings) -> tuple[Pa
     return guide, seconds, best
 
 
+def _combined(out: Path) -> str:
+    """How ``nmt align`` combined the two directions into ``out``, as its settings.json says:
+    ``grow-diag-final``, ``average > 0.4``."""
+    settings = json.loads((out / "settings.json").read_text(encoding="utf-8"))
+    threshold = settings.get("average_threshold")
+    return settings["symmetrization"] + (f" > {threshold}" if threshold is not None else "")
+
+
 def nmt_rows(report: Report, corpus: Corpus, settings: Settings, guide: Path | None, eflomal_seconds: float,
-             best: dict) -> None:
-    """Every nmt-cli system: its default reading on the test pairs, a reading tuned on gold, BLEU."""
-    baseline = None
+             best: dict) -> list[Path]:
+    """Every nmt-cli system: its default reading on the test pairs, a reading tuned on gold, BLEU;
+    returns the runs of the models behind the rows."""
+    baseline, runs = None, []
     for number, aligner in enumerate(nmt_aligners(corpus, settings, guide, eflomal_seconds)):
+        runs += aligner.runs
         out = settings.work / corpus.name / "scores" / str(number)
         score, seconds = align_and_score(aligner, corpus.test, out / "default", settings,
                                          symmetrization=aligner.symmetrization)
@@ -616,19 +664,22 @@ def nmt_rows(report: Report, corpus: Corpus, settings: Settings, guide: Path | N
         if corpus.bleu is not None and aligner.translates:
             bleu_text, hypotheses = bleu(aligner, corpus, out, settings, baseline)
             baseline = baseline or hypotheses
-        _row(report, corpus, aligner.system, aligner.setting, corpus.test, score, aligner.seconds + seconds,
+        setting = aligner.setting
+        if aligner.reverse is not None:
+            setting += f", {_combined(out / 'default')} ({aligner.why})"
+        _row(report, corpus, aligner.system, setting, corpus.test, score, aligner.seconds + seconds,
              best.get(corpus.test.label), bleu_text)
         if aligner.reverse is None:
             options, tuning = tuned_reading(aligner, corpus, out, settings)
             score, seconds = align_and_score(aligner, corpus.report, out / "tuned", settings, tuple(options.split()))
         else:
             method, chosen, tuning = tuned_symmetrization(aligner, corpus, out, settings)
-            picked = " ".join(["both directions, --symmetrize", method, *map(str, chosen)])
-            options = aligner.setting.split("both directions, ")[0] + picked  # an ensemble row keeps its name
+            options = " ".join([f"{aligner.setting}, --symmetrize", method, *map(str, chosen)])
             score, seconds = align_and_score(aligner, corpus.report, out / "tuned", settings, chosen,
                                              symmetrization=method)
         _row(report, corpus, aligner.system, f"tuned: {options} (picked on pairs {corpus.tune.label})",
              corpus.report, score, aligner.seconds + tuning + seconds, best.get(corpus.report.label))
+    return runs
 
 
 CORPORA = ("synthetic", "multi30k", "multi30k+tatoeba")
@@ -689,7 +740,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.seeds < 1:
         parser.error(f"--seeds must be at least 1, got {args.seeds}")
-    scale = QUICK if args.quick else FULL
+    default_scale = scale = QUICK if args.quick else FULL
     if args.steps is not None:
         if args.steps < 1:
             parser.error(f"--steps must be at least 1, got {args.steps}")
@@ -698,15 +749,20 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings(work, scale, args.threads, args.reuse_models, repeats_of(args), system_names(args.systems),
                         args.device, args.seeds)
     report = Report(script="align_quality", columns=COLUMNS, quick=args.quick,
-                    title="Word alignment: eflomal and nmt-cli's aligners (AER, lower is better)")
+                    title="Word alignment: eflomal and nmt-cli's aligners (AER, lower is better)",
+                    variant="" if scale == default_scale else f"{args.steps:,} training steps")
     if args.quick:
         report.notes.append("--quick: a tiny synthetic corpus and a few training steps; de-en skipped")
     load_before = os.getloadavg()
     names = corpus_names(args.corpora)
+    runs = []
     for corpus in corpora(names, args.quick, work, scale, report):
         guide, eflomal_seconds, best = eflomal_rows(report, corpus, settings)
-        nmt_rows(report, corpus, settings, guide, eflomal_seconds, best)
+        runs += nmt_rows(report, corpus, settings, guide, eflomal_seconds, best)
     report.notes += _notes(scale, settings)
+    if runs:
+        report.notes.append("where each model trained (the sessions its train.log names; a model kept by "
+                            f"--reuse-models keeps its own): {training_devices(runs, work)}")
     left_out = [name for name in CORPORA if name not in names]
     if left_out and not args.quick:
         report.notes.append(f"corpora left out of this run (--corpora): {', '.join(left_out)}")
@@ -729,8 +785,8 @@ def _notes(scale: Scale, settings: Settings) -> list[str]:
         f"every nmt-cli model: {model['arch']} (Mask-Align rows: mask_align) {model['encoder_layers']}+"
         f"{model['decoder_layers']} layers, d_model "
         f"{model['d_model']}, {model['heads']} heads, FFN {model['ffn_dim']}, {scale.precision}, batches of "
-        f"{scale.max_tokens:,} tokens; training steps: {steps}; {settings.threads} thread(s) per step, on "
-        f"device {settings.device}",
+        f"{scale.max_tokens:,} tokens; training steps: {steps}; {settings.threads} thread(s) per step; this run trains, "
+        f"aligns and translates on device {settings.device}",
         "guided models: train.alignment_weight 0.05 on head 0 of the penultimate decoder layer, learning each "
         "word's links at the step where it is the decoder input (model.alignment_shift, the default); "
         f"guided by eflomal = its {GUIDE} links of the whole training text, with a learned null position for "

@@ -210,6 +210,13 @@ class Report:
     rows: list[list[str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     versions: dict[str, str] = field(default_factory=dict)
+    #: what sets this run apart from the script's default one (``10,000 training steps``):
+    #: BENCHMARKS.md keeps a section per variant of a script
+    variant: str = ""
+
+    @property
+    def heading(self) -> str:
+        return f"{self.title}, {self.variant}" if self.variant else self.title
 
     def add_row(self, *cells: str) -> None:
         if len(cells) != len(self.columns):
@@ -217,13 +224,13 @@ class Report:
         self.rows.append([str(cell) for cell in cells])
 
     def to_markdown(self) -> str:
-        parts = [f"## {self.title}", "", markdown_table(self.columns, self.rows)]
+        parts = [f"## {self.heading}", "", markdown_table(self.columns, self.rows)]
         if self.notes:
             parts += [""] + [f"- {note}" for note in self.notes]
         return "\n".join(parts) + "\n"
 
     def to_json(self) -> dict:
-        return {"script": self.script, "title": self.title, "quick": self.quick,
+        return {"script": self.script, "title": self.title, "variant": self.variant, "quick": self.quick,
                 "columns": self.columns, "rows": self.rows, "notes": self.notes,
                 "versions": self.versions, "measured_at": measured_at()}
 

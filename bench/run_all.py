@@ -5,12 +5,16 @@ then runs each script with ``--json`` and renders the reports under a header wit
 machine description and versions. A script that fails gets a section with its log tail
 instead of its table. ``make bench`` runs this with no options. With ``--scripts`` naming a
 few, the sections of the others are carried over from the existing file, each marked with
-the machine that file's header named, so one script's new run never drops the rest.
+the machine that file's header named, so one script's new run never drops the rest. A
+script's report run at other settings than its default (its ``variant``, such as
+``align_quality --steps 10000``) has a section of its own beside the default one: a new
+run replaces only the section of its own variant.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -42,27 +46,40 @@ def run_script(name: str, args, results: Path) -> tuple[dict | None, str]:
     return json.loads(json_path.read_text()), f"{measured.seconds:.0f} s"
 
 
+#: the line that ends a section: ``_`bench/NAME.py` (VARIANT), outcome; provenance_``
+MARKER = re.compile(r"^_`bench/(\w+)\.py`(?: \(([^)]*)\))?,")
+
+
+def section_key(script: str, variant: str = "") -> str:
+    """One section per script and variant (:attr:`common.Report.variant`): ``align_quality``,
+    ``align_quality (10,000 training steps)``."""
+    return f"{script} ({variant})" if variant else script
+
+
+def script_of(key: str) -> str:
+    return key.split(" ", 1)[0]
+
+
 def earlier_sections(path: Path) -> dict[str, str]:
-    """The sections of an earlier ``BENCHMARKS.md`` by script name, each marked with the CPU
-    its Machine table named (the file's header is replaced by this run's)."""
+    """The sections of an earlier ``BENCHMARKS.md`` by :func:`section_key`, each marked with the
+    CPU its Machine table named (the file's header is replaced by this run's)."""
     if not path.is_file():
         return {}
     text = path.read_text(encoding="utf-8")
     cpu = next((line.split("|")[2].strip() for line in text.splitlines() if line.startswith("| cpu |")), "unknown")
     sections = {}
     for block in text.split("\n## ")[1:]:
-        marker = next((line for line in block.splitlines() if line.startswith("_`bench/")), None)
+        marker = next((found for line in block.splitlines() if (found := MARKER.match(line))), None)
         if marker is not None:
-            name = marker.split("`")[1].removeprefix("bench/").removesuffix(".py")
             note = "" if CARRIED in block else f"\n\n{CARRIED}, whose Machine table named: {cpu}._"
-            sections[name] = "## " + block.rstrip() + note + "\n"
+            sections[section_key(marker.group(1), marker.group(2) or "")] = "## " + block.rstrip() + note + "\n"
     return sections
 
 
 def render(reports: dict[str, tuple[dict | None, str]], quick: bool, options: list[str],
            carried: dict[str, str]) -> str:
     """The whole ``BENCHMARKS.md``; ``options`` are the command-line options it was made with;
-    ``carried`` are earlier sections of scripts this run did not run."""
+    ``carried`` are earlier sections (:func:`earlier_sections`); those this run did not make again stay."""
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     command = " ".join(["python bench/run_all.py", *options])
     lines = ["# Benchmarks", "",
@@ -85,20 +102,24 @@ def render(reports: dict[str, tuple[dict | None, str]], quick: bool, options: li
             versions.append([PEERS[peer].label, availability(peer)[1]])
     lines += ["## Versions", "", markdown_table(["toolkit", "versions"], versions), ""]
     for name in SCRIPTS:  # one order whichever sections this run made: a partial run does not reshuffle the page
-        if name in carried and name not in reports:
-            lines += [carried[name]]
-            continue
-        if name not in reports:
-            continue
-        report, outcome = reports[name]
-        if report is None:
-            lines += [f"## {name}", "", f"`bench/{name}.py` failed ({outcome.splitlines()[0]}):", "", "```",
-                      *outcome.splitlines()[1:], "```", ""]
-            continue
-        rendered = Report(report["script"], report["title"], report["columns"], rows=report["rows"],
-                          notes=report["notes"]).to_markdown()
-        lines += [rendered, f"_`bench/{name}.py`, {outcome}; {provenance(report)}_", ""]
-    left_out = [name for name in SCRIPTS if name not in reports and name not in carried]
+        sections = {}  # section_key -> markdown, the script's default section first
+        if name in reports:
+            report, outcome = reports[name]
+            if report is None:  # stands in for the default section
+                sections[name] = "\n".join([f"## {name}", "", f"`bench/{name}.py` failed ({outcome.splitlines()[0]}):",
+                                            "", "```", *outcome.splitlines()[1:], "```", ""])
+            else:
+                variant = report.get("variant", "")
+                rendered = Report(report["script"], report["title"], report["columns"], rows=report["rows"],
+                                  notes=report["notes"], variant=variant).to_markdown()
+                mark = f" ({variant})" if variant else ""
+                sections[section_key(name, variant)] = "\n".join(
+                    [rendered, f"_`bench/{name}.py`{mark}, {outcome}; {provenance(report)}_", ""])
+        for key, text in carried.items():  # the sections of this script that this run did not make again
+            if script_of(key) == name:
+                sections.setdefault(key, text)
+        lines += [sections[key] for key in sorted(sections, key=lambda key: key != name)]
+    left_out = [name for name in SCRIPTS if name not in reports and name not in map(script_of, carried)]
     if left_out:
         lines += ["## Not in this run", "",
                   *(f"- `bench/{name}.py`: run `python bench/{name}.py` or `make bench`" for name in left_out), ""]

@@ -70,6 +70,54 @@ def test_a_run_of_reused_reports_installs_no_peer(tmp_path: Path, monkeypatch) -
     assert "report of an earlier run; commit abc, Old CPU, then" in (tmp_path / "BENCHMARKS.md").read_text()
 
 
+def test_each_variant_of_a_script_keeps_its_own_section(tmp_path: Path, monkeypatch) -> None:
+    """A run at non-default settings (align_quality --steps 10000) adds its section beside the
+    default one and replaces only an earlier section of the same variant."""
+    import json
+
+    import run_all
+    from run_all import section_key
+
+    earlier = EARLIER + """
+## Word alignment
+
+| d |
+|---|
+| 2k |
+
+_`bench/align_quality.py`, 20 s; commit abc_
+
+## Word alignment, 10,000 training steps
+
+| d |
+|---|
+| old 10k |
+
+_`bench/align_quality.py` (10,000 training steps), 30 s; commit abc_
+"""
+    out = tmp_path / "BENCHMARKS.md"
+    out.write_text(earlier, encoding="utf-8")
+    assert sorted(earlier_sections(out)) == ["align_quality", "align_quality (10,000 training steps)", "train_speed",
+                                              "translate_speed"]
+    assert section_key("align_quality", "10,000 training steps") == "align_quality (10,000 training steps)"
+    report = {"script": "align_quality", "title": "Word alignment", "variant": "10,000 training steps",
+              "columns": ["d"], "rows": [["new 10k"]], "notes": [], "quick": False,
+              "measured_at": {"commit": "def", "machine": "New CPU", "utc": "now"}}
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "align_quality.json").write_text(json.dumps(report))
+    monkeypatch.setattr(run_all, "install", lambda peer: None)
+    monkeypatch.setattr(sys, "argv", ["run_all.py", "--scripts", "align_quality", "--reuse", "--work", str(tmp_path),
+                                      "--out", str(out)])
+    run_all.main()
+    text = out.read_text(encoding="utf-8")
+    assert "| 2k |" in text and "| new 10k |" in text and "old 10k" not in text
+    assert text.index("## Word alignment\n") < text.index("## Word alignment, 10,000 training steps\n")
+    assert "_`bench/align_quality.py` (10,000 training steps), report of an earlier run; commit def" in text
+    assert text.count("## Training speed") == 1 and text.count("## Word alignment\n") == 1
+    again = earlier_sections(out)  # and the page reads back the same sections
+    assert "| new 10k |" in again["align_quality (10,000 training steps)"] and "| 2k |" in again["align_quality"]
+
+
 def test_a_ratio_shows_the_spread_of_the_runs_made_side_by_side():
     from common import fmt_ratio_spread
 
