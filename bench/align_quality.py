@@ -78,6 +78,7 @@ from peers.install import availability, venv_bin
 from nmt_cli.alignment import read_alignments, score_files, symmetrize, write_alignments
 from nmt_cli.alignment.aer import AlignmentScore
 from nmt_cli.alignment.symmetrize import AVERAGE_THRESHOLD
+from nmt_cli.alignment.symmetrize import describe as describe_symmetrization
 from nmt_cli.bootstrap import ALIGNER_SYMMETRIZATION, reverse_config
 from nmt_cli.checkpoint import list_checkpoints
 from nmt_cli.pharaoh import write_reversed_alignments
@@ -268,9 +269,15 @@ def _config(corpus: Corpus, settings: Settings, **data: object) -> Config:
     })
 
 
+def _newest_state(run_dir: Path) -> dict | None:
+    """The state.json of the run's newest checkpoint (None before its first)."""
+    checkpoints = list_checkpoints(run_dir)
+    return json.loads((checkpoints[-1] / "state.json").read_text(encoding="utf-8")) if checkpoints else None
+
+
 def _run_seconds(run_dir: Path, prepared: Path) -> float:
     """Data preparation plus training time, as the prepared manifest and the run's clock recorded them."""
-    state = json.loads((list_checkpoints(run_dir)[-1] / "state.json").read_text(encoding="utf-8"))
+    state = _newest_state(run_dir)
     manifest = json.loads((prepared / "manifest.json").read_text(encoding="utf-8"))
     return manifest["elapsed_seconds"] + state["elapsed_seconds"]
 
@@ -298,11 +305,8 @@ def _kept(settings: Settings, config_path: Path, config: Config) -> bool:
 
 def _finished(run_dir: Path, config: Config) -> bool:
     """Whether the run's newest checkpoint has made all of ``config``'s training steps."""
-    checkpoints = list_checkpoints(run_dir)
-    if not checkpoints:
-        return False
-    state = json.loads((checkpoints[-1] / "state.json").read_text(encoding="utf-8"))
-    return state["step"] >= config.train.max_steps
+    state = _newest_state(run_dir)
+    return state is not None and state["step"] >= config.train.max_steps
 
 
 def train_model(corpus: Corpus, settings: Settings, base: Path, config: Config) -> float:
@@ -643,11 +647,9 @@ def eflomal_rows(report: Report, corpus: Corpus, settings: Settings) -> tuple[Pa
 
 
 def _combined(out: Path) -> str:
-    """How ``nmt align`` combined the two directions into ``out``, as its settings.json says:
-    ``grow-diag-final``, ``average > 0.4``."""
+    """How ``nmt align`` combined the two directions into ``out``, as its settings.json says."""
     settings = json.loads((out / "settings.json").read_text(encoding="utf-8"))
-    threshold = settings.get("average_threshold")
-    return settings["symmetrization"] + (f" > {threshold}" if threshold is not None else "")
+    return describe_symmetrization(settings["symmetrization"], settings.get("average_threshold"))
 
 
 def nmt_rows(report: Report, corpus: Corpus, settings: Settings, guide: Path | None, eflomal_seconds: float,

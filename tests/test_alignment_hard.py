@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from nmt_cli.alignment.hard import argmax_links, hard_links, threshold_links
-from nmt_cli.alignment.symmetrize import average_links, symmetrize
+from nmt_cli.alignment.symmetrize import average_links, describe, symmetrize
 from nmt_cli.errors import InputError
 from nmt_cli.pharaoh import format_links, parse_links, read_alignments, write_alignments, write_reversed_alignments
 
@@ -98,6 +98,8 @@ def test_average_links_keep_pairs_whose_mean_weight_passes_the_threshold():
     assert average_links(forward, reverse, 0.9) == []
     with pytest.raises(ValueError, match="do not transpose"):
         average_links(forward, reverse.T, 0.4)
+    # how the CLI's summary line and the bench's rows name it
+    assert describe("average", 0.4) == "average > 0.4" and describe("grow-diag-final", None) == "grow-diag-final"
 
 
 def test_reversed_alignments_turn_every_sure_link_of_every_line(tmp_path):

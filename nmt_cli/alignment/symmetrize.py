@@ -28,7 +28,7 @@ import numpy as np
 
 from nmt_cli.pharaoh import Link
 
-__all__ = ["AVERAGE", "AVERAGE_THRESHOLD", "SYMMETRIZATIONS", "average_links", "symmetrize"]
+__all__ = ["AVERAGE", "AVERAGE_THRESHOLD", "SYMMETRIZATIONS", "average_links", "describe", "symmetrize"]
 
 SYMMETRIZATIONS = ("intersection", "union", "grow-diag", "grow-diag-final", "grow-diag-final-and")
 #: the soft symmetrisation, beside the hard ones (:func:`average_links`), and its default threshold
@@ -98,6 +98,11 @@ def symmetrize(
         _final(alignment, forward, both)
         _final(alignment, reverse, both)
     return sorted(alignment.links)
+
+
+def describe(method: str, threshold: float | None) -> str:
+    """How two directions were combined, for people: ``grow-diag-final``, ``average > 0.4``."""
+    return f"{method} > {threshold}" if method == AVERAGE else method
 
 
 def average_links(forward: np.ndarray, reverse: np.ndarray, threshold: float) -> list[Link]:

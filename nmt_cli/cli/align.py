@@ -13,7 +13,8 @@ from nmt_cli.alignment.inputs import split_pairs
 from nmt_cli.alignment.model import AlignmentModel
 from nmt_cli.alignment.output import write_outputs
 from nmt_cli.alignment.sweep import sweep
-from nmt_cli.alignment.symmetrize import AVERAGE, AVERAGE_THRESHOLD
+from nmt_cli.alignment.symmetrize import AVERAGE_THRESHOLD
+from nmt_cli.alignment.symmetrize import describe as describe_symmetrization
 from nmt_cli.cli import cli
 from nmt_cli.cli.options import DEVICE_HELP, config_options, link_options, reading_options
 from nmt_cli.config import Config
@@ -94,7 +95,7 @@ def align(ctx: click.Context, checkpoints, src_path, tgt_path, out_dir, reading,
     aligner = Aligner(checkpoints, options, device, reverse_checkpoints)
     sentences = aligner.align(src_lines, tgt_lines)
     settings = aligner.settings
-    combined = aligner.symmetrization + (f" > {average_threshold}" if aligner.symmetrization == AVERAGE else "")
+    combined = describe_symmetrization(aligner.symmetrization, average_threshold)
     counts = "+".join(str(len(side)) for side in (checkpoints, reverse_checkpoints) if side)
     models = f"{counts} models, " if max(len(checkpoints), len(reverse_checkpoints)) > 1 else ""
     written = write_outputs(out_dir, sentences, settings, lines, gold)
