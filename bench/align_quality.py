@@ -80,7 +80,7 @@ from nmt_cli.alignment.aer import AlignmentScore
 from nmt_cli.alignment.symmetrize import AVERAGE_THRESHOLD
 from nmt_cli.alignment.symmetrize import describe as describe_symmetrization
 from nmt_cli.bootstrap import ALIGNER_SYMMETRIZATION, reverse_config
-from nmt_cli.checkpoint import list_checkpoints
+from nmt_cli.checkpoint import list_checkpoints, load_checkpoint_state
 from nmt_cli.pharaoh import write_reversed_alignments
 from nmt_cli.config import Config, load_config
 from nmt_cli.data.cleaning import normalize_text
@@ -271,8 +271,7 @@ def _config(corpus: Corpus, settings: Settings, **data: object) -> Config:
 
 def _newest_state(run_dir: Path) -> dict | None:
     """The state.json of the run's newest checkpoint (None before its first)."""
-    checkpoints = list_checkpoints(run_dir)
-    return json.loads((checkpoints[-1] / "state.json").read_text(encoding="utf-8")) if checkpoints else None
+    return load_checkpoint_state(run_dir) if list_checkpoints(run_dir) else None
 
 
 def _run_seconds(run_dir: Path, prepared: Path) -> float:

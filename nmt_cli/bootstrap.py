@@ -39,7 +39,7 @@ from typing import Sequence, TextIO
 from nmt_cli.alignment.api import Aligner, AlignOptions
 from nmt_cli.alignment.model import AlignmentModel
 from nmt_cli.alignment.reader import AttentionReading, HeadSelection
-from nmt_cli.checkpoint import list_checkpoints
+from nmt_cli.checkpoint import list_checkpoints, load_checkpoint_config, load_checkpoint_state
 from nmt_cli.config import Config
 from nmt_cli.data.prepare import prepare
 from nmt_cli.data.prepared import PreparedData
@@ -47,6 +47,7 @@ from nmt_cli.fileio import atomic_open, atomic_write_json
 from nmt_cli.pharaoh import format_links, write_reversed_alignments
 from nmt_cli.textio import read_lines
 from nmt_cli.training import train
+from nmt_cli.training.resume import check_same_run
 
 __all__ = ["AGREEMENT_SAMPLE", "ALIGNER_SYMMETRIZATION", "DEFAULT_GUIDE_WEIGHT", "ReadingChoice", "agreed_reading",
            "aligner_command", "bootstrap", "links_symmetrization"]
@@ -196,14 +197,30 @@ def _write_reverse_links(stages: Stages) -> None:
 
 def _prepare_and_train(config: Config, stages: Stages, name: str, device: str, progress: bool,
                        stream: TextIO | None) -> dict:
+    """Prepare and train one stage; a run that has made all its steps with these settings is
+    kept as it is (not resumed: its train.log names only the sessions that trained it)."""
     manifest = prepare(config, stages.prepared(name), progress=progress)
-    summary = train(config, stages.prepared(name), stages.run(name), device=device, stream=stream)
-    if summary.stop_reason == "interrupted":  # Ctrl-C / SIGTERM stops the whole bootstrap, not just this stage
-        raise KeyboardInterrupt(f"bootstrap stage {name} interrupted at step {summary.step}")
-    newest = list_checkpoints(stages.run(name))[-1]
-    elapsed = json.loads((newest / "state.json").read_text(encoding="utf-8"))["elapsed_seconds"]
-    return {"step": summary.step, "stop_reason": summary.stop_reason,
-            "seconds": round(manifest["elapsed_seconds"] + elapsed, 1)}
+    run = stages.run(name)
+    if _finished(run, config):
+        stop_reason = "max_steps"
+    else:
+        summary = train(config, stages.prepared(name), run, device=device, stream=stream)
+        if summary.stop_reason == "interrupted":  # Ctrl-C / SIGTERM stops the whole bootstrap, not just this stage
+            raise KeyboardInterrupt(f"bootstrap stage {name} interrupted at step {summary.step}")
+        stop_reason = summary.stop_reason
+    state = load_checkpoint_state(run)
+    return {"step": state["step"], "stop_reason": stop_reason,
+            "seconds": round(manifest["elapsed_seconds"] + state["elapsed_seconds"], 1)}
+
+
+def _finished(run: Path, config: Config) -> bool:
+    """Whether ``run`` has made ``config``'s training steps; a run trained with other settings
+    is refused as ``nmt train`` refuses to resume it."""
+    if not list_checkpoints(run):
+        return False
+    saved = load_checkpoint_config(run)
+    check_same_run(saved, config, str(run))
+    return 0 < config.train.max_steps <= load_checkpoint_state(run)["step"]
 
 
 def _write_links(stages: Stages, device: str, stream: TextIO | None, symmetrization: str) -> dict:

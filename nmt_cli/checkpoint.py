@@ -207,6 +207,12 @@ def _read_state(path: Path) -> tuple[dict[str, Any], Config]:
         return state, Config.from_dict(_upgraded_config(state))
 
 
+def load_checkpoint_state(path: str | os.PathLike) -> dict[str, Any]:
+    """The training state a checkpoint (or a run's newest one) recorded: ``step``,
+    ``elapsed_seconds``, ``config`` ...; the weights are not read."""
+    return _read_state(resolve_checkpoint(path))[0]
+
+
 def load_checkpoint_config(path: str | os.PathLike) -> Config:
     """The config a checkpoint (or a run's newest one) was trained with; the weights are not read."""
     return _read_state(resolve_checkpoint(path))[1]

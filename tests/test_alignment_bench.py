@@ -158,13 +158,16 @@ def test_reuse_keeps_models_whose_config_differs_only_in_decoding_speed(tmp_path
 
 def _finished_run(base: Path, steps: int, made: int) -> None:
     """A kept run of ``steps`` training steps whose newest checkpoint is at step ``made``."""
+    from nmt_cli.checkpoint import FORMAT_VERSION
     from nmt_cli.config import Config
 
     base.mkdir(parents=True)
-    (base / "config.yaml").write_text(Config().with_overrides({"train.max_steps": steps}).to_yaml(), encoding="utf-8")
+    config = Config().with_overrides({"train.max_steps": steps})
+    (base / "config.yaml").write_text(config.to_yaml(), encoding="utf-8")
     checkpoint = base / "run" / "checkpoints" / f"step-{made:08d}"
     checkpoint.mkdir(parents=True)
-    (checkpoint / "state.json").write_text(json.dumps({"step": made, "elapsed_seconds": 5.0}), encoding="utf-8")
+    state = {"format": FORMAT_VERSION, "config": config.to_dict(), "step": made, "elapsed_seconds": 5.0}
+    (checkpoint / "state.json").write_text(json.dumps(state), encoding="utf-8")
     (checkpoint / "model.safetensors").write_bytes(b"")
     (base / "prepared").mkdir()
     (base / "prepared" / "manifest.json").write_text(json.dumps({"elapsed_seconds": 1.0}), encoding="utf-8")

@@ -391,9 +391,17 @@ def test_bootstrap_trains_both_directions_links_and_a_guided_model(tmp_path):
     pair = Aligner(root / "guided" / "run", AlignOptions(symmetrization="average"), "cpu",
                    root / "guided-reverse" / "run")
     assert pair.settings["reverse_selection"] == "layer=-2 heads=0" and pair.settings["reverse_null"]
-    # a rerun resumes: nothing is trained or aligned again, and each stage keeps its cost
+    # a rerun resumes: nothing is trained or aligned again, and each stage keeps its cost; a
+    # finished stage is not even resumed, so its train.log names only the session that trained it
+    stages = ("forward", "reverse", "guided", "guided-reverse")
+    logs = {name: (root / name / "run" / "train.log").read_text(encoding="utf-8") for name in stages}
     again = bootstrap(config, tmp_path / "boot", device="cpu", progress=False, stream=io.StringIO())
     assert again["stages"] == record["stages"]
+    assert {name: (root / name / "run" / "train.log").read_text(encoding="utf-8") for name in stages} == logs
+    # a stage trained with other settings is refused, as `nmt train` refuses to resume it
+    with pytest.raises(NmtError, match="forward/run: was trained with train.lr=0.003"):
+        bootstrap(config.with_overrides({"train.lr": 1e-3}), root, device="cpu", progress=False,
+                  stream=io.StringIO())
 
 
 def test_an_interrupted_stage_stops_the_bootstrap_and_a_rerun_resumes_it(tmp_path, monkeypatch):
