@@ -96,6 +96,7 @@ GUIDE = "grow-diag-final-and"  # the eflomal links a guided model learns
 #: the setting of a row of ours aligning with both directions; the row adds how they were
 #: combined, which ``nmt align`` picks for the models unless the aligner names one
 BOTH_DIRECTIONS = "both directions"
+AGREE_HEADS = "--agree-heads"
 #: the symmetrisations a tuned both-directions row of ours picks from: these link heuristics,
 #: and ``average`` at ``nmt align``'s default threshold and each threshold of the scale
 SYMMETRIZED_TRIED = ("intersection", "grow-diag", "grow-diag-final", "grow-diag-final-and")
@@ -438,6 +439,7 @@ class Aligner:
     why: str = "nmt align's defaults"  # what its default row's reading is, for the row's setting
     ensemble: tuple[Path, ...] = ()  # more models of the forward direction, aligning as an ensemble with it
     reverse_ensemble: tuple[Path, ...] = ()  # the same for the reverse direction
+    agree_heads: bool = False  # each direction read as the two agree most (``nmt align --agree-heads``)
 
     @property
     def runs(self) -> list[Path]:
@@ -451,7 +453,8 @@ class Aligner:
             return models
         reverse = [option for path in (self.reverse, *self.reverse_ensemble)
                    for option in ("--reverse-checkpoint", path)]
-        return models + reverse + (["--symmetrize", symmetrization] if symmetrization else [])
+        return (models + reverse + (["--agree-heads"] if self.agree_heads else [])
+                + (["--symmetrize", symmetrization] if symmetrization else []))
 
 
 def align_and_score(aligner: Aligner, gold: GoldSet, out: Path, settings: Settings, options: tuple = (),
@@ -537,6 +540,9 @@ def bootstrap_aligners(corpus: Corpus, settings: Settings) -> tuple[list[Aligner
                 stages["forward"]),
         Aligner("nmt-cli plain attention", BOTH_DIRECTIONS, root / "forward" / "run",
                 stages["forward"] + stages["reverse"], reverse=root / "reverse" / "run", translates=False),
+        Aligner("nmt-cli plain attention", f"{BOTH_DIRECTIONS} with {AGREE_HEADS}", root / "forward" / "run",
+                stages["forward"] + stages["reverse"], reverse=root / "reverse" / "run", translates=False,
+                agree_heads=True, why="nmt align's default symmetrisation"),
     ]
     system, total = "nmt-cli bootstrap (no external aligner)", sum(stages.values())
     booted = [
@@ -797,6 +803,9 @@ def _notes(scale: Scale, settings: Settings) -> list[str]:
         + "); bootstrap = `nmt align bootstrap` with the same settings, the null in its "
         "guided stages (de-en and en-de), which learn grow-diag-final-and links (its forward and reverse models, "
         "trained without a null, are the plain-attention rows)",
+        f"{AGREE_HEADS}: each direction read with the head (or head average) and shift on which the two "
+        "directions' argmax links agree most over the pairs aligned (no gold links; the bootstrap's links stage "
+        "reads its training text so)",
         "tuned rows: the lowest AER on the tuning pairs over every layer, head, head average and shift "
         f"(`nmt align sweep`) with argmax links or a threshold in {', '.join(map(str, scale.thresholds)) or '-'}; "
         f"both-directions rows and eflomal: the best symmetrisation on the tuning pairs (ours: "

@@ -4,9 +4,10 @@
 
 1. ``forward`` and ``reverse``: ``nmt prepare`` + ``nmt train`` of the config in both
    directions (the reverse one swaps ``data.src_lang`` and ``data.tgt_lang``);
-2. ``links``: both models align the cleaned training text by forced decoding, read with
-   the attention that makes the two directions agree most (:func:`agreed_reading`, no
-   gold links involved), and the two link sets are symmetrised with grow-diag-final
+2. ``links``: both models align the cleaned training text by forced decoding, each read
+   with the heads and shift on which the two directions' links agree most
+   (:func:`~nmt_cli.alignment.agreement.agreed_readings`, on the first pairs; no gold
+   links involved), and the two link sets are symmetrised with grow-diag-final
    (grow-diag-final-and with a null position: :func:`links_symmetrization`);
 3. ``guided``: a third model with the config's settings learns translation and those
    links together (guided alignment, Garg et al. 2019; ``train.alignment_weight``,
@@ -36,9 +37,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence, TextIO
 
+from nmt_cli.alignment.agreement import AGREEMENT_SAMPLE, agreed_options, agreed_readings
 from nmt_cli.alignment.api import Aligner, AlignOptions
 from nmt_cli.alignment.model import AlignmentModel
-from nmt_cli.alignment.reader import AttentionReading, HeadSelection
 from nmt_cli.checkpoint import list_checkpoints, load_checkpoint_config, load_checkpoint_state
 from nmt_cli.config import Config
 from nmt_cli.data.prepare import prepare
@@ -49,16 +50,15 @@ from nmt_cli.textio import read_lines
 from nmt_cli.training import train
 from nmt_cli.training.resume import check_same_run
 
-__all__ = ["AGREEMENT_SAMPLE", "ALIGNER_SYMMETRIZATION", "DEFAULT_GUIDE_WEIGHT", "ReadingChoice", "agreed_reading",
-           "aligner_command", "bootstrap", "links_symmetrization"]
+__all__ = ["ALIGNER_SYMMETRIZATION", "DEFAULT_GUIDE_WEIGHT", "aligner_command", "bootstrap", "links_symmetrization"]
 
-#: training pairs the first-stage reading is chosen on
-AGREEMENT_SAMPLE = 2000
 #: the alignment loss weight of Garg et al. 2019, when the config leaves train.alignment_weight at 0
 DEFAULT_GUIDE_WEIGHT = 0.05
 ALIGN_CHUNK = 5000
 #: how the two guided stages are combined into the bootstrap's aligner
 ALIGNER_SYMMETRIZATION = "average"
+#: the most agreeing pairs of first-stage readings bootstrap.json lists
+CANDIDATES_RECORDED = 10
 
 
 def links_symmetrization(config: Config) -> str:
@@ -69,44 +69,6 @@ def links_symmetrization(config: Config) -> str:
     those links only for words that neither direction has linked yet.
     """
     return "grow-diag-final-and" if config.model.alignment_null else "grow-diag-final"
-
-
-@dataclass(frozen=True)
-class ReadingChoice:
-    """A reading of both directions and how well their links agree (Dice of the link sets)."""
-
-    selection: HeadSelection
-    shift: bool
-    agreement: float
-
-    def describe(self) -> str:
-        return f"{self.selection.describe()} shift={'on' if self.shift else 'off'} (agreement {self.agreement:.4f})"
-
-
-def agreed_reading(forward: AlignmentModel, reverse: AlignmentModel, src_lines: Sequence[str],
-                   tgt_lines: Sequence[str]) -> list[ReadingChoice]:
-    """Every layer average and the all-layer average, with and without shift, read the same
-    way in both directions; ranked by ``2 |F & R| / (|F| + |R|)`` of their argmax links
-    (agreement between directions as an unsupervised criterion, after Liang et al. 2006)."""
-    forward_pairs = forward.encode(src_lines, tgt_lines)
-    reverse_pairs = reverse.encode(tgt_lines, src_lines)
-    layers = min(forward.layers_and_heads[0], reverse.layers_and_heads[0])
-    selections = [HeadSelection(layer, None) for layer in range(-layers, 0)] + [HeadSelection(None, None)]
-    choices = []
-    for shift in (False, True):
-        forward_attention = forward.attention(forward_pairs, shift)  # (L, H, T, S) each
-        reverse_attention = reverse.attention(reverse_pairs, shift)
-        for selection in selections:
-            reading, back_reading = (AttentionReading(selection).for_model(model.config)
-                                     for model in (forward, reverse))
-            agreed = total = 0
-            for pair, back, f_att, r_att in zip(forward_pairs, reverse_pairs, forward_attention, reverse_attention):
-                links = set(pair.read(selection.apply(f_att), reading).links)
-                back_links = {(i, j) for j, i in back.read(selection.apply(r_att), back_reading).links}
-                agreed += 2 * len(links & back_links)
-                total += len(links) + len(back_links)
-            choices.append(ReadingChoice(selection, shift, agreed / total if total else 0.0))
-    return sorted(choices, key=lambda choice: -choice.agreement)
 
 
 @dataclass(frozen=True)
@@ -236,13 +198,12 @@ def _write_links(stages: Stages, device: str, stream: TextIO | None, symmetrizat
             if not link.exists():
                 link.symlink_to(data.text_path(split, side))
     src_lines, tgt_lines = read_lines(data.text_path("train", "src")), read_lines(data.text_path("train", "tgt"))
-    aligner = Aligner(stages.run("forward"), device=device, reverse_checkpoint=stages.run("reverse"))
-    choices = agreed_reading(aligner.forward, aligner.reverse, src_lines[:AGREEMENT_SAMPLE],
-                             tgt_lines[:AGREEMENT_SAMPLE])
+    forward, reverse = (AlignmentModel(stages.run(name), device) for name in ("forward", "reverse"))
+    choices = agreed_readings(forward, reverse, src_lines[:AGREEMENT_SAMPLE], tgt_lines[:AGREEMENT_SAMPLE])
     best = choices[0]
     if stream is not None:
-        print(f"bootstrap: first-stage reading {best.describe()}", file=stream, flush=True)
-    options = AlignOptions(reading=AttentionReading(best.selection), shift=best.shift, symmetrization=symmetrization)
+        print(f"bootstrap: first-stage readings {best.describe()}", file=stream, flush=True)
+    options = agreed_options(AlignOptions(symmetrization=symmetrization), best)
     aligner = Aligner(stages.run("forward"), options, device, stages.run("reverse"))
     links = 0
     with atomic_open(target) as handle:
@@ -251,7 +212,8 @@ def _write_links(stages: Stages, device: str, stream: TextIO | None, symmetrizat
             for sentence in aligner.align(src_lines[chunk], tgt_lines[chunk]):
                 handle.write(format_links(sentence.links) + "\n")
                 links += len(sentence.links)
-    return {"reading": best.selection.describe(), "shift": best.shift, "symmetrization": symmetrization,
-            "agreement": round(best.agreement, 4),
-            "candidates": [choice.describe() for choice in choices], "links": links, "pairs": len(src_lines),
+    return {"reading": best.forward.describe(), "reverse_reading": best.reverse.describe(),
+            "symmetrization": symmetrization, "agreement": round(best.agreement, 4),
+            "candidates": [choice.describe() for choice in choices[:CANDIDATES_RECORDED]], "links": links,
+            "pairs": len(src_lines),
             "seconds": round(time.perf_counter() - started, 1)}

@@ -31,6 +31,11 @@ def test_quick_bench_prints_a_row_per_system(tmp_path):
     assert 0 <= on_unaligned <= wrong
     both = rows[("synthetic", "nmt-cli plain attention", "both directions, grow-diag-final (nmt align's defaults)")]
     assert 0.0 <= float(both["AER"]) <= 1.0
+    agreed = rows[("synthetic", "nmt-cli plain attention",
+                   "both directions with --agree-heads, grow-diag-final (nmt align's default symmetrisation)")]
+    assert 0.0 <= float(agreed["AER"]) <= 1.0 and agreed["BLEU test2016 (greedy)"] == "-"
+    assert any(setting.startswith("tuned: both directions with --agree-heads, --symmetrize ")
+               for (_, _, setting) in rows)
     booted = rows[("synthetic", "nmt-cli bootstrap (no external aligner)", "default reading (supervised head)")]
     assert 0.0 <= float(booted["AER"]) <= 1.0 and float(booted["time s"]) > 0
     booted_pair = rows[("synthetic", "nmt-cli bootstrap (no external aligner)",

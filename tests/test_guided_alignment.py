@@ -13,10 +13,9 @@ import torch
 from nmt_cli.alignment.aer import score_alignments
 from nmt_cli.alignment.api import Aligner, AlignOptions, model_alignment_score
 from nmt_cli.alignment.extract import forced_attention
-from nmt_cli.alignment.model import AlignmentModel
 from nmt_cli.alignment.reader import (AttentionReading, HeadSelection, default_full_context, default_selection,
                                       default_shift, read_alignment)
-from nmt_cli.bootstrap import agreed_reading, aligner_command, bootstrap, links_symmetrization
+from nmt_cli.bootstrap import aligner_command, bootstrap, links_symmetrization
 from nmt_cli.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
 from nmt_cli.config import Config
 from nmt_cli.data.links import piece_links
@@ -391,6 +390,10 @@ def test_bootstrap_trains_both_directions_links_and_a_guided_model(tmp_path):
     pair = Aligner(root / "guided" / "run", AlignOptions(symmetrization="average"), "cpu",
                    root / "guided-reverse" / "run")
     assert pair.settings["reverse_selection"] == "layer=-2 heads=0" and pair.settings["reverse_null"]
+    # the links read each direction as the two agreed most, and say so
+    chosen = record["stages"]["links"]
+    assert chosen["candidates"][0] == f"forward {chosen['reading']}, reverse {chosen['reverse_reading']} " \
+                                      f"(agreement {chosen['agreement']:.4f})"
     # a rerun resumes: nothing is trained or aligned again, and each stage keeps its cost; a
     # finished stage is not even resumed, so its train.log names only the session that trained it
     stages = ("forward", "reverse", "guided", "guided-reverse")
@@ -425,23 +428,3 @@ def test_an_interrupted_stage_stops_the_bootstrap_and_a_rerun_resumes_it(tmp_pat
     monkeypatch.setattr(bootstrap_module, "train", train)
     record = bootstrap(config, root, device="cpu", progress=False, stream=io.StringIO())
     assert list(record["stages"]) == ["forward", "reverse", "links", "guided", "guided-reverse"]
-
-
-def test_the_first_stage_reading_is_ranked_by_agreement(files_for_agreement):
-    forward, reverse = files_for_agreement
-    choices = agreed_reading(forward, reverse, ["der hund", "die katze schläft"], ["the dog", "the cat sleeps"])
-    assert len(choices) == 2 * 3  # two layers and their average, with and without shift
-    agreements = [choice.agreement for choice in choices]
-    assert agreements == sorted(agreements, reverse=True) and all(0 <= value <= 1 for value in agreements)
-
-
-@pytest.fixture
-def files_for_agreement(tiny_prepared, tmp_path):
-    data = PreparedData(tiny_prepared)
-    paths = []
-    for name in ("forward", "reverse"):
-        config = Config().with_overrides(TINY)
-        torch.manual_seed(len(paths))
-        model = build_model(config.model, data.tokenizer.src_vocab_size, data.tokenizer.tgt_vocab_size, True)
-        paths.append(save_checkpoint(tmp_path / name, model.state_dict(), config, data.tokenizer, {"step": 1}))
-    return AlignmentModel(paths[0]), AlignmentModel(paths[1])

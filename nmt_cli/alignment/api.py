@@ -49,10 +49,16 @@ class AlignOptions:
     ``shift`` (shift-att, Chen et al. 2020): None reads each model as it was trained to
     align (:func:`~nmt_cli.alignment.reader.default_shift`: on for a head guided at the
     input step, else off); ``nmt align sweep`` tells whether a model aligns better with it.
+
+    ``reverse_reading`` and ``reverse_shift``: the target -> source models' own, where they
+    differ from the source -> target ones' (None: the same as ``reading`` and ``shift``);
+    :mod:`nmt_cli.alignment.agreement` chooses a pair of them without gold links.
     """
 
     reading: AttentionReading = field(default_factory=AttentionReading)
     shift: bool | None = None
+    reverse_reading: AttentionReading | None = None
+    reverse_shift: bool | None = None
     batch_size: int = 32
     symmetrization: str | None = None
     average_threshold: float = AVERAGE_THRESHOLD
@@ -113,10 +119,14 @@ class Aligner:
             raise NmtError("no checkpoint to align with")
         #: the reading and shift of each model, its defaults filled in (they may differ between models)
         self.readings, self.shifts = {}, {}
-        for model in self.forward_models + self.reverse_models:
-            self.readings[model] = options.reading.for_model(model.config)
-            self.shifts[model] = default_shift(model.config) if options.shift is None else options.shift
-            model.check(self.readings[model].selection)
+        reverse_reading = options.reading if options.reverse_reading is None else options.reverse_reading
+        reverse_shift = options.shift if options.reverse_shift is None else options.reverse_shift
+        for models, reading, shift in ((self.forward_models, options.reading, options.shift),
+                                       (self.reverse_models, reverse_reading, reverse_shift)):
+            for model in models:
+                self.readings[model] = reading.for_model(model.config)
+                self.shifts[model] = default_shift(model.config) if shift is None else shift
+                model.check(self.readings[model].selection)
         #: how the two directions combine (when there is a reverse direction)
         self.symmetrization = options.symmetrization or default_symmetrization(list(self.readings.values()))
 

@@ -8,6 +8,7 @@ import json
 import click
 
 from nmt_cli.alignment.aer import score_alignments, score_files
+from nmt_cli.alignment.agreement import AGREEMENT_SAMPLE, agree_on_heads
 from nmt_cli.alignment.api import SYMMETRIZATION_CHOICES, Aligner, AlignOptions
 from nmt_cli.alignment.inputs import split_pairs
 from nmt_cli.alignment.model import AlignmentModel
@@ -66,11 +67,15 @@ def _read_gold(path: str, src_path: str | None, pairs: int) -> list[GoldAlignmen
 @click.option("--average-threshold", type=click.FloatRange(0.0, 1.0, max_open=True), default=AVERAGE_THRESHOLD,
               help="Where the two directions are averaged (--symmetrize average, the default for guided models "
               "with a null position): the mean weight a link needs.")
+@click.option("--agree-heads", is_flag=True,
+              help="With --reverse-checkpoint, instead of --layer/--heads/--shift: read each direction with the "
+              f"head or head average and shift on which the two models' links agree most over the first "
+              f"{AGREEMENT_SAMPLE:,} pairs (no gold links needed; for models without a guided head).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=32, help="Sentence pairs per forward pass.")
 @click.option("--device", default="auto", help=DEVICE_HELP)
 @click.pass_context
 def align(ctx: click.Context, checkpoints, src_path, tgt_path, out_dir, reading, shift, heatmaps, heatmap_lines,
-          gold_path, reverse_checkpoints, symmetrization, average_threshold, batch_size, device) -> None:
+          gold_path, reverse_checkpoints, symmetrization, average_threshold, agree_heads, batch_size, device) -> None:
     """Align sentence pairs with a model's cross-attention (forced decoding of the given target).
 
     Writes OUT/alignments.align (Pharaoh i-j, 0-based source-target words), soft word
@@ -84,6 +89,10 @@ def align(ctx: click.Context, checkpoints, src_path, tgt_path, out_dir, reading,
         raise click.UsageError("nmt align needs --checkpoint and --out (or use `nmt align score` / `sweep`)")
     if (src_path is None) != (tgt_path is None):
         raise click.UsageError("give both --src and --tgt, or neither (then stdin holds 'source ||| target' lines)")
+    if agree_heads and (len(checkpoints) != 1 or len(reverse_checkpoints) != 1):
+        raise click.UsageError("--agree-heads needs one --checkpoint and one --reverse-checkpoint (no ensembles)")
+    if agree_heads and (reading.selection is not None or shift is not None):
+        raise click.UsageError("--agree-heads chooses the heads and shift: leave out --layer, --heads and --shift")
     if src_path is not None:
         src_lines, tgt_lines = read_parallel(src_path, tgt_path)
     else:
@@ -92,6 +101,9 @@ def align(ctx: click.Context, checkpoints, src_path, tgt_path, out_dir, reading,
     gold = _read_gold(gold_path, src_path, len(src_lines)) if gold_path else None
     options = AlignOptions(reading=reading, shift=shift, batch_size=batch_size, symmetrization=symmetrization,
                            average_threshold=average_threshold)
+    if agree_heads:
+        options, agreed = agree_on_heads(options, checkpoints[0], reverse_checkpoints[0], src_lines, tgt_lines, device)
+        click.echo(f"agreed readings: {agreed.describe()}", err=True)
     aligner = Aligner(checkpoints, options, device, reverse_checkpoints)
     sentences = aligner.align(src_lines, tgt_lines)
     settings = aligner.settings
@@ -170,7 +182,7 @@ def bootstrap_command(config: Config, out_dir: str, device: str, quiet: bool) ->
 
     record = bootstrap(config, out_dir, device=device, progress=not quiet, stream=sys.stderr)
     for name, stage in record["stages"].items():
-        click.echo(f"{name:<8} {stage['seconds']:>9,.1f} s" + (f"  reading {stage['reading']} shift="
-                                                               f"{'on' if stage['shift'] else 'off'}, agreement "
-                                                               f"{stage['agreement']:.4f}" if name == "links" else ""))
+        click.echo(f"{name:<8} {stage['seconds']:>9,.1f} s" + (
+            f"  forward {stage['reading']}, reverse {stage['reverse_reading']}, agreement {stage['agreement']:.4f}"
+            if name == "links" else ""))
     click.echo(f"aligner: nmt align {aligner_command(record)}")
