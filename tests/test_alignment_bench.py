@@ -29,10 +29,10 @@ def test_quick_bench_prints_a_row_per_system(tmp_path):
     assert 0.0 <= float(ours["AER"]) <= 1.0 and float(ours["time s"]) > 0
     on_unaligned, wrong = map(int, ours["wrong links on unaligned words"].split(" ")[0].split("/"))
     assert 0 <= on_unaligned <= wrong
-    both = rows[("synthetic", "nmt-cli plain attention", "both directions, grow-diag-final (nmt align's defaults)")]
+    both = rows[("synthetic", "nmt-cli plain attention", "both directions, grow-diag-final-and (nmt align's defaults)")]
     assert 0.0 <= float(both["AER"]) <= 1.0
     agreed = rows[("synthetic", "nmt-cli plain attention",
-                   "both directions with --agree-heads, grow-diag-final (nmt align's default symmetrisation)")]
+                   "both directions with --agree-heads, grow-diag-final-and (nmt align's default symmetrisation)")]
     assert 0.0 <= float(agreed["AER"]) <= 1.0 and agreed["BLEU test2016 (greedy)"] == "-"
     assert any(setting.startswith("tuned: both directions with --agree-heads, --symmetrize ")
                for (_, _, setting) in rows)
@@ -46,7 +46,7 @@ def test_quick_bench_prints_a_row_per_system(tmp_path):
     assert any(system == "nmt-cli bootstrap (no external aligner)" and setting.startswith(
         "tuned: both directions, --symmetrize ") for (_, system, setting) in rows)
     masked = rows[("synthetic", "nmt-cli Mask-Align (no external aligner)",
-                   "both directions, grow-diag-final (nmt align's defaults)")]
+                   "both directions, grow-diag-final-and (nmt align's defaults)")]
     assert 0.0 <= float(masked["AER"]) <= 1.0 and masked["BLEU test2016 (greedy)"] == "-"
     assert (tmp_path / "align_quality" / "quick" / "synthetic" / "mask-align-reverse" / "run").is_dir()
     symmetrised = [row for (corpus, system, setting), row in rows.items()

@@ -252,10 +252,11 @@ def test_two_directions_read_with_their_nulls_are_averaged_by_default(null_check
     assert links == [a.links for a in averaged.align(sources, targets)] and any(links)
     told = Aligner(run, AlignOptions(symmetrization="grow-diag-final-and"), reverse_checkpoint=run)
     assert told.symmetrization == "grow-diag-final-and"  # a named one is kept
-    # a model without a null on either side: grow-diag-final, as for plain attention
+    # a model without a null on either side: grow-diag-final-and, as for plain attention
     null, plain = AttentionReading(HeadSelection(0, (1,)), null=True), AttentionReading(HeadSelection())
     assert default_symmetrization([null, null, null]) == "average"
-    assert default_symmetrization([null, plain]) == "grow-diag-final" and default_symmetrization([]) == "grow-diag-final"
+    assert default_symmetrization([null, plain]) == "grow-diag-final-and"
+    assert default_symmetrization([]) == "grow-diag-final-and"
     src_path, tgt_path = tmp_path / "src.txt", tmp_path / "tgt.txt"
     src_path.write_text("".join(line + "\n" for line in sources), encoding="utf-8")
     tgt_path.write_text("".join(line + "\n" for line in targets), encoding="utf-8")

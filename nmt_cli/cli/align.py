@@ -63,7 +63,7 @@ def _read_gold(path: str, src_path: str | None, pairs: int) -> list[GoldAlignmen
 @click.option("--symmetrize", "symmetrization", type=click.Choice(SYMMETRIZATION_CHOICES), default=None,
               help="How to combine the two directions: their links (intersection ... grow-diag-final-and), or "
               "'average': a link where the mean of the two models' word weights exceeds --average-threshold "
-              "[default: average when every model has a guided head with a null position, else grow-diag-final].")
+              "[default: average when every model has a guided head with a null position, else grow-diag-final-and].")
 @click.option("--average-threshold", type=click.FloatRange(0.0, 1.0, max_open=True), default=AVERAGE_THRESHOLD,
               help="Where the two directions are averaged (--symmetrize average, the default for guided models "
               "with a null position): the mean weight a link needs.")
