@@ -37,9 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence, TextIO
 
-from nmt_cli.alignment.agreement import AGREEMENT_SAMPLE, agreed_options, agreed_readings
+from nmt_cli.alignment.agreement import agree_on_heads
 from nmt_cli.alignment.api import Aligner, AlignOptions
-from nmt_cli.alignment.model import AlignmentModel
 from nmt_cli.checkpoint import list_checkpoints, load_checkpoint_config, load_checkpoint_state
 from nmt_cli.config import Config
 from nmt_cli.data.prepare import prepare
@@ -198,12 +197,11 @@ def _write_links(stages: Stages, device: str, stream: TextIO | None, symmetrizat
             if not link.exists():
                 link.symlink_to(data.text_path(split, side))
     src_lines, tgt_lines = read_lines(data.text_path("train", "src")), read_lines(data.text_path("train", "tgt"))
-    forward, reverse = (AlignmentModel(stages.run(name), device) for name in ("forward", "reverse"))
-    choices = agreed_readings(forward, reverse, src_lines[:AGREEMENT_SAMPLE], tgt_lines[:AGREEMENT_SAMPLE])
+    options, choices = agree_on_heads(AlignOptions(symmetrization=symmetrization), stages.run("forward"),
+                                      stages.run("reverse"), src_lines, tgt_lines, device)
     best = choices[0]
     if stream is not None:
         print(f"bootstrap: first-stage readings {best.describe()}", file=stream, flush=True)
-    options = agreed_options(AlignOptions(symmetrization=symmetrization), best)
     aligner = Aligner(stages.run("forward"), options, device, stages.run("reverse"))
     links = 0
     with atomic_open(target) as handle:

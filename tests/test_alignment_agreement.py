@@ -107,7 +107,7 @@ def test_nmt_align_agree_heads_reads_the_most_agreeing_pair(plain_pair, tmp_path
                                       str(reverse_path), "--agree-heads", "--src", str(src), "--tgt", str(tgt),
                                       "--out", str(out)])
     assert result.exit_code == 0, result.output
-    _, best = agree_on_heads(AlignOptions(), forward_path, reverse_path, SRC, TGT)
+    _, (best, *_) = agree_on_heads(AlignOptions(), forward_path, reverse_path, SRC, TGT)
     assert f"agreed readings: {best.describe()}" in result.output
     settings = json.loads((out / "settings.json").read_text(encoding="utf-8"))
     assert settings["selection"] == best.forward.selection.describe()

@@ -104,10 +104,11 @@ def agreed_options(options: AlignOptions, choice: AgreedReadings) -> AlignOption
 
 def agree_on_heads(options: AlignOptions, checkpoint: str | os.PathLike, reverse_checkpoint: str | os.PathLike,
                    src_lines: Sequence[str], tgt_lines: Sequence[str],
-                   device: str = "cpu") -> tuple[AlignOptions, AgreedReadings]:
+                   device: str = "cpu") -> tuple[AlignOptions, list[AgreedReadings]]:
     """``options`` with the readings the two models agree on most over the first
-    :data:`AGREEMENT_SAMPLE` pairs (``nmt align --agree-heads``), and that choice."""
+    :data:`AGREEMENT_SAMPLE` pairs (``nmt align --agree-heads``, the bootstrap's links), and
+    every pair of readings, most agreeing first."""
     sample = slice(0, AGREEMENT_SAMPLE)
     forward, reverse = (AlignmentModel(path, device, options.batch_size) for path in (checkpoint, reverse_checkpoint))
-    best = agreed_readings(forward, reverse, src_lines[sample], tgt_lines[sample])[0]
-    return agreed_options(options, best), best
+    ranked = agreed_readings(forward, reverse, src_lines[sample], tgt_lines[sample])
+    return agreed_options(options, ranked[0]), ranked

@@ -102,8 +102,8 @@ def align(ctx: click.Context, checkpoints, src_path, tgt_path, out_dir, reading,
     options = AlignOptions(reading=reading, shift=shift, batch_size=batch_size, symmetrization=symmetrization,
                            average_threshold=average_threshold)
     if agree_heads:
-        options, agreed = agree_on_heads(options, checkpoints[0], reverse_checkpoints[0], src_lines, tgt_lines, device)
-        click.echo(f"agreed readings: {agreed.describe()}", err=True)
+        options, ranked = agree_on_heads(options, checkpoints[0], reverse_checkpoints[0], src_lines, tgt_lines, device)
+        click.echo(f"agreed readings: {ranked[0].describe()}", err=True)
     aligner = Aligner(checkpoints, options, device, reverse_checkpoints)
     sentences = aligner.align(src_lines, tgt_lines)
     settings = aligner.settings
