@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence, TextIO
 
-from nmt_cli.alignment.agreement import agree_on_heads
-from nmt_cli.alignment.api import Aligner, AlignOptions
+from nmt_cli.alignment.agreement import agreeing_aligner
+from nmt_cli.alignment.api import AlignOptions
 from nmt_cli.checkpoint import list_checkpoints, load_checkpoint_config, load_checkpoint_state
 from nmt_cli.config import Config
 from nmt_cli.data.prepare import prepare
@@ -197,12 +197,11 @@ def _write_links(stages: Stages, device: str, stream: TextIO | None, symmetrizat
             if not link.exists():
                 link.symlink_to(data.text_path(split, side))
     src_lines, tgt_lines = read_lines(data.text_path("train", "src")), read_lines(data.text_path("train", "tgt"))
-    options, choices = agree_on_heads(AlignOptions(symmetrization=symmetrization), stages.run("forward"),
-                                      stages.run("reverse"), src_lines, tgt_lines, device)
+    aligner, choices = agreeing_aligner(AlignOptions(symmetrization=symmetrization), stages.run("forward"),
+                                        stages.run("reverse"), src_lines, tgt_lines, device)
     best = choices[0]
     if stream is not None:
         print(f"bootstrap: first-stage readings {best.describe()}", file=stream, flush=True)
-    aligner = Aligner(stages.run("forward"), options, device, stages.run("reverse"))
     links = 0
     with atomic_open(target) as handle:
         for start in range(0, len(src_lines), ALIGN_CHUNK):

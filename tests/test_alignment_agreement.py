@@ -9,12 +9,12 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from nmt_cli.alignment.agreement import (AgreedReadings, DirectionReading, agree_on_heads, agreed_options,
+from nmt_cli.alignment.agreement import (AgreedReadings, agreed_options, agreeing_aligner,
                                          agreed_readings, rank_by_agreement)
 from nmt_cli.alignment.api import Aligner, AlignOptions
 from nmt_cli.alignment.model import AlignmentModel
 from nmt_cli.alignment.reader import AttentionReading, HeadSelection
-from nmt_cli.alignment.sweep import candidate_selections
+from nmt_cli.alignment.sweep import DirectionReading, candidate_selections
 from nmt_cli.checkpoint import save_checkpoint
 from nmt_cli.cli import cli
 from nmt_cli.config import Config
@@ -97,6 +97,26 @@ def test_each_direction_is_read_the_way_the_choice_says(plain_pair):
     assert alike.settings["reverse_selection"] == "layer=0 heads=1"
 
 
+def test_the_agreeing_aligner_loads_each_model_once_and_reads_the_best_pair(plain_pair, monkeypatch):
+    forward_path, reverse_path = plain_pair
+    expected = agreed_readings(AlignmentModel(forward_path), AlignmentModel(reverse_path), SRC, TGT)
+    loaded = []
+    load = AlignmentModel.__init__
+
+    def counting_load(self, path, *args, **kwargs):
+        loaded.append(path)
+        load(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(AlignmentModel, "__init__", counting_load)
+    options = AlignOptions(symmetrization="intersection")
+    aligner, ranked = agreeing_aligner(options, forward_path, reverse_path, SRC, TGT)
+    assert loaded == [forward_path, reverse_path]
+    assert ranked == expected
+    by_paths = Aligner(forward_path, agreed_options(options, ranked[0]), "cpu", reverse_path)
+    assert aligner.settings == by_paths.settings
+    assert [s.links for s in aligner.align(SRC, TGT)] == [s.links for s in by_paths.align(SRC, TGT)]
+
+
 def test_nmt_align_agree_heads_reads_the_most_agreeing_pair(plain_pair, tmp_path):
     forward_path, reverse_path = plain_pair
     src, tgt = tmp_path / "src.de", tmp_path / "tgt.en"
@@ -107,7 +127,7 @@ def test_nmt_align_agree_heads_reads_the_most_agreeing_pair(plain_pair, tmp_path
                                       str(reverse_path), "--agree-heads", "--src", str(src), "--tgt", str(tgt),
                                       "--out", str(out)])
     assert result.exit_code == 0, result.output
-    _, (best, *_) = agree_on_heads(AlignOptions(), forward_path, reverse_path, SRC, TGT)
+    _, (best, *_) = agreeing_aligner(AlignOptions(), forward_path, reverse_path, SRC, TGT)
     assert f"agreed readings: {best.describe()}" in result.output
     settings = json.loads((out / "settings.json").read_text(encoding="utf-8"))
     assert settings["selection"] == best.forward.selection.describe()

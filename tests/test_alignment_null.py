@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from nmt_cli.alignment.api import AlignOptions, Aligner, default_symmetrization, model_alignment_score
 from nmt_cli.alignment.extract import forced_attention
 from nmt_cli.alignment.reader import AttentionReading, HeadSelection, combine_alignments, default_null, read_alignment
-from nmt_cli.alignment.sweep import sweep
+from nmt_cli.alignment.sweep import DirectionReading, sweep
 from nmt_cli.checkpoint import save_checkpoint
 from nmt_cli.cli import cli
 from nmt_cli.cli import align as _align_command  # noqa: F401  (registers `nmt align`)
@@ -226,7 +226,7 @@ def test_every_command_reads_the_null(null_checkpoint, tmp_path):
     assert model_alignment_score(aligner.forward.model, data.tokenizer, config, sources, targets, gold).aer == 0
     # nmt align sweep reads every selection with the null too
     best = sweep(aligner.forward, sources, targets, gold)
-    assert any(r.selection == selection and r.shift and r.score.aer == 0 for r in best)
+    assert any(r.reading == DirectionReading(selection, True) and r.score.aer == 0 for r in best)
     # nmt translate --alignments
     translator = Translator.from_checkpoint(run, device="cpu", overrides={"decode.beam_size": 1})
     (hypothesis,) = translator.translate(sources[:1], with_attention=True)

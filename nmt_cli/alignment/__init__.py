@@ -16,7 +16,7 @@ from nmt_cli.alignment.extract import forced_attention
 from nmt_cli.alignment.hard import hard_links
 from nmt_cli.alignment.model import AlignmentModel
 from nmt_cli.alignment.reader import AttentionReading, HeadSelection, SentenceAlignment, read_alignment
-from nmt_cli.alignment.sweep import SweepResult, sweep
+from nmt_cli.alignment.sweep import DirectionReading, SweepResult, sweep
 from nmt_cli.alignment.symmetrize import symmetrize
 from nmt_cli.alignment.words import aggregate_to_words
 from nmt_cli.pharaoh import GoldAlignment, format_links, parse_links, read_alignments, write_alignments
@@ -24,6 +24,7 @@ from nmt_cli.pharaoh import GoldAlignment, format_links, parse_links, read_align
 __all__ = [
     "AlignOptions",
     "AttentionReading",
+    "DirectionReading",
     "Aligner",
     "AlignmentModel",
     "AlignmentScore",

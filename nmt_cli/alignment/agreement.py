@@ -17,28 +17,16 @@ import os
 from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
-from nmt_cli.alignment.api import AlignOptions
+from nmt_cli.alignment.api import Aligner, AlignOptions
 from nmt_cli.alignment.model import AlignmentModel
-from nmt_cli.alignment.reader import AttentionReading, HeadSelection
-from nmt_cli.alignment.sweep import candidate_selections
+from nmt_cli.alignment.sweep import DirectionReading, read_every_candidate
 from nmt_cli.pharaoh import Link
 
-__all__ = ["AGREEMENT_SAMPLE", "AgreedReadings", "DirectionReading", "agree_on_heads", "agreed_options",
-           "agreed_readings", "rank_by_agreement"]
+__all__ = ["AGREEMENT_SAMPLE", "AgreedReadings", "agreed_options", "agreed_readings",
+           "agreeing_aligner", "rank_by_agreement"]
 
 #: sentence pairs the readings are chosen on (the first ones of the text to align)
 AGREEMENT_SAMPLE = 2000
-
-
-@dataclass(frozen=True)
-class DirectionReading:
-    """The heads and shift one direction is read with."""
-
-    selection: HeadSelection
-    shift: bool
-
-    def describe(self) -> str:
-        return f"{self.selection.describe()} shift={'on' if self.shift else 'off'}"
 
 
 @dataclass(frozen=True)
@@ -74,16 +62,8 @@ def _candidate_links(model: AlignmentModel, src_lines: Sequence[str], tgt_lines:
                      turned: bool) -> dict[DirectionReading, list[set[Link]]]:
     """The argmax links of every candidate reading of ``model``; ``turned``: the model aligns
     the other way, and its (target, source) links are turned into (source, target)."""
-    pairs = model.encode(src_lines, tgt_lines)
-    links = {}
-    for shift in (False, True):
-        attentions = model.attention(pairs, shift)  # (L, H, T, S) each
-        for selection in candidate_selections(*model.layers_and_heads):
-            reading = AttentionReading(selection).for_model(model.config)
-            read = [pair.read(selection.apply(attention), reading).links for pair, attention in zip(pairs, attentions)]
-            links[DirectionReading(selection, shift)] = [
-                {(i, j) for j, i in sentence} if turned else set(sentence) for sentence in read]
-    return links
+    return {reading: [{(i, j) for j, i in sentence.links} if turned else set(sentence.links) for sentence in aligned]
+            for reading, aligned in read_every_candidate(model, src_lines, tgt_lines)}
 
 
 def agreed_readings(forward: AlignmentModel, reverse: AlignmentModel, src_lines: Sequence[str],
@@ -102,13 +82,13 @@ def agreed_options(options: AlignOptions, choice: AgreedReadings) -> AlignOption
                    reverse_shift=choice.reverse.shift)
 
 
-def agree_on_heads(options: AlignOptions, checkpoint: str | os.PathLike, reverse_checkpoint: str | os.PathLike,
-                   src_lines: Sequence[str], tgt_lines: Sequence[str],
-                   device: str = "cpu") -> tuple[AlignOptions, list[AgreedReadings]]:
-    """``options`` with the readings the two models agree on most over the first
+def agreeing_aligner(options: AlignOptions, checkpoint: str | os.PathLike, reverse_checkpoint: str | os.PathLike,
+                     src_lines: Sequence[str], tgt_lines: Sequence[str],
+                     device: str = "cpu") -> tuple[Aligner, list[AgreedReadings]]:
+    """An aligner of the two models reading each direction as they agree most over the first
     :data:`AGREEMENT_SAMPLE` pairs (``nmt align --agree-heads``, the bootstrap's links), and
-    every pair of readings, most agreeing first."""
+    every pair of readings, most agreeing first. Each model is loaded once."""
     sample = slice(0, AGREEMENT_SAMPLE)
     forward, reverse = (AlignmentModel(path, device, options.batch_size) for path in (checkpoint, reverse_checkpoint))
     ranked = agreed_readings(forward, reverse, src_lines[sample], tgt_lines[sample])
-    return agreed_options(options, ranked[0]), ranked
+    return Aligner(forward, agreed_options(options, ranked[0]), device, reverse), ranked

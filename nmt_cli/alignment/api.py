@@ -88,15 +88,17 @@ def default_symmetrization(readings: Sequence[AttentionReading]) -> str:
     return AVERAGE if readings and all(reading.null for reading in readings) else "grow-diag-final-and"
 
 
-#: a checkpoint, or several making an ensemble
-Checkpoints = Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]
+#: a checkpoint (or a model already loaded from one), or several making an ensemble
+Checkpoint = Union[str, os.PathLike, AlignmentModel]
+Checkpoints = Union[Checkpoint, Sequence[Checkpoint]]
 
 
-def _paths(checkpoints) -> list:
-    """One checkpoint path, or several (an ensemble), as a list."""
+def _load_models(checkpoints: Checkpoints | None, device: str, batch_size: int) -> list[AlignmentModel]:
+    """One checkpoint, or several (an ensemble), loaded; a model already loaded is kept as it is."""
     if checkpoints is None:
         return []
-    return [checkpoints] if isinstance(checkpoints, (str, os.PathLike)) else list(checkpoints)
+    listed = [checkpoints] if isinstance(checkpoints, (str, os.PathLike, AlignmentModel)) else list(checkpoints)
+    return [item if isinstance(item, AlignmentModel) else AlignmentModel(item, device, batch_size) for item in listed]
 
 
 class Aligner:
@@ -114,9 +116,8 @@ class Aligner:
         reverse_checkpoint: Checkpoints | None = None,
     ):
         self.options = options
-        self.forward_models = [AlignmentModel(path, device, options.batch_size) for path in _paths(checkpoint)]
-        self.reverse_models = [AlignmentModel(path, device, options.batch_size)
-                               for path in _paths(reverse_checkpoint)]
+        self.forward_models = _load_models(checkpoint, device, options.batch_size)
+        self.reverse_models = _load_models(reverse_checkpoint, device, options.batch_size)
         if not self.forward_models:
             raise NmtError("no checkpoint to align with")
         #: the reading and shift of each model, its defaults filled in (they may differ between models)

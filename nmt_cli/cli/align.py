@@ -8,7 +8,7 @@ import json
 import click
 
 from nmt_cli.alignment.aer import score_alignments, score_files
-from nmt_cli.alignment.agreement import AGREEMENT_SAMPLE, agree_on_heads
+from nmt_cli.alignment.agreement import AGREEMENT_SAMPLE, agreeing_aligner
 from nmt_cli.alignment.api import SYMMETRIZATION_CHOICES, Aligner, AlignOptions
 from nmt_cli.alignment.inputs import split_pairs
 from nmt_cli.alignment.model import AlignmentModel
@@ -102,9 +102,11 @@ def align(ctx: click.Context, checkpoints, src_path, tgt_path, out_dir, reading,
     options = AlignOptions(reading=reading, shift=shift, batch_size=batch_size, symmetrization=symmetrization,
                            average_threshold=average_threshold)
     if agree_heads:
-        options, ranked = agree_on_heads(options, checkpoints[0], reverse_checkpoints[0], src_lines, tgt_lines, device)
+        aligner, ranked = agreeing_aligner(options, checkpoints[0], reverse_checkpoints[0], src_lines, tgt_lines,
+                                           device)
         click.echo(f"agreed readings: {ranked[0].describe()}", err=True)
-    aligner = Aligner(checkpoints, options, device, reverse_checkpoints)
+    else:
+        aligner = Aligner(checkpoints, options, device, reverse_checkpoints)
     sentences = aligner.align(src_lines, tgt_lines)
     settings = aligner.settings
     combined = describe_symmetrization(aligner.symmetrization, average_threshold)
@@ -156,13 +158,13 @@ def sweep_command(checkpoint, src_path, tgt_path, gold_path, method, threshold, 
     results = sweep(AlignmentModel(checkpoint, device, batch_size), src_lines, tgt_lines, gold, method, threshold)
     if as_json:
         for result in results:
-            click.echo(json.dumps({"options": result.options(), **result.score.to_dict()}))
+            click.echo(json.dumps({"options": result.reading.options(), **result.score.to_dict()}))
         return
     click.echo(f"{'rank':>4}  {'AER':>6}  {'prec.':>6}  {'recall':>6}  nmt align options")
     for rank, result in enumerate(results[:top], start=1):
         score = result.score
-        click.echo(f"{rank:>4}  {score.aer:.4f}  {score.precision:.4f}  {score.recall:.4f}  {result.options()}")
-    click.echo(f"best: nmt align {results[0].options()}  (picked on {len(gold)} pairs: report AER on others)")
+        click.echo(f"{rank:>4}  {score.aer:.4f}  {score.precision:.4f}  {score.recall:.4f}  {result.reading.options()}")
+    click.echo(f"best: nmt align {results[0].reading.options()}  (picked on {len(gold)} pairs: report AER on others)")
 
 
 @align.command("bootstrap")
