@@ -85,6 +85,9 @@ def test_quick_bench_prints_a_row_per_system(tmp_path):
                          "ensemble of 2 seeds per direction, both directions, average > 0.4 (nmt align's defaults)")]
         assert 0.0 <= float(ensemble["AER"]) <= 1.0 and float(ensemble["time s"]) > 0
         assert "train.seed 1-2" in " ".join(report["notes"])
+        spread = next(note for note in report["notes"] if note.startswith("synthetic: eflomal's AER"))
+        forward_aer = rows[("synthetic", label, "forward")]["AER"]
+        assert f"over its 1 run(s), lowest-highest: forward {forward_aer}-{forward_aer}, " in spread
         assert any(setting.startswith("tuned: ensemble of 2 seeds per direction, both directions, --symmetrize ")
                    for (_, _, setting) in rows)
         seed2 = work / "guided-eflomal-reverse-seed2" / "run" / "config.yaml"
@@ -131,6 +134,16 @@ def test_systems_are_checked_names():
     assert system_names("guided, mask-align") == ("guided", "mask-align")
     with pytest.raises(SystemExit, match="unknown system 'plain'"):
         system_names("guided,plain")
+
+
+def test_the_eflomal_note_gives_each_readings_lowest_and_highest_aer_over_its_runs(tmp_path):
+    from align_quality import Corpus, GoldSet, _eflomal_spread
+
+    test = GoldSet(tmp_path / "t.de", tmp_path / "t.en", tmp_path / "t.gold", "1-50")
+    corpus = Corpus("multi30k", tmp_path, test, test, test, None)
+    results = {"forward": ([], 18.0, [0.2, 0.19, 0.21]), "intersection": ([], 18.0, [0.1874, 0.1967, 0.1803])}
+    assert _eflomal_spread(corpus, results) == ("multi30k: eflomal's AER on pairs 1-50 over its 3 run(s), "
+                                                "lowest-highest: forward 0.1900-0.2100, intersection 0.1803-0.1967")
 
 
 def test_the_reversed_guide_swaps_every_link_of_every_line(tmp_path):
