@@ -368,11 +368,19 @@ def _eflomal_readings(forward: Path, reverse: Path, lengths: list[tuple[int, int
     return readings
 
 
-def run_eflomal(corpus: Corpus, settings: Settings) -> tuple[dict[str, tuple[list, float, list[float]]], Path]:
-    """eflomal on the training text, ``repeats`` times: per reading, the links of the test pairs
-    (the run with the median AER), the median time and every run's AER (eflomal takes no seed,
-    so runs differ); and the :data:`GUIDE` links of the whole training text of the first run,
-    written as ``<work>/eflomal-links/train.align``."""
+@dataclass(frozen=True)
+class EflomalReading:
+    """One reading of eflomal's links over its runs."""
+
+    links: list  # of the test pairs, from the run with the median AER
+    seconds: float  # the median time of a run
+    aers: list[float]  # every run's AER (eflomal takes no seed, so runs differ)
+
+
+def run_eflomal(corpus: Corpus, settings: Settings) -> tuple[dict[str, EflomalReading], Path]:
+    """eflomal on the training text, ``repeats`` times: each reading over the runs; and the
+    :data:`GUIDE` links of the whole training text of the first run, written as
+    ``<work>/eflomal-links/train.align``."""
     tool = venv_bin("eflomal", "eflomal-align")
     test_lengths = _lengths(corpus.test.src, corpus.test.tgt)
     runs: dict[str, list[tuple[list, float, float]]] = {name: [] for name in EFLOMAL_READINGS}
@@ -389,8 +397,8 @@ def run_eflomal(corpus: Corpus, settings: Settings) -> tuple[dict[str, tuple[lis
     results = {}
     for name, found in runs.items():
         ordered = sorted(found, key=lambda run: run[2])
-        results[name] = (ordered[len(ordered) // 2][0], statistics.median(run[1] for run in found),
-                         [run[2] for run in found])
+        results[name] = EflomalReading(ordered[len(ordered) // 2][0], statistics.median(run[1] for run in found),
+                                       [run[2] for run in found])
     return results, guide
 
 
@@ -635,9 +643,9 @@ def eflomal_rows(report: Report, corpus: Corpus, settings: Settings) -> tuple[Pa
         report.add_row(corpus.name, "eflomal", label, *["-"] * (len(COLUMNS) - 3))
         return None, 0.0, {}
     results, guide = run_eflomal(corpus, settings)
-    scores = {name: _links_score(corpus.test, links) for name, (links, _, _) in results.items()}
+    scores = {name: _links_score(corpus.test, reading.links) for name, reading in results.items()}
     best = {corpus.test.label: min(scores[name].aer for name in SYMMETRIZED)}
-    seconds = results["forward"][1]
+    seconds = results["forward"].seconds
     for name in EFLOMAL_READINGS:
         _row(report, corpus, label, name, corpus.test, scores[name], seconds, best[corpus.test.label])
     report.notes.append(_eflomal_spread(corpus, results))
@@ -646,19 +654,19 @@ def eflomal_rows(report: Report, corpus: Corpus, settings: Settings) -> tuple[Pa
          _links_score(corpus.test, guide_links), seconds, best[corpus.test.label])
     if corpus.report is not corpus.test:  # the tuning and report pairs are test pairs eflomal aligned
         offset = len(_read(corpus.tune.src))
-        picked = min(SYMMETRIZED, key=lambda name: _links_score(corpus.tune, results[name][0]).aer)
-        score = _links_score(corpus.report, results[picked][0], offset)
+        picked = min(SYMMETRIZED, key=lambda name: _links_score(corpus.tune, results[name].links).aer)
+        score = _links_score(corpus.report, results[picked].links, offset)
         best[corpus.report.label] = score.aer
         _row(report, corpus, label, f"tuned: {picked} (picked on pairs {corpus.tune.label})", corpus.report, score,
              seconds, score.aer)
     return guide, seconds, best
 
 
-def _eflomal_spread(corpus: Corpus, results: dict[str, tuple[list, float, list[float]]]) -> str:
+def _eflomal_spread(corpus: Corpus, results: dict[str, EflomalReading]) -> str:
     """A note with the lowest and highest AER of each eflomal reading over its runs: how far
     apart two runs of the same aligner land, beside any gap between rows."""
-    runs = len(results["forward"][2])
-    spread = ", ".join(f"{name} {min(aers):.4f}-{max(aers):.4f}" for name, (_, _, aers) in results.items())
+    runs = len(results["forward"].aers)
+    spread = ", ".join(f"{name} {min(reading.aers):.4f}-{max(reading.aers):.4f}" for name, reading in results.items())
     return f"{corpus.name}: eflomal's AER on pairs {corpus.test.label} over its {runs} run(s), lowest-highest: {spread}"
 
 

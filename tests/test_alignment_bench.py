@@ -137,11 +137,12 @@ def test_systems_are_checked_names():
 
 
 def test_the_eflomal_note_gives_each_readings_lowest_and_highest_aer_over_its_runs(tmp_path):
-    from align_quality import Corpus, GoldSet, _eflomal_spread
+    from align_quality import Corpus, EflomalReading, GoldSet, _eflomal_spread
 
     test = GoldSet(tmp_path / "t.de", tmp_path / "t.en", tmp_path / "t.gold", "1-50")
     corpus = Corpus("multi30k", tmp_path, test, test, test, None)
-    results = {"forward": ([], 18.0, [0.2, 0.19, 0.21]), "intersection": ([], 18.0, [0.1874, 0.1967, 0.1803])}
+    results = {"forward": EflomalReading([], 18.0, [0.2, 0.19, 0.21]),
+               "intersection": EflomalReading([], 18.0, [0.1874, 0.1967, 0.1803])}
     assert _eflomal_spread(corpus, results) == ("multi30k: eflomal's AER on pairs 1-50 over its 3 run(s), "
                                                 "lowest-highest: forward 0.1900-0.2100, intersection 0.1803-0.1967")
 

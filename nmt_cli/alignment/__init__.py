@@ -24,10 +24,10 @@ from nmt_cli.pharaoh import GoldAlignment, format_links, parse_links, read_align
 __all__ = [
     "AlignOptions",
     "AttentionReading",
-    "DirectionReading",
     "Aligner",
     "AlignmentModel",
     "AlignmentScore",
+    "DirectionReading",
     "GoldAlignment",
     "HeadSelection",
     "SentenceAlignment",
