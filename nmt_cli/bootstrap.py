@@ -18,13 +18,19 @@
    (``links-reverse/``). The aligner is the pair, each read by its supervised head and
    combined by the mean of their word weights (:func:`aligner_command`: ``nmt align
    --checkpoint DIR/guided/run --reverse-checkpoint DIR/guided-reverse/run --symmetrize
-   average``), which aligns better than either direction alone.
+   average``), which aligns better than either direction alone;
+5. ``links-2``, ``guided-2`` and ``guided-reverse-2`` (``rounds`` = 2, the default): that
+   pair aligns the same text again, and each guided model goes on training for
+   ``refine_steps`` more steps (its optimizer and learning-rate schedule kept: continued
+   training, :func:`refined_config`) with those better links as its guide. Round ``k``
+   does the same from round ``k - 1``; the last round's pair is the aligner.
 
 This is the bootstrapping of Zenkel et al. 2020 (guided alignment training on the
 symmetrised alignments of the model's own attention) with a translation model's
-attention as the first alignments. Every stage resumes: a rerun reuses prepared data,
-finished runs and written links, so an interrupted bootstrap goes on where it stopped (a
-stage's training stopped by Ctrl-C or SIGTERM saves its step and stops the whole command).
+attention as the first alignments, repeated as iterative self-training. Every stage
+resumes: a rerun reuses prepared data, finished runs and written links, so an interrupted
+bootstrap goes on where it stopped (a stage's training stopped by Ctrl-C or SIGTERM saves
+its step and stops the whole command).
 ``DIR/bootstrap.json`` records each stage's settings and wall time.
 """
 
@@ -38,18 +44,21 @@ from pathlib import Path
 from typing import Sequence, TextIO
 
 from nmt_cli.alignment.agreement import agreeing_aligner
-from nmt_cli.alignment.api import AlignOptions
+from nmt_cli.alignment.api import Aligner, AlignOptions
 from nmt_cli.checkpoint import list_checkpoints, load_checkpoint_config, load_checkpoint_state
 from nmt_cli.config import Config
 from nmt_cli.data.prepare import prepare
 from nmt_cli.data.prepared import PreparedData
+from nmt_cli.errors import NmtError
 from nmt_cli.fileio import atomic_open, atomic_write_json
 from nmt_cli.pharaoh import format_links, write_reversed_alignments
+from nmt_cli.progress import Progress
 from nmt_cli.textio import read_lines
 from nmt_cli.training import train
 from nmt_cli.training.resume import check_same_run
 
-__all__ = ["ALIGNER_SYMMETRIZATION", "DEFAULT_GUIDE_WEIGHT", "aligner_command", "bootstrap", "links_symmetrization"]
+__all__ = ["ALIGNER_SYMMETRIZATION", "DEFAULT_GUIDE_WEIGHT", "DEFAULT_ROUNDS", "REFINE_FRACTION", "aligner_command",
+           "bootstrap", "default_refine_steps", "links_symmetrization", "refined_config"]
 
 #: the alignment loss weight of Garg et al. 2019, when the config leaves train.alignment_weight at 0
 DEFAULT_GUIDE_WEIGHT = 0.05
@@ -58,6 +67,10 @@ ALIGN_CHUNK = 5000
 ALIGNER_SYMMETRIZATION = "average"
 #: the most agreeing pairs of first-stage readings bootstrap.json lists
 CANDIDATES_RECORDED = 10
+#: guided rounds: the first on the plain models' links, each later one on the previous pair's
+DEFAULT_ROUNDS = 2
+#: a later round's training steps, as a share of the config's train.max_steps
+REFINE_FRACTION = 0.2
 
 
 def links_symmetrization(config: Config) -> str:
@@ -82,13 +95,21 @@ class Stages:
     def run(self, stage: str) -> Path:
         return self.root / stage / "run"
 
-    @property
-    def links(self) -> Path:
-        return self.root / "links"
+    @staticmethod
+    def links_name(round_number: int) -> str:
+        return "links" if round_number == 1 else f"links-{round_number}"
 
-    @property
-    def reverse_links(self) -> Path:
-        return self.root / "links-reverse"
+    @staticmethod
+    def guided(round_number: int) -> tuple[str, str]:
+        """The names of round ``round_number``'s forward and reverse guided stages."""
+        suffix = "" if round_number == 1 else f"-{round_number}"
+        return f"guided{suffix}", f"guided-reverse{suffix}"
+
+    def links(self, round_number: int) -> Path:
+        return self.root / self.links_name(round_number)
+
+    def reverse_links(self, round_number: int) -> Path:
+        return self.root / f"{self.links_name(round_number)}-reverse"
 
 
 def reverse_config(config: Config) -> Config:
@@ -106,13 +127,34 @@ def guided_config(config: Config, links: Path, split_names: Sequence[str]) -> Co
                                   "train.alignment_weight": weight})
 
 
+def default_refine_steps(config: Config) -> int:
+    """A later round's steps when not given: :data:`REFINE_FRACTION` of ``train.max_steps``."""
+    if config.train.max_steps <= 0:
+        raise NmtError("bootstrap: a config without train.max_steps needs the steps of its later rounds given "
+                       "(--refine-steps, or --rounds 1)")
+    return max(1, round(config.train.max_steps * REFINE_FRACTION))
+
+
+def refined_config(config: Config, start: Path, steps: int) -> Config:
+    """``config`` (a guided one) continued from the run ``start`` for ``steps`` more steps, its
+    optimizer and learning-rate schedule kept, so that a later round keeps what the previous
+    one learned and only moves its guided head towards the new links."""
+    return config.with_overrides({"train.init_from": str(start), "train.init_keep": ["optimizer", "schedule"],
+                                  "train.max_steps": steps, "train.max_epochs": 0, "train.max_minutes": 0.0})
+
+
 def bootstrap(config: Config, out_dir: str | os.PathLike, device: str = "cpu", progress: bool = True,
-              stream: TextIO | None = None) -> dict:
+              stream: TextIO | None = None, rounds: int = DEFAULT_ROUNDS, refine_steps: int | None = None) -> dict:
     """Run (or resume) every stage into ``out_dir``; returns the record of ``bootstrap.json``.
 
+    ``rounds``: guided rounds (1 stops after ``guided-reverse``); each later one trains
+    ``refine_steps`` steps per direction (default :func:`default_refine_steps`).
     A stage's ``seconds`` are its own cost, whatever the reruns: data preparation plus the
     training run's elapsed time (both as recorded by them), or the alignment of the links.
     """
+    if rounds < 1:
+        raise NmtError(f"bootstrap: rounds must be at least 1, not {rounds}")
+    steps = (refine_steps or default_refine_steps(config)) if rounds > 1 else 0
     stages = Stages(Path(out_dir).expanduser().resolve())
     stages.root.mkdir(parents=True, exist_ok=True)
     record_path = stages.root / "bootstrap.json"
@@ -122,20 +164,36 @@ def bootstrap(config: Config, out_dir: str | os.PathLike, device: str = "cpu", p
         record["stages"][name] = details
         atomic_write_json(record_path, record)
 
+    def links_missing(round_number: int) -> bool:
+        name = stages.links_name(round_number)
+        return name not in record["stages"] or not (stages.links(round_number) / "train.align").is_file()
+
     plain = config.with_overrides({"model.alignment_null": False})  # a null is learned from links: the guided stage's
     for name, stage_config in (("forward", plain), ("reverse", reverse_config(plain))):
         save(name, _prepare_and_train(stage_config, stages, name, device, progress, stream))
-    if "links" not in record["stages"] or not (stages.links / "train.align").is_file():
-        save("links", _write_links(stages, device, stream, links_symmetrization(config)))
     split_names = PreparedData(stages.prepared("forward")).split_names
-    save("guided", _prepare_and_train(guided_config(config, stages.links, split_names), stages, "guided", device,
-                                      progress, stream))
-    if "guided-reverse" not in record["stages"]:  # once trained, its links stay what it learned
-        _write_reverse_links(stages)
-    reverse_guided = reverse_config(guided_config(config, stages.reverse_links, split_names))
-    save("guided-reverse", _prepare_and_train(reverse_guided, stages, "guided-reverse", device, progress, stream))
-    record["aligner"] = str(stages.run("guided"))
-    record["reverse_aligner"] = str(stages.run("guided-reverse"))
+    if links_missing(1):
+        save("links", _write_first_links(stages, device, stream, links_symmetrization(config)))
+    previous: tuple[str, str] | None = None
+    for round_number in range(1, rounds + 1):
+        if round_number > 1 and links_missing(round_number):
+            details = _write_pair_links(stages, round_number, previous, device, stream)
+            save(stages.links_name(round_number), details)
+        names = stages.guided(round_number)
+        if names[1] not in record["stages"]:  # once trained, its links stay what it learned
+            _write_reverse_links(stages, round_number)
+        for name, links, turn in ((names[0], stages.links(round_number), False),
+                                  (names[1], stages.reverse_links(round_number), True)):
+            stage_config = guided_config(config, links, split_names)
+            stage_config = reverse_config(stage_config) if turn else stage_config
+            start = None if previous is None else stages.run(previous[turn])
+            if start is not None:
+                stage_config = refined_config(stage_config, start, steps)
+            save(name, _prepare_and_train(stage_config, stages, name, device, progress, stream,
+                                          tokenizer_from=None if start is None else start.parent / "prepared"))
+        previous = names
+    record["aligner"] = str(stages.run(previous[0]))
+    record["reverse_aligner"] = str(stages.run(previous[1]))
     atomic_write_json(record_path, record)
     return record
 
@@ -146,21 +204,28 @@ def aligner_command(record: dict) -> str:
             f"--symmetrize {ALIGNER_SYMMETRIZATION}")
 
 
-def _write_reverse_links(stages: Stages) -> None:
-    """``links-reverse/``: the same text as ``links/`` (linked) and its links turned around (``i-j`` as ``j-i``)."""
-    folder = stages.reverse_links
+def _write_reverse_links(stages: Stages, round_number: int) -> None:
+    """``links-reverse/`` (of the round): the same text as ``links/`` (linked) and its links
+    turned around (``i-j`` as ``j-i``)."""
+    folder, links = stages.reverse_links(round_number), stages.links(round_number)
+    _link_text(links, folder)
+    write_reversed_alignments(links / "train.align", folder / "train.align")
+
+
+def _link_text(source: Path, folder: Path) -> None:
+    """``folder`` gets symbolic links to ``source``'s text files (every file but ``train.align``)."""
     folder.mkdir(parents=True, exist_ok=True)
-    for text in stages.links.iterdir():
+    for text in source.iterdir():
         if text.name != "train.align" and not (folder / text.name).exists():
             (folder / text.name).symlink_to(text.resolve())
-    write_reversed_alignments(stages.links / "train.align", folder / "train.align")
 
 
 def _prepare_and_train(config: Config, stages: Stages, name: str, device: str, progress: bool,
-                       stream: TextIO | None) -> dict:
+                       stream: TextIO | None, tokenizer_from: Path | None = None) -> dict:
     """Prepare and train one stage; a run that has made all its steps with these settings is
-    kept as it is (not resumed: its train.log names only the sessions that trained it)."""
-    manifest = prepare(config, stages.prepared(name), progress=progress)
+    kept as it is (not resumed: its train.log names only the sessions that trained it).
+    ``tokenizer_from``: the prepared directory of the run a later round continues (its pieces)."""
+    manifest = prepare(config, stages.prepared(name), progress=progress, tokenizer_from=tokenizer_from)
     run = stages.run(name)
     if _finished(run, config):
         stop_reason = "max_steps"
@@ -184,16 +249,16 @@ def _finished(run: Path, config: Config) -> bool:
     return 0 < config.train.max_steps <= load_checkpoint_state(run)["step"]
 
 
-def _write_links(stages: Stages, device: str, stream: TextIO | None, symmetrization: str) -> dict:
-    """Align the forward stage's cleaned training text both ways; links/ gets that text and
-    ``train.align`` (and the other splits' text, without links)."""
+def _write_first_links(stages: Stages, device: str, stream: TextIO | None, symmetrization: str) -> dict:
+    """Round 1's links: the plain forward and reverse models, each read as the two agree most,
+    align the forward stage's cleaned training text; ``links/`` gets that text and ``train.align``."""
     started = time.perf_counter()
-    target = stages.links / "train.align"
     data = PreparedData(stages.prepared("forward"))
-    stages.links.mkdir(parents=True, exist_ok=True)
+    folder = stages.links(1)
+    folder.mkdir(parents=True, exist_ok=True)
     for split in data.split_names:
         for side, lang in (("src", data.src_lang), ("tgt", data.tgt_lang)):
-            link = stages.links / f"{split}.{lang}"
+            link = folder / f"{split}.{lang}"
             if not link.exists():
                 link.symlink_to(data.text_path(split, side))
     src_lines, tgt_lines = read_lines(data.text_path("train", "src")), read_lines(data.text_path("train", "tgt"))
@@ -202,15 +267,42 @@ def _write_links(stages: Stages, device: str, stream: TextIO | None, symmetrizat
     best = choices[0]
     if stream is not None:
         print(f"bootstrap: first-stage readings {best.describe()}", file=stream, flush=True)
-    links = 0
-    with atomic_open(target) as handle:
-        for start in range(0, len(src_lines), ALIGN_CHUNK):
-            chunk = slice(start, start + ALIGN_CHUNK)
-            for sentence in aligner.align(src_lines[chunk], tgt_lines[chunk]):
-                handle.write(format_links(sentence.links) + "\n")
-                links += len(sentence.links)
+    links = _align_into(aligner, src_lines, tgt_lines, folder / "train.align", stream)
     return {"reading": best.forward.describe(), "reverse_reading": best.reverse.describe(),
             "symmetrization": symmetrization, "agreement": round(best.agreement, 4),
             "candidates": [choice.describe() for choice in choices[:CANDIDATES_RECORDED]], "links": links,
             "pairs": len(src_lines),
             "seconds": round(time.perf_counter() - started, 1)}
+
+
+def _write_pair_links(stages: Stages, round_number: int, previous: tuple[str, str], device: str,
+                      stream: TextIO | None) -> dict:
+    """A later round's links: the previous round's guided pair, read as the aligner it names
+    (:data:`ALIGNER_SYMMETRIZATION`), aligns the same text as round 1's links."""
+    started = time.perf_counter()
+    first, folder = stages.links(1), stages.links(round_number)
+    _link_text(first, folder)
+    data = PreparedData(stages.prepared("forward"))
+    src_lines = read_lines(first / f"train.{data.src_lang}")
+    tgt_lines = read_lines(first / f"train.{data.tgt_lang}")
+    aligner = Aligner(stages.run(previous[0]), AlignOptions(symmetrization=ALIGNER_SYMMETRIZATION), device,
+                      stages.run(previous[1]))
+    links = _align_into(aligner, src_lines, tgt_lines, folder / "train.align", stream)
+    return {"aligner": f"{previous[0]} + {previous[1]}, {ALIGNER_SYMMETRIZATION}", "links": links,
+            "pairs": len(src_lines), "seconds": round(time.perf_counter() - started, 1)}
+
+
+def _align_into(aligner: Aligner, src_lines: list[str], tgt_lines: list[str], target: Path,
+                stream: TextIO | None) -> int:
+    """Align the pairs chunk by chunk into the Pharaoh file ``target`` (atomically), with
+    progress on ``stream`` (none without one); the number of links."""
+    links = 0
+    with atomic_open(target) as handle, Progress(f"bootstrap {target.parent.name}", total=len(src_lines),
+                                                 enabled=stream is not None, stream=stream) as counter:
+        for start in range(0, len(src_lines), ALIGN_CHUNK):
+            chunk = slice(start, start + ALIGN_CHUNK)
+            for sentence in aligner.align(src_lines[chunk], tgt_lines[chunk]):
+                handle.write(format_links(sentence.links) + "\n")
+                links += len(sentence.links)
+            counter.update(len(src_lines[chunk]))
+    return links

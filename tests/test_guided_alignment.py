@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,7 +16,8 @@ from nmt_cli.alignment.api import Aligner, AlignOptions, model_alignment_score
 from nmt_cli.alignment.extract import forced_attention
 from nmt_cli.alignment.reader import (AttentionReading, HeadSelection, default_full_context, default_selection,
                                       default_shift, read_alignment)
-from nmt_cli.bootstrap import aligner_command, bootstrap, links_symmetrization
+from nmt_cli.bootstrap import (aligner_command, bootstrap, default_refine_steps, links_symmetrization,
+                               refined_config)
 from nmt_cli.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
 from nmt_cli.config import Config
 from nmt_cli.data.links import piece_links
@@ -24,11 +26,12 @@ from nmt_cli.data.prepared import PreparedData
 from nmt_cli.decoding import Translator
 from nmt_cli.errors import ConfigError, InputError, NmtError
 from nmt_cli.models import build_model
-from nmt_cli.pharaoh import GoldAlignment, read_alignments
+from nmt_cli.pharaoh import GoldAlignment, format_links, read_alignments
 from nmt_cli.training import train
 from nmt_cli.training.batching import collate, collate_links
 from nmt_cli.training.objective import GuidedAlignmentObjective, alignment_cross_entropy, build_objective
 from nmt_cli.training.progress import read_metrics
+from nmt_cli.textio import read_lines
 from nmt_cli.translation import hypothesis_alignment
 
 B = "\u2581"
@@ -360,7 +363,8 @@ def test_bootstrap_trains_both_directions_links_and_a_guided_model(tmp_path):
         "model.alignment_null": True})
     record = bootstrap(config, tmp_path / "boot", device="cpu", progress=False, stream=io.StringIO())
     root = tmp_path / "boot"
-    assert list(record["stages"]) == ["forward", "reverse", "links", "guided", "guided-reverse"]
+    assert list(record["stages"]) == ["forward", "reverse", "links", "guided", "guided-reverse", "links-2", "guided-2",
+                                      "guided-reverse-2"]
     reverse = load_checkpoint(root / "reverse" / "run").config
     assert (reverse.data.src_lang, reverse.data.tgt_lang) == ("en", "de")
     # the null is learned from links: only the guided stage has one
@@ -385,18 +389,34 @@ def test_bootstrap_trains_both_directions_links_and_a_guided_model(tmp_path):
     backward = load_checkpoint(root / "guided-reverse" / "run").config
     assert (backward.data.src_lang, backward.data.tgt_lang) == ("en", "de")
     assert backward.data.alignment_path == str(root / "links-reverse") and backward.model.alignment_null
-    assert aligner_command(record) == (f"--checkpoint {root / 'guided' / 'run'} --reverse-checkpoint "
-                                       f"{root / 'guided-reverse' / 'run'} --symmetrize average")
     pair = Aligner(root / "guided" / "run", AlignOptions(symmetrization="average"), "cpu",
                    root / "guided-reverse" / "run")
     assert pair.settings["reverse_selection"] == "layer=-2 heads=0" and pair.settings["reverse_null"]
+    # round 2: that pair aligns the same text again, and each guided model goes on training on those links
+    text = [read_lines(root / "links" / f"train.{lang}") for lang in ("de", "en")]
+    assert [format_links(sentence.links) for sentence in pair.align(*text)] == \
+        (root / "links-2" / "train.align").read_text(encoding="utf-8").splitlines()
+    assert (root / "links-2" / "train.de").resolve() == (root / "links" / "train.de").resolve()
+    for name, start, links in (("guided-2", "guided", "links-2"), ("guided-reverse-2", "guided-reverse",
+                                                                    "links-2-reverse")):
+        refined = load_checkpoint(root / name / "run")
+        assert refined.config.data.alignment_path == str(root / links)
+        assert refined.config.train.init_from == str(root / start / "run")
+        assert refined.config.train.init_keep == ("optimizer", "schedule")
+        assert refined.state["step"] == record["stages"][name]["step"] == default_refine_steps(config) == 1
+        assert refined.state["init_from"]["step"] == 4
+        # continued training: the schedule goes on from the first round's step
+        assert refined.state["scheduler"]["last_epoch"] == load_checkpoint(root / start / "run").state[
+            "scheduler"]["last_epoch"] + 1
+    assert aligner_command(record) == (f"--checkpoint {root / 'guided-2' / 'run'} --reverse-checkpoint "
+                                       f"{root / 'guided-reverse-2' / 'run'} --symmetrize average")
     # the links read each direction as the two agreed most, and say so
     chosen = record["stages"]["links"]
     assert chosen["candidates"][0] == f"forward {chosen['reading']}, reverse {chosen['reverse_reading']} " \
                                       f"(agreement {chosen['agreement']:.4f})"
     # a rerun resumes: nothing is trained or aligned again, and each stage keeps its cost; a
     # finished stage is not even resumed, so its train.log names only the session that trained it
-    stages = ("forward", "reverse", "guided", "guided-reverse")
+    stages = ("forward", "reverse", "guided", "guided-reverse", "guided-2", "guided-reverse-2")
     logs = {name: (root / name / "run" / "train.log").read_text(encoding="utf-8") for name in stages}
     again = bootstrap(config, tmp_path / "boot", device="cpu", progress=False, stream=io.StringIO())
     assert again["stages"] == record["stages"]
@@ -422,9 +442,53 @@ def test_an_interrupted_stage_stops_the_bootstrap_and_a_rerun_resumes_it(tmp_pat
     monkeypatch.setattr(bootstrap_module, "train", stopped_by_a_signal)
     root = tmp_path / "boot"
     with pytest.raises(KeyboardInterrupt, match="stage forward interrupted"):
-        bootstrap(config, root, device="cpu", progress=False, stream=io.StringIO())
+        bootstrap(config, root, device="cpu", progress=False, stream=io.StringIO(), rounds=1)
     assert list_checkpoints(root / "forward" / "run") and not (root / "reverse").exists()
     assert not (root / "bootstrap.json").exists()  # the stage is not recorded as done
     monkeypatch.setattr(bootstrap_module, "train", train)
-    record = bootstrap(config, root, device="cpu", progress=False, stream=io.StringIO())
+    record = bootstrap(config, root, device="cpu", progress=False, stream=io.StringIO(), rounds=1)
     assert list(record["stages"]) == ["forward", "reverse", "links", "guided", "guided-reverse"]
+    assert record["aligner"] == str(root / "guided" / "run")
+
+
+def test_later_rounds_need_their_steps_when_the_config_has_no_step_limit():
+    config = Config().with_overrides({**TINY, "train.max_steps": 0, "train.max_epochs": 1})
+    with pytest.raises(NmtError, match="--refine-steps"):
+        default_refine_steps(config)
+    assert default_refine_steps(config.with_overrides({"train.max_steps": 10000})) == 2000
+    start = Path("/runs/guided/run")
+    refined = refined_config(config, start, 7)
+    assert (refined.train.init_from, refined.train.init_keep) == (str(start), ("optimizer", "schedule"))
+    assert (refined.train.max_steps, refined.train.max_epochs) == (7, 0)
+
+
+def test_nmt_align_bootstrap_runs_the_rounds_it_is_asked_for(tmp_path):
+    from click.testing import CliRunner
+
+    from nmt_cli.cli import cli
+
+    config = Config().with_overrides({
+        **TINY, "data.synthetic_train_size": 100, "data.synthetic_valid_size": 10, "data.synthetic_test_size": 0,
+        "data.vocab_size": 120, "train.max_steps": 2, "model.alignment_null": True})
+    path = tmp_path / "config.yaml"
+    path.write_text(config.to_yaml(), encoding="utf-8")
+    root = tmp_path / "boot"
+    result = CliRunner().invoke(cli, ["align", "bootstrap", "--config", str(path), "--out", str(root), "--device",
+                                      "cpu", "--rounds", "3", "--refine-steps", "3", "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert load_checkpoint(root / "guided-3" / "run").state["step"] == 3
+    assert load_checkpoint(root / "guided-reverse-3" / "run").config.train.init_from == str(
+        root / "guided-reverse-2" / "run")
+    lines = result.stdout.splitlines()
+    assert [line.split()[0] for line in lines[:-1]] == [
+        "forward", "reverse", "links", "guided", "guided-reverse", "links-2", "guided-2", "guided-reverse-2",
+        "links-3", "guided-3", "guided-reverse-3"]
+    assert lines[-1] == f"aligner: nmt align --checkpoint {root / 'guided-3' / 'run'} --reverse-checkpoint " \
+                        f"{root / 'guided-reverse-3' / 'run'} --symmetrize average"
+    # a config that trains by epochs needs the later rounds' steps given: one line, no traceback
+    path.write_text(config.with_overrides({"train.max_steps": 0, "train.max_epochs": 1}).to_yaml(), encoding="utf-8")
+    result = CliRunner().invoke(cli, ["align", "bootstrap", "--config", str(path), "--out", str(tmp_path / "b2"),
+                                      "--device", "cpu", "--quiet"])
+    assert result.exit_code != 0 and "Traceback" not in result.output
+    assert "needs the steps of its later rounds given (--refine-steps, or --rounds 1)" in result.output
+    assert not (tmp_path / "b2").exists()  # refused before anything is created

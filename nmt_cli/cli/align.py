@@ -172,19 +172,27 @@ def sweep_command(checkpoint, src_path, tgt_path, gold_path, method, threshold, 
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="Directory for every stage (rerun the same command to resume).")
 @click.option("--device", default="auto", show_default=True, help=DEVICE_HELP)
+@click.option("--rounds", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Guided rounds: each after the first continues the previous round's pair on the links "
+                   "that pair gives.")
+@click.option("--refine-steps", type=click.IntRange(min=1), default=None,
+              help="Training steps of each later round, per direction  [default: a fifth of train.max_steps].")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output from data preparation.")
-def bootstrap_command(config: Config, out_dir: str, device: str, quiet: bool) -> None:
+def bootstrap_command(config: Config, out_dir: str, device: str, rounds: int, refine_steps: int | None,
+                      quiet: bool) -> None:
     """Train forward and reverse models on the config, symmetrise their attention links, and
-    train a model guided by those links in each direction (no external aligner). Align with
-    the pair as the last line says: `nmt align --checkpoint OUT/guided/run
-    --reverse-checkpoint OUT/guided-reverse/run --symmetrize average`."""
+    train a model guided by those links in each direction (no external aligner); each later
+    round aligns the text again with that pair and goes on training it on those links. Align
+    with the last pair as the last line says: `nmt align --checkpoint OUT/guided-2/run
+    --reverse-checkpoint OUT/guided-reverse-2/run --symmetrize average`."""
     import sys
 
     from nmt_cli.bootstrap import aligner_command, bootstrap
 
-    record = bootstrap(config, out_dir, device=device, progress=not quiet, stream=sys.stderr)
+    record = bootstrap(config, out_dir, device=device, progress=not quiet, stream=sys.stderr, rounds=rounds,
+                       refine_steps=refine_steps)
     for name, stage in record["stages"].items():
-        click.echo(f"{name:<8} {stage['seconds']:>9,.1f} s" + (
+        click.echo(f"{name:<16} {stage['seconds']:>9,.1f} s" + (
             f"  forward {stage['reading']}, reverse {stage['reverse_reading']}, agreement {stage['agreement']:.4f}"
             if name == "links" else ""))
     click.echo(f"aligner: nmt align {aligner_command(record)}")
