@@ -30,7 +30,8 @@ Systems, each row naming how it reads its alignments:
 * nmt-cli bootstrap (no external aligner): ``nmt align bootstrap``, a model guided by the
   symmetrised attention links of the two plain models (:mod:`nmt_cli.bootstrap`), with the
   null position as the guided-by-eflomal models have it; de-en alone, and with its en-de
-  guided stage combined as the command's aligner does (``--symmetrize average``).
+  guided stage combined as the command's aligner does (``--symmetrize average``); each
+  round of it (round 2 goes on training round 1's pair on the links that pair gives).
 * nmt-cli Mask-Align (no external aligner): ``model.arch: mask_align`` (Chen et al. 2021),
   which predicts each target token from the source and the other target tokens, in one
   direction and both directions symmetrised.
@@ -79,7 +80,7 @@ from nmt_cli.alignment import read_alignments, score_files, symmetrize, write_al
 from nmt_cli.alignment.aer import AlignmentScore
 from nmt_cli.alignment.symmetrize import AVERAGE_THRESHOLD
 from nmt_cli.alignment.symmetrize import describe as describe_symmetrization
-from nmt_cli.bootstrap import ALIGNER_SYMMETRIZATION, reverse_config
+from nmt_cli.bootstrap import ALIGNER_SYMMETRIZATION, Stages, reverse_config
 from nmt_cli.checkpoint import list_checkpoints, load_checkpoint_state
 from nmt_cli.pharaoh import write_reversed_alignments
 from nmt_cli.config import Config, load_config
@@ -541,7 +542,7 @@ def nmt_aligners(corpus: Corpus, settings: Settings, guide: Path | None, eflomal
 
 def bootstrap_aligners(corpus: Corpus, settings: Settings) -> tuple[list[Aligner], list[Aligner]]:
     """``nmt align bootstrap``'s models: its two plain stages (one and both directions) and its
-    guided ones (de-en alone, and the pair it names as its aligner)."""
+    guided rounds (:func:`bootstrap_rounds`)."""
     record = bootstrap_models(corpus, settings)
     stages = {name: stage["seconds"] for name, stage in record["stages"].items()}
     root = settings.work / corpus.name / "bootstrap"
@@ -554,14 +555,29 @@ def bootstrap_aligners(corpus: Corpus, settings: Settings) -> tuple[list[Aligner
                 stages["forward"] + stages["reverse"], reverse=root / "reverse" / "run", translates=False,
                 agree_heads=True, why="nmt align's default symmetrisation"),
     ]
-    system, total = "nmt-cli bootstrap (no external aligner)", sum(stages.values())
-    booted = [
-        Aligner(system, "default reading (supervised head)", root / "guided" / "run", total - stages["guided-reverse"]),
-        Aligner(system, BOTH_DIRECTIONS, root / "guided" / "run", total, reverse=root / "guided-reverse" / "run",
-                translates=False, symmetrization=ALIGNER_SYMMETRIZATION,
-                why="default readings; the aligner the command names"),
-    ]
-    return plain, booted
+    return plain, bootstrap_rounds(record, root)
+
+
+def bootstrap_rounds(record: dict, root: Path) -> list[Aligner]:
+    """Each guided round of a bootstrap: de-en alone, and the pair (one of them the aligner the
+    command names). A row's time adds up every stage before it."""
+    system, spent, cost = "nmt-cli bootstrap (no external aligner)", 0.0, {}
+    for name, stage in record["stages"].items():
+        spent += stage["seconds"]
+        cost[name] = spent
+    rows, round_number = [], 1
+    while Stages.guided(round_number)[1] in cost:
+        forward, reverse = Stages.guided(round_number)
+        named = Path(record["aligner"]) == root / forward / "run"
+        rows += [
+            Aligner(system, f"round {round_number}: default reading (supervised head)", root / forward / "run",
+                    cost[forward]),
+            Aligner(system, f"round {round_number}: {BOTH_DIRECTIONS}", root / forward / "run", cost[reverse],
+                    reverse=root / reverse / "run", translates=False, symmetrization=ALIGNER_SYMMETRIZATION,
+                    why="default readings" + ("; the aligner the command names" if named else "")),
+        ]
+        round_number += 1
+    return rows
 
 
 def train_both_directions(corpus: Corpus, settings: Settings, folders: tuple[str, str],
@@ -820,8 +836,9 @@ def _notes(scale: Scale, settings: Settings) -> list[str]:
         "links reversed as well" + (f"; an ensemble: {settings.seeds} such pairs, train.seed 1-{settings.seeds}, "
                                     "their word weights averaged per direction" if settings.seeds > 1 else "")
         + "); bootstrap = `nmt align bootstrap` with the same settings, the null in its "
-        "guided stages (de-en and en-de), which learn grow-diag-final-and links (its forward and reverse models, "
-        "trained without a null, are the plain-attention rows)",
+        "guided stages (de-en and en-de): round 1 learns the grow-diag-final-and links of its forward and reverse "
+        "models (trained without a null: the plain-attention rows), round 2 goes on training round 1's models "
+        "(optimizer and schedule kept) for a fifth of the steps on the links of round 1's pair",
         f"{AGREE_HEADS}: each direction read with the head (or head average) and shift on which the two "
         "directions' argmax links agree most over the pairs aligned (no gold links; the bootstrap's links stage "
         "reads its training text so)",

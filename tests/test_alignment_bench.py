@@ -36,15 +36,19 @@ def test_quick_bench_prints_a_row_per_system(tmp_path):
     assert 0.0 <= float(agreed["AER"]) <= 1.0 and agreed["BLEU test2016 (greedy)"] == "-"
     assert any(setting.startswith("tuned: both directions with --agree-heads, --symmetrize ")
                for (_, _, setting) in rows)
-    booted = rows[("synthetic", "nmt-cli bootstrap (no external aligner)", "default reading (supervised head)")]
-    assert 0.0 <= float(booted["AER"]) <= 1.0 and float(booted["time s"]) > 0
-    booted_pair = rows[("synthetic", "nmt-cli bootstrap (no external aligner)",
-                        "both directions, average > 0.4 (default readings; the aligner the command names)")]
+    booted = "nmt-cli bootstrap (no external aligner)"
+    for round_number in (1, 2):
+        alone = rows[("synthetic", booted, f"round {round_number}: default reading (supervised head)")]
+        assert 0.0 <= float(alone["AER"]) <= 1.0 and float(alone["time s"]) > 0
+    first_pair = rows[("synthetic", booted, "round 1: both directions, average > 0.4 (default readings)")]
+    booted_pair = rows[("synthetic", booted, "round 2: both directions, average > 0.4 "
+                                             "(default readings; the aligner the command names)")]
     # times add up each row's own stages plus its alignment, whose few seconds vary more than a tiny
     # model's training: rows are not compared by time here, only checked to be counted
     assert float(booted_pair["time s"]) > 0 and booted_pair["BLEU test2016 (greedy)"] == "-"
-    assert any(system == "nmt-cli bootstrap (no external aligner)" and setting.startswith(
-        "tuned: both directions, --symmetrize ") for (_, system, setting) in rows)
+    assert 0.0 <= float(first_pair["AER"]) <= 1.0
+    assert any(system == booted and setting.startswith("tuned: round 2: both directions, --symmetrize ")
+               for (_, system, setting) in rows)
     masked = rows[("synthetic", "nmt-cli Mask-Align (no external aligner)",
                    "both directions, grow-diag-final-and (nmt align's defaults)")]
     assert 0.0 <= float(masked["AER"]) <= 1.0 and masked["BLEU test2016 (greedy)"] == "-"
@@ -68,7 +72,9 @@ def test_quick_bench_prints_a_row_per_system(tmp_path):
     assert tuned and all(row["pairs"] == "test 1-30" for row in tuned)
     work = tmp_path / "align_quality" / "quick" / "synthetic"
     stages = json.loads((work / "bootstrap" / "bootstrap.json").read_text(encoding="utf-8"))["stages"]
-    assert list(stages) == ["forward", "reverse", "links", "guided", "guided-reverse"]
+    assert list(stages) == ["forward", "reverse", "links", "guided", "guided-reverse", "links-2", "guided-2",
+                            "guided-reverse-2"]
+    assert "max_steps: 2\n" in (work / "bootstrap" / "guided-2" / "run" / "config.yaml").read_text(encoding="utf-8")
     assert (work / "bootstrap" / "reverse" / "run").is_dir() and (work / "bootstrap" / "links" / "train.align").is_file()
     usable, label = availability("eflomal")
     if usable:
