@@ -451,6 +451,7 @@ class Aligner:
     ensemble: tuple[Path, ...] = ()  # more models of the forward direction, aligning as an ensemble with it
     reverse_ensemble: tuple[Path, ...] = ()  # the same for the reverse direction
     agree_heads: bool = False  # each direction read as the two agree most (``nmt align --agree-heads``)
+    stage: str = ""  # which of a system's models (a bootstrap round): prefixes every row's setting, tuned ones too
 
     @property
     def runs(self) -> list[Path]:
@@ -569,11 +570,11 @@ def bootstrap_rounds(record: dict, root: Path) -> list[Aligner]:
     while Stages.guided(round_number)[1] in cost:
         forward, reverse = Stages.guided(round_number)
         named = Path(record["aligner"]) == root / forward / "run"
+        stage = f"round {round_number}"
         rows += [
-            Aligner(system, f"round {round_number}: default reading (supervised head)", root / forward / "run",
-                    cost[forward]),
-            Aligner(system, f"round {round_number}: {BOTH_DIRECTIONS}", root / forward / "run", cost[reverse],
-                    reverse=root / reverse / "run", translates=False, symmetrization=ALIGNER_SYMMETRIZATION,
+            Aligner(system, "default reading (supervised head)", root / forward / "run", cost[forward], stage=stage),
+            Aligner(system, BOTH_DIRECTIONS, root / forward / "run", cost[reverse], reverse=root / reverse / "run",
+                    translates=False, symmetrization=ALIGNER_SYMMETRIZATION, stage=stage,
                     why="default readings" + ("; the aligner the command names" if named else "")),
         ]
         round_number += 1
@@ -706,7 +707,8 @@ def nmt_rows(report: Report, corpus: Corpus, settings: Settings, guide: Path | N
         if corpus.bleu is not None and aligner.translates:
             bleu_text, hypotheses = bleu(aligner, corpus, out, settings, baseline)
             baseline = baseline or hypotheses
-        setting = aligner.setting
+        prefix = f"{aligner.stage}: " if aligner.stage else ""
+        setting = prefix + aligner.setting
         if aligner.reverse is not None:
             setting += f", {_combined(out / 'default')} ({aligner.why})"
         _row(report, corpus, aligner.system, setting, corpus.test, score, aligner.seconds + seconds,
@@ -719,7 +721,7 @@ def nmt_rows(report: Report, corpus: Corpus, settings: Settings, guide: Path | N
             options = " ".join([f"{aligner.setting}, --symmetrize", method, *map(str, chosen)])
             score, seconds = align_and_score(aligner, corpus.report, out / "tuned", settings, chosen,
                                              symmetrization=method)
-        _row(report, corpus, aligner.system, f"tuned: {options} (picked on pairs {corpus.tune.label})",
+        _row(report, corpus, aligner.system, f"tuned: {prefix}{options} (picked on pairs {corpus.tune.label})",
              corpus.report, score, aligner.seconds + tuning + seconds, best.get(corpus.report.label))
     return runs
 

@@ -40,6 +40,8 @@ def test_quick_bench_prints_a_row_per_system(tmp_path):
     for round_number in (1, 2):
         alone = rows[("synthetic", booted, f"round {round_number}: default reading (supervised head)")]
         assert 0.0 <= float(alone["AER"]) <= 1.0 and float(alone["time s"]) > 0
+        # each round's tuned row is its own (the two readings may well be the same options)
+        assert any(setting.startswith(f"tuned: round {round_number}: --layer ") for (_, _, setting) in rows)
     first_pair = rows[("synthetic", booted, "round 1: both directions, average > 0.4 (default readings)")]
     booted_pair = rows[("synthetic", booted, "round 2: both directions, average > 0.4 "
                                              "(default readings; the aligner the command names)")]
