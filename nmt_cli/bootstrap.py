@@ -137,8 +137,8 @@ def default_refine_steps(config: Config) -> int:
 
 def refined_config(config: Config, start: Path, steps: int) -> Config:
     """``config`` (a guided one) continued from the run ``start`` for ``steps`` more steps, its
-    optimizer and learning-rate schedule kept, so that a later round keeps what the previous
-    one learned and only moves its guided head towards the new links."""
+    optimizer and learning-rate schedule kept, so that a later round starts from what the
+    previous one learned (translation and links) and goes on at the learning rate it had reached."""
     return config.with_overrides({"train.init_from": str(start), "train.init_keep": ["optimizer", "schedule"],
                                   "train.max_steps": steps, "train.max_epochs": 0, "train.max_minutes": 0.0})
 
