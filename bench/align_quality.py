@@ -545,27 +545,33 @@ def bootstrap_aligners(corpus: Corpus, settings: Settings) -> tuple[list[Aligner
     """``nmt align bootstrap``'s models: its two plain stages (one and both directions) and its
     guided rounds (:func:`bootstrap_rounds`)."""
     record = bootstrap_models(corpus, settings)
-    stages = {name: stage["seconds"] for name, stage in record["stages"].items()}
+    cost = _cumulative_seconds(record)
     root = settings.work / corpus.name / "bootstrap"
     plain = [
         Aligner("nmt-cli plain attention", "default reading (last layer, heads averaged)", root / "forward" / "run",
-                stages["forward"]),
-        Aligner("nmt-cli plain attention", BOTH_DIRECTIONS, root / "forward" / "run",
-                stages["forward"] + stages["reverse"], reverse=root / "reverse" / "run", translates=False),
+                cost["forward"]),
+        Aligner("nmt-cli plain attention", BOTH_DIRECTIONS, root / "forward" / "run", cost["reverse"],
+                reverse=root / "reverse" / "run", translates=False),
         Aligner("nmt-cli plain attention", f"{BOTH_DIRECTIONS} with {AGREE_HEADS}", root / "forward" / "run",
-                stages["forward"] + stages["reverse"], reverse=root / "reverse" / "run", translates=False,
+                cost["reverse"], reverse=root / "reverse" / "run", translates=False,
                 agree_heads=True, why="nmt align's default symmetrisation"),
     ]
-    return plain, bootstrap_rounds(record, root)
+    return plain, bootstrap_rounds(record, root, cost)
 
 
-def bootstrap_rounds(record: dict, root: Path) -> list[Aligner]:
-    """Each guided round of a bootstrap: de-en alone, and the pair (one of them the aligner the
-    command names). A row's time adds up every stage before it."""
-    system, spent, cost = "nmt-cli bootstrap (no external aligner)", 0.0, {}
+def _cumulative_seconds(record: dict) -> dict[str, float]:
+    """Each bootstrap stage's cost with every stage before it (bootstrap.json lists them in order)."""
+    spent, cost = 0.0, {}
     for name, stage in record["stages"].items():
         spent += stage["seconds"]
         cost[name] = spent
+    return cost
+
+
+def bootstrap_rounds(record: dict, root: Path, cost: dict[str, float]) -> list[Aligner]:
+    """Each guided round of a bootstrap: de-en alone, and the pair (one of them the aligner the
+    command names), each timed with every stage before it (``cost``)."""
+    system = "nmt-cli bootstrap (no external aligner)"
     rows, round_number = [], 1
     while Stages.guided(round_number)[1] in cost:
         forward, reverse = Stages.guided(round_number)

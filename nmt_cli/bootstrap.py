@@ -186,11 +186,11 @@ def bootstrap(config: Config, out_dir: str | os.PathLike, device: str = "cpu", p
                                   (names[1], stages.reverse_links(round_number), True)):
             stage_config = guided_config(config, links, split_names)
             stage_config = reverse_config(stage_config) if turn else stage_config
-            start = None if previous is None else stages.run(previous[turn])
+            start = None if previous is None else previous[turn]  # the run this round continues
             if start is not None:
-                stage_config = refined_config(stage_config, start, steps)
+                stage_config = refined_config(stage_config, stages.run(start), steps)
             save(name, _prepare_and_train(stage_config, stages, name, device, progress, stream,
-                                          tokenizer_from=None if start is None else start.parent / "prepared"))
+                                          tokenizer_from=None if start is None else stages.prepared(start)))
         previous = names
     record["aligner"] = str(stages.run(previous[0]))
     record["reverse_aligner"] = str(stages.run(previous[1]))
@@ -261,7 +261,7 @@ def _write_first_links(stages: Stages, device: str, stream: TextIO | None, symme
             link = folder / f"{split}.{lang}"
             if not link.exists():
                 link.symlink_to(data.text_path(split, side))
-    src_lines, tgt_lines = read_lines(data.text_path("train", "src")), read_lines(data.text_path("train", "tgt"))
+    src_lines, tgt_lines = _training_text(data)
     aligner, choices = agreeing_aligner(AlignOptions(symmetrization=symmetrization), stages.run("forward"),
                                         stages.run("reverse"), src_lines, tgt_lines, device)
     best = choices[0]
@@ -282,14 +282,17 @@ def _write_pair_links(stages: Stages, round_number: int, previous: tuple[str, st
     started = time.perf_counter()
     first, folder = stages.links(1), stages.links(round_number)
     _link_text(first, folder)
-    data = PreparedData(stages.prepared("forward"))
-    src_lines = read_lines(first / f"train.{data.src_lang}")
-    tgt_lines = read_lines(first / f"train.{data.tgt_lang}")
+    src_lines, tgt_lines = _training_text(PreparedData(stages.prepared("forward")))
     aligner = Aligner(stages.run(previous[0]), AlignOptions(symmetrization=ALIGNER_SYMMETRIZATION), device,
                       stages.run(previous[1]))
     links = _align_into(aligner, src_lines, tgt_lines, folder / "train.align", stream)
     return {"aligner": f"{previous[0]} + {previous[1]}, {ALIGNER_SYMMETRIZATION}", "links": links,
             "pairs": len(src_lines), "seconds": round(time.perf_counter() - started, 1)}
+
+
+def _training_text(data: PreparedData) -> tuple[list[str], list[str]]:
+    """The forward stage's cleaned training pairs, source and target lines: the text every round aligns."""
+    return read_lines(data.text_path("train", "src")), read_lines(data.text_path("train", "tgt"))
 
 
 def _align_into(aligner: Aligner, src_lines: list[str], tgt_lines: list[str], target: Path,
