@@ -23,6 +23,7 @@ from typing import Any, Mapping
 import yaml
 
 from nmt_cli.errors import ConfigError
+from nmt_cli.registry import ATTENTION_SCORES, DATA_SOURCES, MODEL_FAMILIES, Registry
 from nmt_cli.textio import read_lines
 
 __all__ = [
@@ -47,6 +48,12 @@ TRANSFORMER_ARCHS = ("transformer", "linear_transformer", "mask_align")
 def choice(default: Any, *choices: Any, help: str = "") -> Any:
     """A dataclass field whose value must be one of ``choices``."""
     return field(default=default, metadata={"choices": choices, "help": help})
+
+
+def registered(registry: Registry, default: str, help: str = "") -> Any:
+    """A dataclass field naming an entry of ``registry`` (:mod:`nmt_cli.registry`): a new
+    entry is a choice as soon as it registers, with nothing to list here."""
+    return field(default=default, metadata={"registry": registry, "help": help})
 
 
 def setting(default: Any, help: str = "", *, at_least: float | None = None, above: float | None = None,
@@ -74,6 +81,8 @@ def _field_problems(section: str, config: Any) -> list[str]:
         key = f"config key '{section}.{item.name}'"
         if meta.get("choices") and value not in meta["choices"]:
             problems.append(f"{key}: {value!r} is not one of: {', '.join(map(str, meta['choices']))}")
+        if "registry" in meta and value not in meta["registry"].names():
+            problems.append(f"{key}: {value!r} is not one of: {', '.join(meta['registry'].names())}")
         for entry in value if meta.get("items") else ():
             if entry not in meta["items"]:
                 problems.append(f"{key}: {entry!r} is not one of: {', '.join(meta['items'])}")
@@ -215,9 +224,10 @@ class ModelConfig(Validated):
 
     section = "model"
 
-    arch: str = choice(
-        "transformer", "transformer", "linear_transformer", "rnn_bahdanau", "rnn_luong", "mask_align",
-        help="mask_align: a word aligner (Mask-Align, Chen et al. 2021) that cannot translate",
+    arch: str = registered(
+        MODEL_FAMILIES, "transformer",
+        help="the model family: transformer, linear_transformer, rnn_bahdanau, rnn_luong, or mask_align (a word "
+        "aligner, Mask-Align, Chen et al. 2021, that cannot translate)",
     )
     # Transformer family
     d_model: int = setting(512, at_least=1)
@@ -249,7 +259,7 @@ class ModelConfig(Validated):
     embed_dim: int = setting(256, at_least=1)
     hidden_size: int = setting(512, at_least=1)
     rnn_layers: int = setting(1, at_least=1)
-    attention: str = choice("additive", "additive", "dot", "general", "concat", "location")
+    attention: str = registered(ATTENTION_SCORES, "additive", "the RNN decoders' attention score")
     local_attention: str = choice("global", "global", "local-m", "local-p")
     local_window: int = setting(10, "D: local attention looks at [p_t - D, p_t + D]", at_least=1)
     input_feeding: bool = setting(True, "rnn_luong: feed the attentional hidden state to the next step")

@@ -15,7 +15,8 @@ import torch
 
 from nmt_cli.errors import ConfigError, NmtError
 from nmt_cli.models.attention.local import LocalMonotonicAttention, LocalPredictiveAttention, wrap_local
-from nmt_cli.models.attention.scores import SCORES, AttentionSizes, build_score_attention
+from nmt_cli.models.attention.scores import AttentionSizes, build_score_attention
+from nmt_cli.registry import ATTENTION_SCORES
 
 SCORE_NAMES = ["additive", "concat", "dot", "general", "location"]
 DIM = 6
@@ -74,7 +75,7 @@ def test_global_attention_matches_the_formula(name):
 
 
 def test_concat_is_the_additive_score_with_its_own_parameters():
-    assert SCORES.get("concat") is SCORES.get("additive")
+    assert ATTENTION_SCORES.get("concat") is ATTENTION_SCORES.get("additive")
     first, second = build_score_attention("concat", SIZES), build_score_attention("additive", SIZES)
     assert first.energy.weight is not second.energy.weight
 

@@ -10,7 +10,7 @@ import torch
 
 from nmt_cli.config import LINEAR_SITES, ModelConfig
 from nmt_cli.errors import ConfigError, NmtError
-from nmt_cli.models import MODELS
+from nmt_cli.registry import MODEL_FAMILIES
 from nmt_cli.models.base import Seq2SeqModel, lengths_to_mask
 from nmt_cli.models.embeddings import sinusoidal_table
 from nmt_cli.models.transformer import LinearTransformer, Transformer
@@ -47,7 +47,7 @@ def tiny_config(**overrides) -> ModelConfig:
 def build(variant: dict, joint: bool = True, **overrides):
     cfg = tiny_config(**variant, **overrides)
     torch.manual_seed(0)
-    model = MODELS.get(cfg.arch).from_config(cfg, VOCAB, VOCAB, joint)
+    model = MODEL_FAMILIES.get(cfg.arch).from_config(cfg, VOCAB, VOCAB, joint)
     return model.double().eval()
 
 
@@ -286,8 +286,8 @@ def test_bad_linear_sites_list_the_valid_ones(sites):
 
 
 def test_registry_builds_both_architectures():
-    assert MODELS.get("transformer") is Transformer
-    assert MODELS.get("linear_transformer") is LinearTransformer
+    assert MODEL_FAMILIES.get("transformer") is Transformer
+    assert MODEL_FAMILIES.get("linear_transformer") is LinearTransformer
 
 
 @pytest.mark.parametrize("variant", [SOFTMAX_VARIANTS[0], LINEAR_VARIANTS[0]], ids=variant_id)

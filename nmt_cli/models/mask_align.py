@@ -33,7 +33,6 @@ from torch import Tensor, nn
 
 from nmt_cli.config import ModelConfig
 from nmt_cli.errors import NmtError
-from nmt_cli.models import MODELS
 from nmt_cli.models.attention.common import append_null_position
 from nmt_cli.models.attention.multihead import MultiHeadAttention, SoftmaxAttention
 from nmt_cli.models.base import Memory, Seq2SeqModel, State
@@ -41,6 +40,7 @@ from nmt_cli.models.dropout import Dropout
 from nmt_cli.models.embeddings import token_table
 from nmt_cli.models.transformer import (Encoder, FeedForward, Residual, _check_vocabulary, _embedding,
                                         _output_projection)
+from nmt_cli.registry import MODEL_FAMILIES
 from nmt_cli.specials import EOS_ID, PAD_ID
 
 __all__ = ["MaskAlign"]
@@ -82,7 +82,7 @@ class MaskedLayer(nn.Module):
         return x, weights[..., :-1] if weights is not None else None
 
 
-@MODELS.register("mask_align")
+@MODEL_FAMILIES.register("mask_align")
 class MaskAlign(Seq2SeqModel):
     """An encoder and ``decoder_layers`` masked layers over the target; see the module docstring."""
 

@@ -38,12 +38,12 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_
 
 from nmt_cli.config import ModelConfig
 from nmt_cli.errors import NmtError
-from nmt_cli.models import MODELS
 from nmt_cli.models.attention.local import wrap_local
 from nmt_cli.models.attention.scores import AttentionSizes, build_score_attention
 from nmt_cli.models.base import Memory, Seq2SeqModel, State
 from nmt_cli.models.dropout import Dropout
 from nmt_cli.models.embeddings import token_table
+from nmt_cli.registry import MODEL_FAMILIES
 
 __all__ = ["StackedRNN", "AttentionalRNN", "BahdanauRNN", "LuongRNN"]
 
@@ -223,7 +223,7 @@ class AttentionalRNN(Seq2SeqModel):
         )
 
 
-@MODELS.register("rnn_bahdanau")
+@MODEL_FAMILIES.register("rnn_bahdanau")
 class BahdanauRNN(AttentionalRNN):
     """Bidirectional encoder; ``c_t`` from ``s_{t-1}``; ``s_t = f(s_{t-1}, y_{t-1}, c_t)``; maxout readout."""
 
@@ -267,7 +267,7 @@ class BahdanauRNN(AttentionalRNN):
         return self.dropout(features), torch.cat(weights, 1), next_state
 
 
-@MODELS.register("rnn_luong")
+@MODEL_FAMILIES.register("rnn_luong")
 class LuongRNN(AttentionalRNN):
     """Stacked encoder/decoder; attention on ``s_t``; ``h~_t = tanh(W_c [c_t; s_t])``; input feeding."""
 

@@ -45,13 +45,13 @@ from torch import Tensor, nn
 
 from nmt_cli.config import ModelConfig
 from nmt_cli.errors import NmtError
-from nmt_cli.models import MODELS
 from nmt_cli.models.attention.common import append_null_position
 from nmt_cli.models.attention.linear import LinearAttention
 from nmt_cli.models.attention.multihead import MultiHeadAttention, SoftmaxAttention
 from nmt_cli.models.base import Memory, Seq2SeqModel, State, index_select_tree
 from nmt_cli.models.dropout import Dropout
 from nmt_cli.models.embeddings import LearnedPositions, SinusoidalPositions, TransformerEmbedding, token_table
+from nmt_cli.registry import MODEL_FAMILIES
 
 __all__ = ["Transformer", "LinearTransformer"]
 
@@ -200,7 +200,7 @@ class Decoder(nn.Module):
         return self.final_norm(x).squeeze(1), new_states, attention  # (B, d)
 
 
-@MODELS.register("transformer")
+@MODEL_FAMILIES.register("transformer")
 class Transformer(Seq2SeqModel):
     """Encoder-decoder Transformer; softmax attention except at ``linear_sites``."""
 
@@ -324,7 +324,7 @@ class Transformer(Seq2SeqModel):
         return self.output_projection
 
 
-@MODELS.register("linear_transformer")
+@MODEL_FAMILIES.register("linear_transformer")
 class LinearTransformer(Transformer):
     """The Transformer with linear attention at ``model.linear_sites``."""
 

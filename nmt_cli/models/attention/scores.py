@@ -40,10 +40,9 @@ from torch import Tensor, nn
 
 from nmt_cli.errors import NmtError
 from nmt_cli.models.attention.common import attend, masked_softmax
-from nmt_cli.registry import Registry
+from nmt_cli.registry import ATTENTION_SCORES
 
 __all__ = [
-    "SCORES",
     "AttentionSizes",
     "ScoreAttention",
     "AdditiveAttention",
@@ -52,9 +51,6 @@ __all__ = [
     "LocationAttention",
     "build_score_attention",
 ]
-
-SCORES: Registry = Registry("attention score (model.attention)")
-
 
 @dataclass(frozen=True)
 class AttentionSizes:
@@ -94,8 +90,8 @@ class ScoreAttention(nn.Module):
         return attend(weights, values), weights  # (B, T, Dv), (B, T, S)
 
 
-@SCORES.register("additive")
-@SCORES.register("concat")
+@ATTENTION_SCORES.register("additive")
+@ATTENTION_SCORES.register("concat")
 class AdditiveAttention(ScoreAttention):
     """Bahdanau's additive score ``v^T tanh(W[s;h])``, also Luong's "concat".
 
@@ -117,7 +113,7 @@ class AdditiveAttention(ScoreAttention):
         return self.energy(hidden.tanh()).squeeze(-1)  # (B, T, S)
 
 
-@SCORES.register("dot")
+@ATTENTION_SCORES.register("dot")
 class DotAttention(ScoreAttention):
     """Luong's dot score ``s^T h`` (query and encoder states must have the same size)."""
 
@@ -130,7 +126,7 @@ class DotAttention(ScoreAttention):
         return query @ keys.transpose(1, 2)  # (B, T, S)
 
 
-@SCORES.register("general")
+@ATTENTION_SCORES.register("general")
 class GeneralAttention(ScoreAttention):
     """Luong's general score ``s^T W h``; ``W h`` is computed once per sentence."""
 
@@ -145,7 +141,7 @@ class GeneralAttention(ScoreAttention):
         return query @ keys.transpose(1, 2)  # (B, T, S)
 
 
-@SCORES.register("location")
+@ATTENTION_SCORES.register("location")
 class LocationAttention(ScoreAttention):
     """Luong's location-based attention ``alpha_t = softmax(W_a s_t)``.
 
@@ -169,4 +165,4 @@ class LocationAttention(ScoreAttention):
 
 def build_score_attention(name: str, sizes: AttentionSizes) -> ScoreAttention:
     """The global attention ``model.attention`` names; an unknown name lists the valid ones."""
-    return SCORES.get(name)(sizes)
+    return ATTENTION_SCORES.get(name)(sizes)
