@@ -1,4 +1,4 @@
-"""Hard links, the Pharaoh format and symmetrisation on hand cases."""
+"""Hard links, the Pharaoh format and symmetrization on hand cases."""
 
 from __future__ import annotations
 

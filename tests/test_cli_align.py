@@ -82,7 +82,7 @@ def test_cli_align_writes_every_output_and_scores_gold(files, tmp_path):
     assert all((tmp_path / "heatmaps" / name).stat().st_size > 1000 for name in heatmaps)
 
 
-def test_cli_align_reads_stdin_pairs_and_symmetrises(files, tmp_path):
+def test_cli_align_reads_stdin_pairs_and_symmetrizes(files, tmp_path):
     pairs = "".join(f"{s} ||| {t}\n" for s, t in zip(SRC, TGT))
     common = ["--checkpoint", files["forward"], "--out"]
     run(*common, tmp_path / "fwd", input=pairs)
@@ -101,7 +101,7 @@ def test_cli_align_reads_stdin_pairs_and_symmetrises(files, tmp_path):
     assert result.exit_code == 1 and "--heads 1 is out of range: the model has 1 head(s)" in result.stderr
 
 
-def test_cli_align_symmetrises_by_the_average_of_both_directions(files, tmp_path):
+def test_cli_align_symmetrizes_by_the_average_of_both_directions(files, tmp_path):
     root = files["root"]
     common = ["--src", root / "src", "--tgt", root / "tgt", "--batch-size", 2]
     run("--checkpoint", files["forward"], "--out", tmp_path / "fwd", *common)

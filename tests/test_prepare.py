@@ -53,7 +53,7 @@ def test_prepared_data_api_and_round_trip(synthetic_dir):
         assert len(split) == len(sources) == len(targets)
         for i in range(len(split)):
             assert split.src[i].dtype == np.int64 and split.src.lengths[i] == len(split.src[i])
-            assert data.tokenizer.decode_src(split.src[i]) == sources[i]
+            assert data.tokenizer.src.decode(split.src[i].tolist()) == sources[i]
             assert data.tokenizer.decode_tgt(split.tgt[i]) == targets[i]
         assert not np.isin(split.src[0], [SPECIAL_IDS["bos"], SPECIAL_IDS["eos"]]).any()
     alignments = data.gold_alignment_path("train").read_text().splitlines()
@@ -151,7 +151,7 @@ def test_separate_unigram_models_and_sampling(tmp_path):
     data = PreparedData(tmp_path / "sep")
     assert data.text_path("valid", "src").name == "valid.en"
     first = data.text_path("valid", "src").read_text().splitlines()[0]
-    assert data.tokenizer.decode_src(data.split("valid").src[0]) == first
+    assert data.tokenizer.src.decode(data.split("valid").src[0].tolist()) == first
     assert data.tokenizer.src_vocab_size == data.tokenizer.tgt_vocab_size == 200
 
 

@@ -11,7 +11,7 @@ import torch
 from nmt_cli.config import LINEAR_SITES, ModelConfig
 from nmt_cli.errors import ConfigError, NmtError
 from nmt_cli.registry import MODEL_FAMILIES
-from nmt_cli.models.base import Seq2SeqModel, lengths_to_mask
+from nmt_cli.models.base import Seq2SeqModel
 from nmt_cli.models.embeddings import sinusoidal_table
 from nmt_cli.models.transformer import LinearTransformer, Transformer
 from nmt_cli.specials import BOS_ID, PAD_ID
@@ -49,6 +49,11 @@ def build(variant: dict, joint: bool = True, **overrides):
     torch.manual_seed(0)
     model = MODEL_FAMILIES.get(cfg.arch).from_config(cfg, VOCAB, VOCAB, joint)
     return model.double().eval()
+
+
+def lengths_to_mask(lengths):
+    """(B,) lengths -> (B, longest) mask, True = real token."""
+    return torch.arange(int(lengths.max()))[None, :] < lengths[:, None]
 
 
 def batch(src_lengths, tgt_lengths, seed=1):

@@ -3,7 +3,7 @@
 ``Aligner(checkpoint, options)`` loads a model once (:mod:`nmt_cli.alignment.model`),
 aligns batches of sentence pairs by forced decoding (:mod:`nmt_cli.alignment.extract`) and
 reads word matrices and hard links from the attention (:mod:`nmt_cli.alignment.reader`). Given a model of the opposite direction it also aligns
-target -> source and symmetrises the two link sets (:mod:`nmt_cli.alignment.symmetrize`).
+target -> source and symmetrizes the two link sets (:mod:`nmt_cli.alignment.symmetrize`).
 
 Word ``k`` of a sentence is its ``k``-th SentencePiece word (pieces from one ``"\u2581"``
 marker to the next), i.e. its ``k``-th whitespace token: Pharaoh indices refer to the
@@ -38,7 +38,7 @@ SYMMETRIZATION_CHOICES = SYMMETRIZATIONS + (AVERAGE,)
 @dataclass(frozen=True)
 class AlignOptions:
     """How attention becomes alignments: the reading (heads, hard-link rule), shift-att,
-    the batch size of forced decoding and how two directions are symmetrised.
+    the batch size of forced decoding and how two directions are symmetrized.
 
     ``symmetrization``: one of :data:`SYMMETRIZATION_CHOICES`, or None for the models'
     default (:func:`default_symmetrization`). The hard ones combine the two directions'

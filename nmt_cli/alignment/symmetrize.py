@@ -31,7 +31,7 @@ from nmt_cli.pharaoh import Link
 __all__ = ["AVERAGE", "AVERAGE_THRESHOLD", "SYMMETRIZATIONS", "average_links", "describe", "symmetrize"]
 
 SYMMETRIZATIONS = ("intersection", "union", "grow-diag", "grow-diag-final", "grow-diag-final-and")
-#: the soft symmetrisation, beside the hard ones (:func:`average_links`), and its default threshold
+#: the soft symmetrization, beside the hard ones (:func:`average_links`), and its default threshold
 AVERAGE = "average"
 AVERAGE_THRESHOLD = 0.4
 _NEIGHBOURS = ((-1, 0), (0, -1), (1, 0), (0, 1), (-1, -1), (-1, 1), (1, -1), (1, 1))

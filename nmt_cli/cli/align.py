@@ -59,7 +59,7 @@ def _read_gold(path: str, src_path: str | None, pairs: int) -> list[GoldAlignmen
 @click.option("--heatmap-lines", default="", help="Heatmaps of these 1-based lines too, e.g. 3,17.")
 @click.option("--gold", "gold_path", type=FILE, help="Gold Pharaoh file: drawn on heatmaps; AER printed.")
 @click.option("--reverse-checkpoint", "reverse_checkpoints", multiple=True, type=click.Path(),
-              help="Target -> source model: symmetrise both directions (repeatable, like --checkpoint).")
+              help="Target -> source model: symmetrize both directions (repeatable, like --checkpoint).")
 @click.option("--symmetrize", "symmetrization", type=click.Choice(SYMMETRIZATION_CHOICES), default=None,
               help="How to combine the two directions: their links (intersection ... grow-diag-final-and), or "
               "'average': a link where the mean of the two models' word weights exceeds --average-threshold "
@@ -180,7 +180,7 @@ def sweep_command(checkpoint, src_path, tgt_path, gold_path, method, threshold, 
 @click.option("--quiet", "-q", is_flag=True, help="No progress output from data preparation.")
 def bootstrap_command(config: Config, out_dir: str, device: str, rounds: int, refine_steps: int | None,
                       quiet: bool) -> None:
-    """Train forward and reverse models on the config, symmetrise their attention links, and
+    """Train forward and reverse models on the config, symmetrize their attention links, and
     train a model guided by those links in each direction (no external aligner); each later
     round aligns the text again with that pair and goes on training it on those links. Align
     with the last pair as the last line says: `nmt align --checkpoint OUT/guided-2/run

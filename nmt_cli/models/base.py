@@ -130,9 +130,3 @@ class Seq2SeqModel(nn.Module):
     def num_parameters(self) -> int:
         """Distinct parameters (tied embeddings counted once)."""
         return sum(p.numel() for p in self.parameters())
-
-
-def lengths_to_mask(lengths: Tensor, max_len: int | None = None) -> Tensor:
-    """(B,) lengths -> (B, max_len) boolean mask, True = real token."""
-    max_len = int(lengths.max()) if max_len is None else max_len
-    return torch.arange(max_len, device=lengths.device)[None, :] < lengths[:, None]

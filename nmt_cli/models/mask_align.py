@@ -17,7 +17,7 @@ words (the paper reports 14.4 AER on German-English Europarl, below GIZA++'s 20.
   after the source, where a token with no counterpart can put its weight instead of on an
   arbitrary word. The returned weights leave the leak out (rows sum to at most one).
 * Not here: the paper's agreement loss between two directions trained together; train one
-  model per direction and symmetrise (``nmt align --reverse-checkpoint``).
+  model per direction and symmetrize (``nmt align --reverse-checkpoint``).
 
 It plugs into the training and alignment paths as any model: ``forward(src, src_mask,
 tgt_in, tgt_mask)`` gives, at position ``t``, features predicting ``tgt_out[t]`` (``y_t``,

@@ -127,9 +127,6 @@ class Tokenizer:
     def encode_tgt_batch(self, texts: list[str]) -> list[list[int]]:
         return self.tgt.encode(texts, out_type=int)
 
-    def decode_src(self, ids: Iterable[int]) -> str:
-        return self.src.decode(_strip_specials(ids))
-
     def decode_tgt(self, ids: Iterable[int]) -> str:
         return self.tgt.decode(_strip_specials(ids))
 
