@@ -636,7 +636,8 @@ def load_config(path: str | Path | None = None, overrides: Mapping[str, Any] | N
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             line = f":{mark.line + 1}" if mark is not None else ""
-            raise ConfigError(f"{path}{line}: invalid YAML ({getattr(exc, 'problem', exc)})") from None
+            problem = getattr(exc, "problem", None) or " ".join(str(exc).split())  # one line, whatever the error
+            raise ConfigError(f"{path}{line}: invalid YAML ({problem})") from None
         except RecursionError:
             raise ConfigError(f"{path}: invalid YAML (nested too deeply)") from None
         if not isinstance(raw, dict):

@@ -775,11 +775,34 @@ def test_pharaoh_lines_parse_or_raise_nmt_error(text):
 @example(["train.max_steps=[[[[1]]]]"])
 @example(["train.max_steps=" + "[" * 5000])
 @example(["train.adam_betas={a: 1}"])
+@example(["train.max_steps=7", "decode.alpha=1", "train.adam_betas=[0.5, 0.9]", "model.arch=rnn_luong"])
 def test_set_overrides_parse_or_raise_nmt_error(items):
     try:
-        Config().with_overrides(parse_overrides(items))
-    except NmtError:
-        pass
+        overrides = parse_overrides(items)
+        config = Config().with_overrides(overrides)
+    except NmtError as exc:
+        problems = str(exc).splitlines()
+        assert problems and all(line.startswith(("bad --set", "bad override key", "unknown config key",
+                                                 "config key")) for line in problems)
+        return
+    assert_holds_the_given_values(config, overrides)
+
+
+def assert_holds_the_given_values(config: Config, given: dict) -> None:
+    """``config`` keeps every given ``section.key`` value (as its field's type reads it: a YAML
+    int for a float key, a list for a tuple key, None for an empty string) and rebuilds to
+    itself from its own dict."""
+    settings = config.to_dict()
+    for dotted, value in given.items():
+        section, _, key = dotted.partition(".")
+        held = settings[section][key]
+        if isinstance(held, list):
+            assert held == list(value)
+        elif isinstance(held, str):
+            assert held == ("" if value is None else str(value))
+        else:
+            assert held == value and isinstance(value, bool) == isinstance(held, bool)
+    assert Config.from_dict(settings) == config
 
 
 @PROPERTY
@@ -789,6 +812,7 @@ def test_set_overrides_parse_or_raise_nmt_error(items):
                                                                        max_size=3),
     max_leaves=12).map(lambda value: yaml.safe_dump(value).encode()))
 @example(b"1: 2\ntrain: {}\n")
+@example(b"train:\n  max_steps: 7\n  lr: 1\nmodel:\n  arch: rnn_luong\ndata:\n  path:\n")
 @example(b"1: 2\nfoo: 3\n")
 @example(b"train:\n  max_steps: \xff\n")
 @example(b"[" * 5000)
@@ -796,9 +820,14 @@ def test_config_files_load_or_raise_nmt_error(tmp_path_factory, content):
     path = tmp_path_factory.mktemp("config") / "config.yaml"
     path.write_bytes(content)
     try:
-        load_config(path)
-    except NmtError:
-        pass
+        config = load_config(path)
+    except NmtError as exc:
+        problems = str(exc).splitlines()
+        assert problems and all(line.startswith(str(path)) for line in problems)
+        return
+    raw = yaml.safe_load(content) or {}
+    assert_holds_the_given_values(config, {f"{section}.{key}": value for section, values in raw.items()
+                                           for key, value in (values or {}).items()})
 
 
 @PROPERTY
