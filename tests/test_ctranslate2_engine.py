@@ -71,10 +71,7 @@ def test_int8_stays_within_half_a_bleu_point(trained_transformer, exports, test_
     ctranslate2_int8 = load_translator(exports["int8"]).translate(sources)
     torch_int8 = load_translator(trained_transformer[0], quantize="int8").translate(sources)
     assert abs(bleu(ctranslate2_int8, references) - reference_bleu) <= 0.5
-    # torch's dynamic int8 costs this d_model 64 model about 0.5 BLEU (45.9 -> 45.3, also with the
-    # output layer left in float32); the 0.5 target is for Multi30k test2016, where
-    # bench/translate_speed.py measures it. Here the stated tolerance is 1.0.
-    assert abs(bleu(torch_int8, references) - reference_bleu) <= 1.0
+    # the torch engine's int8 BLEU bound: tests/test_quantization.py
     # int8 changes some outputs of this small, uncertain model (about 72% stay identical);
     # the stated tolerance: at least 60% of the beam-5 translations identical to float32
     assert agreement(torch_int8, float32) >= 0.6 and agreement(ctranslate2_int8, float32) >= 0.6
