@@ -15,7 +15,8 @@ float32 engine ``nmt translate`` uses (Linear layers packed for oneDNN).
 - **Ceiling**: the Linear layers' FLOPs (counted from the rows each one multiplied) at the
   best rate the packed product reaches on this decode's shapes: the output tokens/s a
   decode would reach if everything but those products were free. CTranslate2 float32 on
-  the same work is printed beside it.
+  the same work (its own ``translate_batch`` running the same decoder steps on the same
+  batches, ``engine_ratio.CTranslate2Steps``) is printed beside it.
 - **Kernels**: GFLOP/s of the packed product against ``nn.Linear`` (MKL) on the decoder's
   shapes, and torch's softmax against ``short_softmax`` on the short rows of early steps.
 
@@ -270,7 +271,8 @@ def main() -> None:
                     ["shape", "part", "seconds", "share", "note"], quick=args.quick)
     kernels = []
     for shape, model_config, texts in forced_work(args.quick):
-        engines = random_engines(model_config, tokenizer, [e for e in ENGINES if e[0] in ("torch fp32", "CTranslate2 float32")])
+        engines = random_engines(model_config, tokenizer,
+                                 [e for e in ENGINES if e[0] in ("torch fp32", "CTranslate2 float32")])
         ours, ctranslate2 = engines["torch fp32"], engines["CTranslate2 float32"]
         for translator in engines.values():
             translator.translate(texts[:8])  # warm-up

@@ -101,7 +101,12 @@ def test_engine_ratio_quick_compares_engines_on_forced_equal_work(work: Path) ->
     rows = {row[1]: dict(zip(report["columns"], row)) for row in report["rows"]}
     assert set(rows) == {"torch fp32", "torch int8", "CTranslate2 float32", "CTranslate2 int8"}
     assert all(figure(row["out tok/s (CPU time)"]) > 0 for row in rows.values())
-    assert rows["CTranslate2 float32"]["vs CTranslate2 float32"] == "1.00x"
+    # each engine against CTranslate2 at its own weight type
+    assert rows["CTranslate2 float32"]["vs CTranslate2, same weights"] == "1.00x"
+    assert rows["CTranslate2 int8"]["vs CTranslate2, same weights"] == "1.00x"
+    for torch_row, base in (("torch fp32", "CTranslate2 float32"), ("torch int8", "CTranslate2 int8")):
+        ratio = figure(rows[torch_row]["sent/s (CPU time)"]) / figure(rows[base]["sent/s (CPU time)"])
+        assert figure(rows[torch_row]["vs CTranslate2, same weights"].rstrip("x")) == pytest.approx(ratio, rel=0.1)
 
 
 def test_decode_profile_quick_splits_the_decode_into_parts_and_states_the_ceiling(work: Path) -> None:
