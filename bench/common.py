@@ -88,17 +88,41 @@ class Measured:
     log: Path
 
 
-#: Spawns the measured command and reports its ``ru_maxrss``. Linux gives a child the
-#: high-water RSS of the process it was spawned from (carried across vfork and exec), so
-#: a command started straight from a bench script that has grown (torch, FLOP counting,
-#: an in-process ``nmt prepare``) would report at least that script's peak. This small
-#: interpreter in between keeps that floor at its own ~10 MB.
+#: Spawns the measured command and reports its peak memory: the larger of its ``ru_maxrss``
+#: and the highest sum of VmRSS over its process tree, sampled every 50 ms while the tree has
+#: more than one process (forked decoding workers: ``ru_maxrss`` is one process's, never a
+#: sum). Shared copy-on-write pages count once per process in that sum, so for forked
+#: workers it is an upper bound. Linux gives a child the high-water RSS of the process it
+#: was spawned from (carried across vfork and exec), so a command started straight from a
+#: bench script that has grown (torch, FLOP counting, an in-process ``nmt prepare``) would
+#: report at least that script's peak; this small interpreter in between keeps that floor
+#: at its own ~10 MB.
 RSS_LAUNCHER = """
-import os, subprocess, sys
+import os, subprocess, sys, threading
+def tree(pid):
+    try:
+        children = [int(c) for t in os.listdir(f"/proc/{pid}/task")
+                    for c in open(f"/proc/{pid}/task/{t}/children").read().split()]
+    except OSError:
+        return []
+    return [pid] + [p for child in children for p in tree(child)]
+def rss_kib(pid):
+    try:
+        return next(int(line.split()[1]) for line in open(f"/proc/{pid}/status") if line.startswith("VmRSS:"))
+    except (OSError, StopIteration):
+        return 0
 process = subprocess.Popen(sys.argv[2:])
+peak, done = [0], threading.Event()
+def sample():
+    while not done.wait(0.05):
+        pids = tree(process.pid)
+        if len(pids) > 1:
+            peak[0] = max(peak[0], sum(rss_kib(pid) for pid in pids))
+threading.Thread(target=sample, daemon=True).start()
 _, status, usage = os.wait4(process.pid, 0)
+done.set()
 with open(sys.argv[1], "w") as report:
-    report.write(str(usage.ru_maxrss))
+    report.write(str(max(usage.ru_maxrss, peak[0])))
 code = os.waitstatus_to_exitcode(status)
 sys.exit(code if code >= 0 else 128 - code)
 """
@@ -109,9 +133,9 @@ def run_measured(command: Sequence[str], log: Path, env: dict[str, str] | None =
                  stdout: Path | None = None) -> Measured:
     """Run ``command`` with output to ``log`` (stdout to ``stdout`` when given).
 
-    The peak RSS is ``wait4``'s resource usage of that command (:data:`RSS_LAUNCHER`), so
-    it covers the process (and any children it waited for) and nothing else running on
-    the machine.
+    The peak RSS is that command's own (:data:`RSS_LAUNCHER`): ``wait4``'s resource usage,
+    or the sum over its processes where it forked workers, and nothing else running on the
+    machine.
     """
     log.parent.mkdir(parents=True, exist_ok=True)
     rss_report = log.with_name(log.name + ".maxrss")

@@ -81,10 +81,12 @@ class Engine:
     quantize: str | None = None
     use_cache: bool = True
     workers: int = 1
+    #: decode with the checkpoint's own length rule and batch budget (beam and alpha still the table's)
+    shipped_defaults: bool = False
 
     def tag(self) -> str:
         parts = [self.name, self.quantize or "fp32", "" if self.use_cache else "nocache",
-                 "" if self.workers == 1 else f"workers{self.workers}"]
+                 "" if self.workers == 1 else f"workers{self.workers}", "shipped" if self.shipped_defaults else ""]
         return ".".join(part for part in parts if part)
 
 
@@ -107,7 +109,8 @@ def translate(checkpoint: Path, source_text: Path, decode: DecodeSpec, out_dir: 
                "--beam", decode.beam, "--alpha", decode.alpha, "--batch", decode.batch_sentences,
                "--max-length", decode.max_length, "--threads", threads, "--workers", engine.workers,
                "--engine", engine.name, *(["--quantize", engine.quantize] if engine.quantize else []),
-               *([] if engine.use_cache else ["--no-cache"])]
+               *([] if engine.use_cache else ["--no-cache"]),
+               *(["--shipped-defaults"] if engine.shipped_defaults else [])]
     measured = check(label, run_measured(command, out_dir / f"translate.{tag}.log", env=thread_env(threads),
                                          stdout=timing, cwd=BENCH_DIR))
     seconds = json.loads(timing.read_text().splitlines()[-1])["seconds"]
@@ -115,11 +118,14 @@ def translate(checkpoint: Path, source_text: Path, decode: DecodeSpec, out_dir: 
     return TranslateResult(label, sentences, tokens, seconds, hypotheses, measured)
 
 
-def decode_overrides(decode: DecodeSpec, workers: int = 1) -> dict:
+def decode_overrides(decode: DecodeSpec, workers: int = 1, shipped_defaults: bool = False) -> dict:
     """``load_translator`` overrides that decode under ``decode``'s rule: an absolute cap of
-    ``max_length`` pieces, batches of ``batch_sentences``, ``workers`` batches at once."""
-    settings = {"beam_size": decode.beam, "alpha": decode.alpha, "max_len_a": 0.0, "max_len_b": decode.max_length,
-                "max_tokens": 10**9, "max_sentences": decode.batch_sentences, "workers": workers}
+    ``max_length`` pieces, batches of ``batch_sentences``, ``workers`` batches at once; with
+    ``shipped_defaults`` only the beam, alpha and workers, the rest as the checkpoint has it."""
+    settings = {"beam_size": decode.beam, "alpha": decode.alpha, "workers": workers}
+    if not shipped_defaults:
+        settings.update(max_len_a=0.0, max_len_b=decode.max_length, max_tokens=10**9,
+                        max_sentences=decode.batch_sentences)
     return {f"decode.{key}": value for key, value in settings.items()}
 
 
@@ -133,7 +139,7 @@ def _translate_worker(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     decode = DecodeSpec(beam=args.beam, batch_sentences=args.batch, max_length=args.max_length, alpha=args.alpha)
     translator = load_translator(args.checkpoint, engine=args.engine, quantize=args.quantize,
-                                 overrides=decode_overrides(decode, args.workers))
+                                 overrides=decode_overrides(decode, args.workers, args.shipped_defaults))
     if args.no_cache:
         translator.model.use_cache = False
     texts = args.source.read_text(encoding="utf-8").splitlines()
@@ -160,6 +166,8 @@ def main() -> None:
     worker.add_argument("--threads", type=int, required=True)
     worker.add_argument("--workers", type=int, default=1, help="batches decoded at once (decode.workers)")
     worker.add_argument("--no-cache", action="store_true", help="Transformer: model.use_cache = False")
+    worker.add_argument("--shipped-defaults", action="store_true",
+                        help="the checkpoint's own length rule and batch budget (beam and alpha as given)")
     worker.add_argument("--engine", default="torch", choices=("torch", "ctranslate2"))
     worker.add_argument("--quantize", default=None, help="torch: int8; ctranslate2: a compute type")
     _translate_worker(parser.parse_args())
