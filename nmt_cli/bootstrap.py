@@ -41,7 +41,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence, TextIO
+from typing import Callable, Sequence, TextIO
 
 from nmt_cli.alignment.agreement import agreeing_aligner
 from nmt_cli.alignment.api import Aligner, AlignOptions
@@ -192,7 +192,7 @@ def bootstrap(config: Config, out_dir: str | os.PathLike, device: str = "cpu", p
         details = _prepare_and_train(stage_config, layout, stage.name, device, progress, stream, tokenizer_from)
         record.finish(stage, training_seconds(layout.prepared(stage.name), layout.run(stage.name)), details)
 
-    def write_links(stage: Stage, write) -> None:
+    def write_links(stage: Stage, write: Callable[[], dict]) -> None:
         if not record.finished(stage):
             started = time.perf_counter()
             details = write()
