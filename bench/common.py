@@ -37,7 +37,9 @@ from typing import Sequence
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 WORK_DIR = BENCH_DIR / ".work"  # git-ignored scratch space for prepared data, runs and outputs
-MULTI30K = Path(os.environ.get("NMT_SHARED_DATA", REPO.parent / "shared" / "data")) / "multi30k"
+#: the real data every bench reads (its README says what is there); NMT_SHARED_DATA names another copy
+SHARED_DATA = Path(os.environ.get("NMT_SHARED_DATA", REPO.parent / "shared" / "data"))
+MULTI30K = SHARED_DATA / "multi30k"
 THREADS = 2
 
 sys.path.insert(0, str(REPO))  # bench scripts run as files; make the project importable

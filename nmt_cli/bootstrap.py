@@ -31,17 +31,17 @@ attention as the first alignments, repeated as iterative self-training. Every st
 resumes: a rerun reuses prepared data, finished runs and written links, so an interrupted
 bootstrap goes on where it stopped (a stage's training stopped by Ctrl-C or SIGTERM saves
 its step and stops the whole command).
-``DIR/bootstrap.json`` records each stage's settings and wall time.
+``DIR/bootstrap.json`` records each stage's inputs, outputs, settings and cost
+(:mod:`nmt_cli.stages`, the record every pipeline of stages keeps) and the aligner.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence, TextIO
+from typing import Callable, Sequence, TextIO
 
 from nmt_cli.alignment.agreement import agreeing_aligner
 from nmt_cli.alignment.api import Aligner, AlignOptions
@@ -50,15 +50,17 @@ from nmt_cli.config import Config
 from nmt_cli.data.prepare import prepare
 from nmt_cli.data.prepared import PreparedData
 from nmt_cli.errors import NmtError
-from nmt_cli.fileio import atomic_open, atomic_write_json
+from nmt_cli.fileio import atomic_open
 from nmt_cli.pharaoh import format_links, write_reversed_alignments
 from nmt_cli.progress import Progress
+from nmt_cli.stages import PipelineRecord, Stage, run_finished, training_seconds
 from nmt_cli.textio import read_lines
 from nmt_cli.training import train
 from nmt_cli.training.resume import check_same_run
 
-__all__ = ["ALIGNER_SYMMETRIZATION", "DEFAULT_GUIDE_WEIGHT", "DEFAULT_ROUNDS", "REFINE_FRACTION", "aligner_command",
-           "bootstrap", "default_refine_steps", "links_symmetrization", "refined_config"]
+__all__ = ["ALIGNER_SYMMETRIZATION", "DEFAULT_GUIDE_WEIGHT", "DEFAULT_ROUNDS", "RECORD", "REFINE_FRACTION",
+           "BootstrapLayout", "aligner_command", "bootstrap", "default_refine_steps", "links_symmetrization",
+           "refined_config", "reverse_config"]
 
 #: the alignment loss weight of Garg et al. 2019, when the config leaves train.alignment_weight at 0
 DEFAULT_GUIDE_WEIGHT = 0.05
@@ -71,6 +73,8 @@ CANDIDATES_RECORDED = 10
 DEFAULT_ROUNDS = 2
 #: a later round's training steps, as a share of the config's train.max_steps
 REFINE_FRACTION = 0.2
+#: the bootstrap's record of its stages (:class:`~nmt_cli.stages.PipelineRecord`), in its directory
+RECORD = "bootstrap.json"
 
 
 def links_symmetrization(config: Config) -> str:
@@ -84,8 +88,8 @@ def links_symmetrization(config: Config) -> str:
 
 
 @dataclass(frozen=True)
-class Stages:
-    """Where each stage writes under the bootstrap directory."""
+class BootstrapLayout:
+    """Where each stage writes under the bootstrap directory, and each stage as declared there."""
 
     root: Path
 
@@ -110,6 +114,31 @@ class Stages:
 
     def reverse_links(self, round_number: int) -> Path:
         return self.root / f"{self.links_name(round_number)}-reverse"
+
+    def relative(self, path: Path) -> str:
+        return str(path.relative_to(self.root))
+
+    def training_stage(self, name: str, *inputs: Path | str) -> Stage:
+        """A stage that prepares data and trains a model from ``inputs`` (paths, or the config's data)."""
+        reads = tuple(self.relative(path) if isinstance(path, Path) else path for path in inputs)
+        return Stage(name, reads, (self.relative(self.prepared(name)), self.relative(self.run(name))))
+
+    def guided_stage(self, name: str, links: Path, start: str | None) -> Stage:
+        """A guided stage: it learns the links in the folder ``links``, continuing the run of
+        the stage ``start`` (and its pieces) when given."""
+        continued = () if start is None else (self.run(start), self.prepared(start))
+        return self.training_stage(name, links, *continued)
+
+    def links_stage(self, round_number: int, aligner: tuple[str, str]) -> Stage:
+        """Round ``round_number``'s links: the pair of stages ``aligner`` aligns the forward stage's text."""
+        reads = (self.prepared("forward"), self.run(aligner[0]), self.run(aligner[1]))
+        return Stage(self.links_name(round_number), tuple(map(self.relative, reads)),
+                     (self.relative(self.links(round_number) / "train.align"),))
+
+
+def _config_data(config: Config) -> str:
+    """The training text a config names, as a first stage's input."""
+    return f"data: {config.data.source}" + (f" {config.data.path}" if config.data.path else "")
 
 
 def reverse_config(config: Config) -> Config:
@@ -155,47 +184,47 @@ def bootstrap(config: Config, out_dir: str | os.PathLike, device: str = "cpu", p
     if rounds < 1:
         raise NmtError(f"bootstrap: rounds must be at least 1, not {rounds}")
     steps = (refine_steps or default_refine_steps(config)) if rounds > 1 else 0
-    stages = Stages(Path(out_dir).expanduser().resolve())
-    stages.root.mkdir(parents=True, exist_ok=True)
-    record_path = stages.root / "bootstrap.json"
-    record = json.loads(record_path.read_text(encoding="utf-8")) if record_path.is_file() else {"stages": {}}
+    layout = BootstrapLayout(Path(out_dir).expanduser().resolve())
+    layout.root.mkdir(parents=True, exist_ok=True)
+    record = PipelineRecord(layout.root / RECORD)
 
-    def save(name: str, details: dict) -> None:
-        record["stages"][name] = details
-        atomic_write_json(record_path, record)
+    def train_stage(stage: Stage, stage_config: Config, tokenizer_from: Path | None = None) -> None:
+        details = _prepare_and_train(stage_config, layout, stage.name, device, progress, stream, tokenizer_from)
+        record.finish(stage, training_seconds(layout.prepared(stage.name), layout.run(stage.name)), details)
 
-    def links_missing(round_number: int) -> bool:
-        name = stages.links_name(round_number)
-        return name not in record["stages"] or not (stages.links(round_number) / "train.align").is_file()
+    def write_links(stage: Stage, write: Callable[[], dict]) -> None:
+        if not record.finished(stage):
+            started = time.perf_counter()
+            details = write()
+            record.finish(stage, time.perf_counter() - started, details)
 
     plain = config.with_overrides({"model.alignment_null": False})  # a null is learned from links: the guided stage's
     for name, stage_config in (("forward", plain), ("reverse", reverse_config(plain))):
-        save(name, _prepare_and_train(stage_config, stages, name, device, progress, stream))
-    split_names = PreparedData(stages.prepared("forward")).split_names
-    if links_missing(1):
-        save("links", _write_first_links(stages, device, stream, links_symmetrization(config)))
+        train_stage(layout.training_stage(name, _config_data(stage_config)), stage_config)
+    split_names = PreparedData(layout.prepared("forward")).split_names
+    write_links(layout.links_stage(1, ("forward", "reverse")),
+                lambda: _write_first_links(layout, device, stream, links_symmetrization(config)))
     previous: tuple[str, str] | None = None
     for round_number in range(1, rounds + 1):
-        if round_number > 1 and links_missing(round_number):
-            details = _write_pair_links(stages, round_number, previous, device, stream)
-            save(stages.links_name(round_number), details)
-        names = stages.guided(round_number)
-        if names[1] not in record["stages"]:  # once trained, its links stay what it learned
-            _write_reverse_links(stages, round_number)
-        for name, links, turn in ((names[0], stages.links(round_number), False),
-                                  (names[1], stages.reverse_links(round_number), True)):
+        if round_number > 1:
+            write_links(layout.links_stage(round_number, previous),
+                        lambda: _write_pair_links(layout, round_number, previous, device, stream))
+        names = layout.guided(round_number)
+        directions = ((names[0], layout.links(round_number), False),
+                      (names[1], layout.reverse_links(round_number), True))
+        starts = [None if previous is None else previous[turn] for _, _, turn in directions]  # the runs continued
+        stages = [layout.guided_stage(name, links, start) for (name, links, _), start in zip(directions, starts)]
+        if not record.finished(stages[1]):  # once trained, its links stay what it learned
+            _write_reverse_links(layout, round_number)
+        for stage, (_, links, turn), start in zip(stages, directions, starts):
             stage_config = guided_config(config, links, split_names)
             stage_config = reverse_config(stage_config) if turn else stage_config
-            start = None if previous is None else previous[turn]  # the run this round continues
             if start is not None:
-                stage_config = refined_config(stage_config, stages.run(start), steps)
-            save(name, _prepare_and_train(stage_config, stages, name, device, progress, stream,
-                                          tokenizer_from=None if start is None else stages.prepared(start)))
+                stage_config = refined_config(stage_config, layout.run(start), steps)
+            train_stage(stage, stage_config, tokenizer_from=None if start is None else layout.prepared(start))
         previous = names
-    record["aligner"] = str(stages.run(previous[0]))
-    record["reverse_aligner"] = str(stages.run(previous[1]))
-    atomic_write_json(record_path, record)
-    return record
+    record.save_results(aligner=str(layout.run(previous[0])), reverse_aligner=str(layout.run(previous[1])))
+    return record.to_json()
 
 
 def aligner_command(record: dict) -> str:
@@ -204,10 +233,10 @@ def aligner_command(record: dict) -> str:
             f"--symmetrize {ALIGNER_SYMMETRIZATION}")
 
 
-def _write_reverse_links(stages: Stages, round_number: int) -> None:
+def _write_reverse_links(layout: BootstrapLayout, round_number: int) -> None:
     """``links-reverse/`` (of the round): the same text as ``links/`` (linked) and its links
     turned around (``i-j`` as ``j-i``)."""
-    folder, links = stages.reverse_links(round_number), stages.links(round_number)
+    folder, links = layout.reverse_links(round_number), layout.links(round_number)
     _link_text(links, folder)
     write_reversed_alignments(links / "train.align", folder / "train.align")
 
@@ -220,41 +249,37 @@ def _link_text(source: Path, folder: Path) -> None:
             (folder / text.name).symlink_to(text.resolve())
 
 
-def _prepare_and_train(config: Config, stages: Stages, name: str, device: str, progress: bool,
+def _prepare_and_train(config: Config, layout: BootstrapLayout, name: str, device: str, progress: bool,
                        stream: TextIO | None, tokenizer_from: Path | None = None) -> dict:
     """Prepare and train one stage; a run that has made all its steps with these settings is
     kept as it is (not resumed: its train.log names only the sessions that trained it).
-    ``tokenizer_from``: the prepared directory of the run a later round continues (its pieces)."""
-    manifest = prepare(config, stages.prepared(name), progress=progress, tokenizer_from=tokenizer_from)
-    run = stages.run(name)
+    ``tokenizer_from``: the prepared directory of the run a later round continues (its pieces).
+    Returns the stage's details: the step its run reached and why it stopped."""
+    prepare(config, layout.prepared(name), progress=progress, tokenizer_from=tokenizer_from)
+    run = layout.run(name)
     if _finished(run, config):
         stop_reason = "max_steps"
     else:
-        summary = train(config, stages.prepared(name), run, device=device, stream=stream)
+        summary = train(config, layout.prepared(name), run, device=device, stream=stream)
         if summary.stop_reason == "interrupted":  # Ctrl-C / SIGTERM stops the whole bootstrap, not just this stage
             raise KeyboardInterrupt(f"bootstrap stage {name} interrupted at step {summary.step}")
         stop_reason = summary.stop_reason
-    state = load_checkpoint_state(run)
-    return {"step": state["step"], "stop_reason": stop_reason,
-            "seconds": round(manifest["elapsed_seconds"] + state["elapsed_seconds"], 1)}
+    return {"step": load_checkpoint_state(run)["step"], "stop_reason": stop_reason}
 
 
 def _finished(run: Path, config: Config) -> bool:
     """Whether ``run`` has made ``config``'s training steps; a run trained with other settings
     is refused as ``nmt train`` refuses to resume it."""
-    if not list_checkpoints(run):
-        return False
-    saved = load_checkpoint_config(run)
-    check_same_run(saved, config, str(run))
-    return 0 < config.train.max_steps <= load_checkpoint_state(run)["step"]
+    if list_checkpoints(run):
+        check_same_run(load_checkpoint_config(run), config, str(run))
+    return run_finished(run, config.train.max_steps)
 
 
-def _write_first_links(stages: Stages, device: str, stream: TextIO | None, symmetrization: str) -> dict:
+def _write_first_links(layout: BootstrapLayout, device: str, stream: TextIO | None, symmetrization: str) -> dict:
     """Round 1's links: the plain forward and reverse models, each read as the two agree most,
     align the forward stage's cleaned training text; ``links/`` gets that text and ``train.align``."""
-    started = time.perf_counter()
-    data = PreparedData(stages.prepared("forward"))
-    folder = stages.links(1)
+    data = PreparedData(layout.prepared("forward"))
+    folder = layout.links(1)
     folder.mkdir(parents=True, exist_ok=True)
     for split in data.split_names:
         for side, lang in (("src", data.src_lang), ("tgt", data.tgt_lang)):
@@ -262,8 +287,8 @@ def _write_first_links(stages: Stages, device: str, stream: TextIO | None, symme
             if not link.exists():
                 link.symlink_to(data.text_path(split, side))
     src_lines, tgt_lines = _training_text(data)
-    aligner, choices = agreeing_aligner(AlignOptions(symmetrization=symmetrization), stages.run("forward"),
-                                        stages.run("reverse"), src_lines, tgt_lines, device)
+    aligner, choices = agreeing_aligner(AlignOptions(symmetrization=symmetrization), layout.run("forward"),
+                                        layout.run("reverse"), src_lines, tgt_lines, device)
     best = choices[0]
     if stream is not None:
         print(f"bootstrap: first-stage readings {best.describe()}", file=stream, flush=True)
@@ -271,23 +296,21 @@ def _write_first_links(stages: Stages, device: str, stream: TextIO | None, symme
     return {"reading": best.forward.describe(), "reverse_reading": best.reverse.describe(),
             "symmetrization": symmetrization, "agreement": round(best.agreement, 4),
             "candidates": [choice.describe() for choice in choices[:CANDIDATES_RECORDED]], "links": links,
-            "pairs": len(src_lines),
-            "seconds": round(time.perf_counter() - started, 1)}
+            "pairs": len(src_lines)}
 
 
-def _write_pair_links(stages: Stages, round_number: int, previous: tuple[str, str], device: str,
+def _write_pair_links(layout: BootstrapLayout, round_number: int, previous: tuple[str, str], device: str,
                       stream: TextIO | None) -> dict:
     """A later round's links: the previous round's guided pair, read as the aligner it names
     (:data:`ALIGNER_SYMMETRIZATION`), aligns the same text as round 1's links."""
-    started = time.perf_counter()
-    first, folder = stages.links(1), stages.links(round_number)
+    first, folder = layout.links(1), layout.links(round_number)
     _link_text(first, folder)
-    src_lines, tgt_lines = _training_text(PreparedData(stages.prepared("forward")))
-    aligner = Aligner(stages.run(previous[0]), AlignOptions(symmetrization=ALIGNER_SYMMETRIZATION), device,
-                      stages.run(previous[1]))
+    src_lines, tgt_lines = _training_text(PreparedData(layout.prepared("forward")))
+    aligner = Aligner(layout.run(previous[0]), AlignOptions(symmetrization=ALIGNER_SYMMETRIZATION), device,
+                      layout.run(previous[1]))
     links = _align_into(aligner, src_lines, tgt_lines, folder / "train.align", stream)
     return {"aligner": f"{previous[0]} + {previous[1]}, {ALIGNER_SYMMETRIZATION}", "links": links,
-            "pairs": len(src_lines), "seconds": round(time.perf_counter() - started, 1)}
+            "pairs": len(src_lines)}
 
 
 def _training_text(data: PreparedData) -> tuple[list[str], list[str]]:

@@ -117,7 +117,7 @@ def test_quick_bench_prints_a_row_per_system(tmp_path):
 
 
 def test_corpora_are_whole_names():
-    from align_quality import corpus_names
+    from alignment_bench.corpora import corpus_names
 
     assert corpus_names("multi30k+tatoeba") == ["multi30k+tatoeba"]
     assert corpus_names("multi30k, synthetic") == ["multi30k", "synthetic"]
@@ -137,7 +137,7 @@ def test_steps_must_be_positive(capsys):
 
 
 def test_systems_are_checked_names():
-    from align_quality import system_names
+    from alignment_bench.systems import system_names
 
     assert system_names("guided, mask-align") == ("guided", "mask-align")
     with pytest.raises(SystemExit, match="unknown system 'plain'"):
@@ -145,29 +145,33 @@ def test_systems_are_checked_names():
 
 
 def test_the_eflomal_note_gives_each_readings_lowest_and_highest_aer_over_its_runs(tmp_path):
-    from align_quality import Corpus, EflomalReading, GoldSet, _eflomal_spread
+    from alignment_bench.corpora import BenchCorpus, GoldSet
+    from alignment_bench.eflomal import EflomalReading
+    from alignment_bench.table import eflomal_spread
 
     test = GoldSet(tmp_path / "t.de", tmp_path / "t.en", tmp_path / "t.gold", "1-50")
-    corpus = Corpus("multi30k", tmp_path, test, test, test, None)
+    corpus = BenchCorpus("multi30k", tmp_path, test, test, test, None)
     results = {"forward": EflomalReading([], 18.0, [0.2, 0.19, 0.21]),
                "intersection": EflomalReading([], 18.0, [0.1874, 0.1967, 0.1803])}
-    assert _eflomal_spread(corpus, results) == ("multi30k: eflomal's AER on pairs 1-50 over its 3 run(s), "
+    assert eflomal_spread(corpus, results) == ("multi30k: eflomal's AER on pairs 1-50 over its 3 run(s), "
                                                 "lowest-highest: forward 0.1900-0.2100, intersection 0.1803-0.1967")
 
 
 def test_the_reversed_guide_swaps_every_link_of_every_line(tmp_path):
-    from align_quality import reversed_guide
+    from alignment_bench.eflomal import write_reversed_guide
+    from alignment_bench.settings import CorpusFolders
 
-    guide = tmp_path / "eflomal-links"
-    guide.mkdir()
-    (guide / "train.align").write_text("0-1 1-2 2-2\n\n3-0\n", encoding="utf-8")
-    folder = reversed_guide(guide)
+    folders = CorpusFolders(tmp_path)
+    folders.guide.mkdir()
+    (folders.guide / "train.align").write_text("0-1 1-2 2-2\n\n3-0\n", encoding="utf-8")
+    folder = write_reversed_guide(folders.guide, folders.reversed_guide)
     assert folder == tmp_path / "eflomal-links-reverse"
     assert (folder / "train.align").read_text(encoding="utf-8") == "1-0 2-1 2-2\n\n0-3\n"
 
 
 def test_reuse_keeps_models_whose_config_differs_only_in_decoding_speed(tmp_path):
-    from align_quality import QUICK, Settings, _kept
+    from alignment_bench.settings import QUICK, Settings
+    from alignment_bench.training import models_kept
 
     from nmt_cli.config import Config
 
@@ -176,11 +180,11 @@ def test_reuse_keeps_models_whose_config_differs_only_in_decoding_speed(tmp_path
     wanted = Config().with_overrides({"decode.max_tokens": 0, "train.max_steps": 12})
     path = tmp_path / "config.yaml"
     path.write_text(stored.to_yaml(), encoding="utf-8")
-    assert _kept(settings, path, wanted)  # a batch budget changes no model and no output
+    assert models_kept(settings, path, wanted)  # a batch budget changes no model and no output
     assert "max_tokens: 0" in path.read_text(encoding="utf-8")  # the new settings are written
-    assert not _kept(settings, path, wanted.with_overrides({"train.max_steps": 13}))
-    assert not _kept(settings, path, wanted.with_overrides({"decode.beam_size": 4}))
-    assert not _kept(Settings(tmp_path, QUICK, 1, reuse=False, repeats=1, systems=()), path, wanted)
+    assert not models_kept(settings, path, wanted.with_overrides({"train.max_steps": 13}))
+    assert not models_kept(settings, path, wanted.with_overrides({"decode.beam_size": 4}))
+    assert not models_kept(Settings(tmp_path, QUICK, 1, reuse=False, repeats=1, systems=()), path, wanted)
 
 
 def _finished_run(base: Path, steps: int, made: int) -> None:
@@ -202,29 +206,30 @@ def _finished_run(base: Path, steps: int, made: int) -> None:
 
 def test_a_kept_finished_run_is_not_resumed(tmp_path, monkeypatch):
     """Resuming a finished run would add this machine's session to its train.log, which says where it trained."""
-    import align_quality
-    from align_quality import QUICK, Settings, train_model
+    from alignment_bench import training
+    from alignment_bench.settings import QUICK, Settings
+    from alignment_bench.training import train_model
 
     from nmt_cli.config import Config
 
     commands = []
-    monkeypatch.setattr(align_quality, "_run", lambda command, *args, **kwargs: commands.append(command[3:]))
+    monkeypatch.setattr(training, "run_step", lambda command, *args, **kwargs: commands.append(command[3:]))
     settings = Settings(tmp_path, QUICK, threads=1, reuse=True, repeats=1, systems=())
     config = Config().with_overrides({"train.max_steps": 12})
     _finished_run(tmp_path / "done", steps=12, made=12)
-    assert train_model(None, settings, tmp_path / "done", config) == 6.0
+    assert train_model(settings, tmp_path / "done", config) == 6.0
     assert [command[0] for command in commands] == ["prepare"]
     commands.clear()
     _finished_run(tmp_path / "half", steps=12, made=6)
-    train_model(None, settings, tmp_path / "half", config)
+    train_model(settings, tmp_path / "half", config)
     assert [command[0] for command in commands] == ["prepare", "train"] and "--restart" not in commands[1]
     commands.clear()
-    train_model(None, settings, tmp_path / "done", config.with_overrides({"train.max_steps": 13}))
+    train_model(settings, tmp_path / "done", config.with_overrides({"train.max_steps": 13}))
     assert commands[1][0] == "train" and commands[1][-1] == "--restart"  # another setting: trained again
 
 
 def test_training_devices_come_from_each_runs_log(tmp_path):
-    from align_quality import training_devices
+    from alignment_bench.training import training_devices
 
     header = "transformer: 10 parameters | 5 training pairs in 1 batches of <= 64 tokens | device {} x 1 | bf16 | {}\n"
     runs = [tmp_path / name / "run" for name in ("gpu", "moved", "cpu", "old")]

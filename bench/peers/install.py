@@ -7,10 +7,11 @@ Installing is idempotent: a peer whose ``installed.json`` exists is skipped. A f
 install is recorded in ``failed.json`` (with the tail of pip's output) and never stops
 the others; the benchmark tables then say "not installed: <reason>".
 
-The steps are the ones recorded in ``/work/shared/PEERS.md`` as working on Python 3.11:
-OpenNMT-py 3.5.1 needs ``--no-deps`` (it pins ``torch<2.3``) and its other dependencies
-by hand; JoeyNMT 2.3.0 needs ``importlib-metadata``; the official fairseq 0.12.2 does not
-import on Python 3.11, so the ``fairseq-fixed`` 0.12.3.1 build is used (a ~6.5 min compile).
+The steps are the ones recorded in ``../shared/PEERS.md`` (from the repository root) as
+working on Python 3.11: OpenNMT-py 3.5.1 needs ``--no-deps`` (it pins ``torch<2.3``) and its
+other dependencies by hand; JoeyNMT 2.3.0 needs ``importlib-metadata``; the official fairseq
+0.12.2 does not import on Python 3.11, so the ``fairseq-fixed`` 0.12.3.1 build is used (a
+long compile).
 
 Usage: ``python bench/peers/install.py [--force] [PEER ...]`` (default: every peer).
 """

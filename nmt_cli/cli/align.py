@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import click
 
@@ -16,6 +17,7 @@ from nmt_cli.alignment.output import write_outputs
 from nmt_cli.alignment.sweep import sweep
 from nmt_cli.alignment.symmetrize import AVERAGE_THRESHOLD
 from nmt_cli.alignment.symmetrize import describe as describe_symmetrization
+from nmt_cli.bootstrap import DEFAULT_ROUNDS, aligner_command, bootstrap
 from nmt_cli.cli import cli
 from nmt_cli.cli.options import DEVICE_HELP, config_options, link_options, reading_options
 from nmt_cli.config import Config
@@ -172,7 +174,7 @@ def sweep_command(checkpoint, src_path, tgt_path, gold_path, method, threshold, 
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="Directory for every stage (rerun the same command to resume).")
 @click.option("--device", default="auto", show_default=True, help=DEVICE_HELP)
-@click.option("--rounds", type=click.IntRange(min=1), default=2, show_default=True,
+@click.option("--rounds", type=click.IntRange(min=1), default=DEFAULT_ROUNDS, show_default=True,
               help="Guided rounds: each after the first continues the previous round's pair on the links "
                    "that pair gives.")
 @click.option("--refine-steps", type=click.IntRange(min=1), default=None,
@@ -185,10 +187,6 @@ def bootstrap_command(config: Config, out_dir: str, device: str, rounds: int, re
     round aligns the text again with that pair and goes on training it on those links. Align
     with the last pair as the last line says: `nmt align --checkpoint OUT/guided-2/run
     --reverse-checkpoint OUT/guided-reverse-2/run --symmetrize average`."""
-    import sys
-
-    from nmt_cli.bootstrap import aligner_command, bootstrap
-
     record = bootstrap(config, out_dir, device=device, progress=not quiet, stream=sys.stderr, rounds=rounds,
                        refine_steps=refine_steps)
     for name, stage in record["stages"].items():
