@@ -18,28 +18,28 @@ Corpora:
 Systems, each row naming how it reads its alignments:
 
 * eflomal (``bench/.peers/eflomal``, ``python bench/peers/install.py eflomal``): forward,
-  reverse and their symmetrisations (our :func:`nmt_cli.alignment.symmetrize`);
+  reverse and their symmetrizations (our :func:`nmt_cli.alignment.symmetrize`);
 * nmt-cli plain attention: a translation model, read as ``nmt align`` reads it by default
-  (last decoder layer, heads averaged, argmax), and both directions symmetrised;
+  (last decoder layer, heads averaged, argmax), and both directions symmetrized;
 * nmt-cli guided by eflomal: a model trained with guided alignment (Garg et al. 2019) on
   eflomal's grow-diag-final-and links of the training text (``alignment_bench.eflomal.GUIDE``,
-  as fairseq's joint alignment example symmetrises its guide), with a learned null position
+  as fairseq's joint alignment example symmetrizes its guide), with a learned null position
   for the words the guide leaves unaligned (``model.alignment_null``), read by default (its
   supervised head and null); and with an en-de model guided by the same links reversed,
-  both directions symmetrised;
+  both directions symmetrized;
 * nmt-cli bootstrap (no external aligner): ``nmt align bootstrap``, a model guided by the
-  symmetrised attention links of the two plain models (:mod:`nmt_cli.bootstrap`), with the
+  symmetrized attention links of the two plain models (:mod:`nmt_cli.bootstrap`), with the
   null position as the guided-by-eflomal models have it; de-en alone, and with its en-de
   guided stage combined as the command's aligner does (``--symmetrize average``); each
   round of it (round 2 goes on training round 1's pair on the links that pair gives).
 * nmt-cli Mask-Align (no external aligner): ``model.arch: mask_align`` (Chen et al. 2021),
   which predicts each target token from the source and the other target tokens, in one
-  direction and both directions symmetrised.
+  direction and both directions symmetrized.
 
 Headline rows use the defaults a user gets without gold links (both directions: ``nmt
 align``'s default for the models, the average of their weights for guided models with a
 null, grow-diag-final for the others; the row names the one used). "tuned" rows pick a reading
-(layer, heads, shift, hard-link rule; both directions and eflomal: the symmetrisation, ours
+(layer, heads, shift, hard-link rule; both directions and eflomal: the symmetrization, ours
 also the average of the two directions' weights at a threshold) on tuning pairs with
 gold (de-en: the first 25 gold pairs; synthetic: a separate development set) and score it
 on others (de-en: the last 25). Time: eflomal's whole run; ours adds up data preparation,

@@ -7,7 +7,7 @@
 2. ``links``: both models align the cleaned training text by forced decoding, each read
    with the heads and shift on which the two directions' links agree most
    (:func:`~nmt_cli.alignment.agreement.agreed_readings`, on the first pairs; no gold
-   links involved), and the two link sets are symmetrised with grow-diag-final
+   links involved), and the two link sets are symmetrized with grow-diag-final
    (grow-diag-final-and with a null position: :func:`links_symmetrization`);
 3. ``guided``: a third model with the config's settings learns translation and those
    links together (guided alignment, Garg et al. 2019; ``train.alignment_weight``,
@@ -26,7 +26,7 @@
    does the same from round ``k - 1``; the last round's pair is the aligner.
 
 This is the bootstrapping of Zenkel et al. 2020 (guided alignment training on the
-symmetrised alignments of the model's own attention) with a translation model's
+symmetrized alignments of the model's own attention) with a translation model's
 attention as the first alignments, repeated as iterative self-training. Every stage
 resumes: a rerun reuses prepared data, finished runs and written links, so an interrupted
 bootstrap goes on where it stopped (a stage's training stopped by Ctrl-C or SIGTERM saves

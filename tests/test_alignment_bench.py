@@ -32,7 +32,7 @@ def test_quick_bench_prints_a_row_per_system(tmp_path):
     both = rows[("synthetic", "nmt-cli plain attention", "both directions, grow-diag-final-and (nmt align's defaults)")]
     assert 0.0 <= float(both["AER"]) <= 1.0
     agreed = rows[("synthetic", "nmt-cli plain attention",
-                   "both directions with --agree-heads, grow-diag-final-and (nmt align's default symmetrisation)")]
+                   "both directions with --agree-heads, grow-diag-final-and (nmt align's default symmetrization)")]
     assert 0.0 <= float(agreed["AER"]) <= 1.0 and agreed["BLEU test2016 (greedy)"] == "-"
     assert any(setting.startswith("tuned: both directions with --agree-heads, --symmetrize ")
                for (_, _, setting) in rows)
@@ -55,9 +55,9 @@ def test_quick_bench_prints_a_row_per_system(tmp_path):
                    "both directions, grow-diag-final-and (nmt align's defaults)")]
     assert 0.0 <= float(masked["AER"]) <= 1.0 and masked["BLEU test2016 (greedy)"] == "-"
     assert (tmp_path / "align_quality" / "quick" / "synthetic" / "mask-align-reverse" / "run").is_dir()
-    symmetrised = [row for (corpus, system, setting), row in rows.items()
+    symmetrized = [row for (corpus, system, setting), row in rows.items()
                    if setting.startswith("tuned: both directions, --symmetrize ")]
-    assert {row["system"] for row in symmetrised} >= {"nmt-cli plain attention",
+    assert {row["system"] for row in symmetrized} >= {"nmt-cli plain attention",
                                                       "nmt-cli Mask-Align (no external aligner)"}
     heuristics = ("intersection", "grow-diag", "grow-diag-final", "grow-diag-final-and")
     for (corpus, system, setting), row in rows.items():
@@ -83,7 +83,7 @@ def test_quick_bench_prints_a_row_per_system(tmp_path):
         for reading in ("forward", "reverse", "grow-diag-final"):
             assert 0.0 <= float(rows[("synthetic", label, reading)]["AER"]) <= 1.0
         guided = rows[("synthetic", "nmt-cli guided by eflomal", "default reading (supervised head)")]
-        assert guided["AER / eflomal's best symmetrised"].endswith("x")
+        assert guided["AER / eflomal's best symmetrized"].endswith("x")
         both_guided = rows[("synthetic", "nmt-cli guided by eflomal",
                             "both directions, average > 0.4 (nmt align's defaults)")]
         assert 0.0 <= float(both_guided["AER"]) <= 1.0 and float(both_guided["time s"]) > 0

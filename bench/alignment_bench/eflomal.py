@@ -1,4 +1,4 @@
-"""eflomal: its forward, reverse and symmetrised links of a corpus over repeated runs, and
+"""eflomal: its forward, reverse and symmetrized links of a corpus over repeated runs, and
 the links of the whole training text that the guided models learn (:data:`GUIDE`)."""
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def links_score(gold: GoldSet, links: list, offset: int = 0) -> AlignmentScore:
 
 
 def _eflomal_readings(forward: Path, reverse: Path, lengths: list[tuple[int, int]]) -> dict[str, list]:
-    """Forward, reverse and symmetrised links of the last ``len(lengths)`` lines."""
+    """Forward, reverse and symmetrized links of the last ``len(lengths)`` lines."""
     count = len(lengths)
     forward_links = [pair.sure for pair in read_alignments(forward)[-count:]]
     reverse_links = [pair.sure for pair in read_alignments(reverse)[-count:]]

@@ -1,5 +1,5 @@
 """Aligning gold pairs with an nmt-cli system and scoring them: its default reading, the
-reading or symmetrisation tuned on the tuning pairs, and the BLEU of its translations."""
+reading or symmetrization tuned on the tuning pairs, and the BLEU of its translations."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from alignment_bench.systems import NmtSystem
 
 from nmt_cli.alignment import AlignmentScore, score_files
 
-#: the symmetrisations a tuned both-directions row of ours picks from: these link heuristics,
+#: the symmetrizations a tuned both-directions row of ours picks from: these link heuristics,
 #: and ``average`` at ``nmt align``'s default threshold and each threshold of the scale
 SYMMETRIZED_TRIED = ("intersection", "grow-diag", "grow-diag-final", "grow-diag-final-and")
 
@@ -21,7 +21,7 @@ SYMMETRIZED_TRIED = ("intersection", "grow-diag", "grow-diag-final", "grow-diag-
 def align_and_score(system: NmtSystem, gold: GoldSet, out: Path, settings: Settings, options: tuple = (),
                     symmetrization: str | None = None) -> tuple[AlignmentScore, float]:
     """``nmt align`` of ``gold``'s pairs with ``options`` (none: the defaults), a system with a
-    reverse model symmetrised by ``symmetrization`` (None: `nmt align`'s default); its score and seconds."""
+    reverse model symmetrized by ``symmetrization`` (None: `nmt align`'s default); its score and seconds."""
     measured = run_step(nmt_command("align", *system.align_options(symmetrization), "--src", gold.src, "--tgt",
                                     gold.tgt, "--out", out, "--device", settings.device, *options),
                         out.with_suffix(".log"), settings)
@@ -51,7 +51,7 @@ def tuned_symmetrization(system: NmtSystem, corpus: BenchCorpus, out: Path,
                          settings: Settings) -> tuple[str, tuple, float]:
     """How to combine the two default readings with the lowest AER on the tuning pairs: each
     link heuristic, and the average of their weights at each threshold (:data:`SYMMETRIZED_TRIED`);
-    the symmetrisation, its ``nmt align`` options and the seconds spent."""
+    the symmetrization, its ``nmt align`` options and the seconds spent."""
     candidates = [(method, ()) for method in SYMMETRIZED_TRIED] + [
         ("average", ("--average-threshold", value)) for value in settings.scale.average_thresholds]
     scored, seconds = [], 0.0

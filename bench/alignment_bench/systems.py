@@ -32,7 +32,7 @@ class NmtSystem:
     setting: str
     checkpoint: Path
     seconds: float
-    reverse: Path | None = None  # a reverse-direction model: the two directions are symmetrised
+    reverse: Path | None = None  # a reverse-direction model: the two directions are symmetrized
     translates: bool = True  # its model translates; BLEU is measured for those without a reverse
     symmetrization: str | None = None  # how its default row combines two directions (None: nmt align's default)
     why: str = "nmt align's defaults"  # what its default row's reading is, for the row's setting
@@ -89,7 +89,7 @@ def bootstrap_systems(corpus: BenchCorpus, settings: Settings) -> tuple[list[Nmt
         NmtSystem(name, "default reading (last layer, heads averaged)", forward, cost["forward"]),
         NmtSystem(name, BOTH_DIRECTIONS, forward, cost["reverse"], reverse=reverse, translates=False),
         NmtSystem(name, f"{BOTH_DIRECTIONS} with {AGREE_HEADS}", forward, cost["reverse"], reverse=reverse,
-                  translates=False, agree_heads=True, why="nmt align's default symmetrisation"),
+                  translates=False, agree_heads=True, why="nmt align's default symmetrization"),
     ]
     return plain, bootstrap_rounds(record)
 
@@ -125,7 +125,7 @@ def train_both_directions(corpus: BenchCorpus, settings: Settings, names: tuple[
 
 def guided_systems(corpus: BenchCorpus, settings: Settings, guide: Path, eflomal_seconds: float) -> list[NmtSystem]:
     """Guided by eflomal's links: de-en, and with an en-de model guided by the same links
-    reversed, both directions symmetrised (as Garg et al. 2019 report their aligner); with
+    reversed, both directions symmetrized (as Garg et al. 2019 report their aligner); with
     ``--seeds N`` > 1, N such pairs (``train.seed`` 1..N) aligning as one ensemble too."""
     forward_config = model_config(corpus, settings, alignment_path=str(guide)).with_overrides(
         {"train.alignment_weight": 0.05, "model.alignment_null": True})

@@ -20,7 +20,7 @@ from nmt_cli.alignment.symmetrize import describe as describe_symmetrization
 
 COLUMNS = ["corpus", "system", "setting", "pairs", "AER", "precision", "recall",
            "wrong links on unaligned words", "time s",
-           "AER / eflomal's best symmetrised", "BLEU test2016 (greedy)"]
+           "AER / eflomal's best symmetrized", "BLEU test2016 (greedy)"]
 
 
 def _unaligned_share(score: AlignmentScore) -> str:
@@ -37,7 +37,7 @@ def _row(report: Report, corpus: BenchCorpus, system: str, setting: str, gold: G
 
 
 def eflomal_rows(report: Report, corpus: BenchCorpus, settings: Settings) -> tuple[Path | None, float, dict]:
-    """eflomal's rows; returns its guide links, its time and its best symmetrised AER per gold set."""
+    """eflomal's rows; returns its guide links, its time and its best symmetrized AER per gold set."""
     usable, label = availability("eflomal")
     if not usable:
         report.add_row(corpus.name, "eflomal", label, *["-"] * (len(COLUMNS) - 3))
@@ -135,7 +135,7 @@ def method_notes(settings: Settings) -> list[str]:
         "reads its training text so)",
         "tuned rows: the lowest AER on the tuning pairs over every layer, head, head average and shift "
         f"(`nmt align sweep`) with argmax links or a threshold in {', '.join(map(str, scale.thresholds)) or '-'}; "
-        f"both-directions rows and eflomal: the best symmetrisation on the tuning pairs (ours: "
+        f"both-directions rows and eflomal: the best symmetrization on the tuning pairs (ours: "
         f"{', '.join(SYMMETRIZED_TRIED)} of the default readings, or `--symmetrize average` of their weights at "
         f"a threshold in {', '.join(map(str, scale.average_thresholds))})",
         "wrong links on unaligned words: of the links that are not even possible gold links, how many are on "
