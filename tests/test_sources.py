@@ -205,12 +205,13 @@ def test_a_source_registered_anywhere_is_a_valid_choice(toy_source):
 
 
 def test_unknown_source_lists_the_registered_ones():
-    with pytest.raises(ConfigError, match="unknown data source 'csv'; valid: files, hf, hf_disk, jsonl, synthetic, tsv"):
+    with pytest.raises(ConfigError, match="unknown data source 'csv'; valid: files, hf, hf_disk, jsonl, synthetic, "
+                                          "tsv"):
         DATA_SOURCES.get("csv")
 
 
 def test_a_source_that_cannot_be_mixed_in_is_a_config_error():
     with pytest.raises(ConfigError) as info:
         CorpusConfig(name="more", source="synthetic", path="anything")
-    assert str(info.value) == ("config key 'data.corpora.source': 'synthetic' cannot be mixed in (a corpus names only a "
-                               "path and a split); valid: files, hf, hf_disk, jsonl, tsv")
+    assert str(info.value) == ("config key 'data.corpora.source': 'synthetic' cannot be mixed in (a corpus names "
+                               "only a path and a split); valid: files, hf, hf_disk, jsonl, tsv")
