@@ -24,7 +24,7 @@ from typing import Any, Mapping
 import yaml
 
 from nmt_cli.errors import ConfigError
-from nmt_cli.registry import ATTENTION_SCORES, DATA_SOURCES, MODEL_FAMILIES, Registry
+from nmt_cli.registry import ATTENTION_KERNELS, ATTENTION_SCORES, DATA_SOURCES, MODEL_FAMILIES, Registry
 from nmt_cli.textio import read_lines
 
 __all__ = [
@@ -271,6 +271,11 @@ class ModelConfig(Validated):
         items=LINEAR_SITES,
     )
     linear_chunk_size: int = setting(64, "causal linear attention: positions per chunk in training", at_least=1)
+    attention_kernel: str = registered(
+        ATTENTION_KERNELS, "softmax",
+        "the Transformer family's attention kernel at every site that is not linear (linear_transformer: "
+        "model.linear_sites take linear)",
+    )
     # RNN family
     rnn_cell: str = choice("lstm", "lstm", "gru")
     embed_dim: int = setting(256, at_least=1)
@@ -310,6 +315,10 @@ class ModelConfig(Validated):
             if self.positions == "sinusoidal" and self.d_model % 2:
                 problems.append(f"config key 'model.d_model': sinusoidal positions need an even size, "
                                 f"got {self.d_model}")
+        if self.arch in TRANSFORMER_ARCHS and self.attention_kernel == "linear":
+            others = [name for name in ATTENTION_KERNELS.names() if name != "linear"]
+            problems.append("config key 'model.attention_kernel': linear attention goes where model.linear_sites "
+                            f"says (arch: linear_transformer); name the kernel of the other sites: {', '.join(others)}")
         if self.arch == "linear_transformer" and not self.linear_sites:
             problems.append(f"config key 'model.linear_sites' is empty; linear_transformer needs any of: "
                             f"{', '.join(LINEAR_SITES)}")
