@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+from collections import UserString
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
@@ -23,7 +24,7 @@ from typing import Any, Mapping
 import yaml
 
 from nmt_cli.errors import ConfigError
-from nmt_cli.registry import ATTENTION_SCORES, DATA_SOURCES, MODEL_FAMILIES, Registry
+from nmt_cli.registry import ATTENTION_KERNELS, ATTENTION_SCORES, DATA_SOURCES, MODEL_FAMILIES, Registry
 from nmt_cli.textio import read_lines
 
 __all__ = [
@@ -54,6 +55,26 @@ def registered(registry: Registry, default: str, help: str = "") -> Any:
     """A dataclass field naming an entry of ``registry`` (:mod:`nmt_cli.registry`): a new
     entry is a choice as soon as it registers, with nothing to list here."""
     return field(default=default, metadata={"registry": registry, "help": help})
+
+
+class EntriesHelp(UserString):
+    """A registered key's help that ends with each entry's name and summary (the first line of
+    its docstring), made when it is read: the entries register after this module is imported."""
+
+    def __init__(self, lead: str, registry: Registry):
+        self.lead = lead
+        self.registry = registry
+
+    @property
+    def data(self) -> str:  # type: ignore[override]
+        entries = [f"{name}: {_summary(self.registry.get(name))}" for name in self.registry.names()]
+        return "; ".join([self.lead, *entries])
+
+
+def _summary(entry: Any) -> str:
+    """The first line of an entry's docstring, without its full stop."""
+    lines = (entry.__doc__ or "").strip().splitlines()
+    return lines[0].rstrip(".") if lines else ""
 
 
 def setting(default: Any, help: str = "", *, at_least: float | None = None, above: float | None = None,
@@ -113,9 +134,6 @@ class Validated:
         return []
 
 
-SOURCE_KINDS = ("synthetic", "files", "tsv", "jsonl", "hf", "hf_disk")
-
-
 @dataclass(frozen=True)
 class CorpusConfig(Validated):
     """One more training corpus (an entry of ``data.corpora``), mixed in with a sampling weight."""
@@ -123,7 +141,7 @@ class CorpusConfig(Validated):
     section = "data.corpora"
 
     name: str = setting("", "a short name for reports and the manifest (unique, not 'main')")
-    source: str = choice("files", *SOURCE_KINDS[1:], help="as data.source (not synthetic)")
+    source: str = registered(DATA_SOURCES, "files", "as data.source, a source that can be mixed in (not synthetic)")
     path: str = setting("", "as data.path")
     hf_config: str = setting("", "as data.hf_config")
     split: str = setting("train", "the split of this source to train on")
@@ -137,6 +155,10 @@ class CorpusConfig(Validated):
                             f"got {self.name!r}")
         if not self.path or not self.split:
             problems.append(f"config key 'data.corpora' ({self.name}): path and split are required")
+        if not DATA_SOURCES.get(self.source).mixable:
+            mixable = [name for name in DATA_SOURCES.names() if DATA_SOURCES.get(name).mixable]
+            problems.append(f"config key 'data.corpora.source': {self.source!r} cannot be mixed in (a corpus names "
+                            f"only a path and a split); valid: {', '.join(mixable)}")
         return problems
 
 
@@ -146,12 +168,7 @@ class DataConfig(Validated):
 
     section = "data"
 
-    source: str = choice(
-        "synthetic", *SOURCE_KINDS,
-        help="synthetic: built-in grammar; files: <split>.<lang> text pairs in `path`; "
-        "tsv/jsonl: <split>.tsv / <split>.jsonl in `path`; hf: load_dataset(path, hf_config); "
-        "hf_disk: a save_to_disk folder",
-    )
+    source: str = registered(DATA_SOURCES, "synthetic", EntriesHelp("where the pairs come from", DATA_SOURCES))
     path: str = setting("", "folder, dataset id or save_to_disk folder, depending on `source`")
     hf_config: str = setting("", "dataset configuration name for `source: hf`, e.g. de-en")
     src_lang: str = setting("de")
@@ -254,6 +271,11 @@ class ModelConfig(Validated):
         items=LINEAR_SITES,
     )
     linear_chunk_size: int = setting(64, "causal linear attention: positions per chunk in training", at_least=1)
+    attention_kernel: str = registered(
+        ATTENTION_KERNELS, "softmax",
+        "the Transformer family's attention kernel at every site that is not linear (linear_transformer: "
+        "model.linear_sites take linear)",
+    )
     # RNN family
     rnn_cell: str = choice("lstm", "lstm", "gru")
     embed_dim: int = setting(256, at_least=1)
@@ -293,6 +315,10 @@ class ModelConfig(Validated):
             if self.positions == "sinusoidal" and self.d_model % 2:
                 problems.append(f"config key 'model.d_model': sinusoidal positions need an even size, "
                                 f"got {self.d_model}")
+        if self.arch in TRANSFORMER_ARCHS and self.attention_kernel == "linear":
+            others = [name for name in ATTENTION_KERNELS.names() if name != "linear"]
+            problems.append("config key 'model.attention_kernel': linear attention goes where model.linear_sites "
+                            f"says (arch: linear_transformer); name the kernel of the other sites: {', '.join(others)}")
         if self.arch == "linear_transformer" and not self.linear_sites:
             problems.append(f"config key 'model.linear_sites' is empty; linear_transformer needs any of: "
                             f"{', '.join(LINEAR_SITES)}")

@@ -108,7 +108,7 @@ def test_bad_values(override, expected):
 def test_bad_choice_lists_choices():
     with pytest.raises(ConfigError) as info:
         load_config(None, {"data.source": "csv"})
-    assert "'csv' is not one of: synthetic, files, tsv, jsonl, hf, hf_disk" in str(info.value)
+    assert "'csv' is not one of: files, hf, hf_disk, jsonl, synthetic, tsv" in str(info.value)
     with pytest.raises(ConfigError, match="error, skip"):
         config_replace(Config(), "data", on_invalid="ignore")
 

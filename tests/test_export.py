@@ -26,6 +26,7 @@ from nmt_cli.export import EXPORT_RECORD, export_ctranslate2, read_export_record
 from nmt_cli.models import build_model
 from nmt_cli.specials import BOS_ID, EOS_ID
 from nmt_cli.tokenization import Tokenizer, train_sentencepiece
+from tests.test_transformer import toy_kernel  # noqa: F401  (a fixture: a kernel registered for one test)
 from tests.test_translator import WORDS_DE, WORDS_EN, tiny_tokenizer
 
 ctranslate2 = pytest.importorskip("ctranslate2", reason="CTranslate2 is not installed (pip install 'nmt-cli[ctranslate2]')")
@@ -147,6 +148,15 @@ def test_rnn_and_linear_attention_cannot_be_exported(tmp_path: Path, arch: str) 
     result = run_export("--checkpoint", str(checkpoint_path), "--out", str(tmp_path / "out"))
     assert result.exit_code == 1
     assert result.output.count("\n") == 1 and f"{arch} models cannot be exported to CTranslate2" in result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_kernel_other_than_softmax_cannot_be_exported(tmp_path: Path, toy_kernel) -> None:
+    checkpoint_path = save_run(tmp_path / "run", ModelConfig(**SMALL, attention_kernel="toy"), tiny_tokenizer())
+    result = run_export("--checkpoint", str(checkpoint_path), "--out", str(tmp_path / "out"))
+    assert result.exit_code == 1
+    assert result.output.count("\n") == 1
+    assert "the toy attention kernel (model.attention_kernel) cannot be exported" in result.output
     assert not (tmp_path / "out").exists()
 
 

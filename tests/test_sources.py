@@ -9,9 +9,10 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # the hub is never contacted 
 
 import pytest
 
-from nmt_cli.config import DataConfig
-from nmt_cli.data.sources import file_digest, open_corpus
+from nmt_cli.config import CorpusConfig, DataConfig
+from nmt_cli.data.sources import Corpus, RawPair, file_digest, open_corpus
 from nmt_cli.errors import ConfigError, InputError, NmtError
+from nmt_cli.registry import DATA_SOURCES
 
 GERMAN = ["Ein Hund läuft.", "Zwei Katzen schlafen.", "Das Kind lacht."]
 ENGLISH = ["A dog runs.", "Two cats sleep.", "The child laughs."]
@@ -172,3 +173,45 @@ def test_file_digest_counts_lines_without_final_newline(tmp_path):
     assert file_digest(path)[1] == 3
     path.write_bytes(b"a\nb\n")
     assert file_digest(path)[1] == 2
+
+
+@pytest.fixture
+def toy_source():
+    """A data source registered from this module alone, unregistered after the test."""
+
+    @DATA_SOURCES.register("toy")
+    class ToyCorpus(Corpus):
+        """Pairs made up from the split's name."""
+
+        def pairs(self, split):
+            yield RawPair(1, f"{split} eins", f"{split} one")
+
+        def fingerprint(self, split):
+            return {"toy": split}
+
+    yield ToyCorpus
+    DATA_SOURCES._entries.pop("toy")
+
+
+def test_a_source_registered_anywhere_is_a_valid_choice(toy_source):
+    corpus = open_corpus(DataConfig(source="toy", path="anything"))
+    assert isinstance(corpus, toy_source) and corpus.kind == "toy"
+    assert [(p.source, p.target) for p in corpus.pairs("train")] == [("train eins", "train one")]
+    assert CorpusConfig(name="more", source="toy", path="anything").source == "toy"  # it can be mixed in
+    help_text = str(DataConfig.__dataclass_fields__["source"].metadata["help"])
+    assert "toy: Pairs made up from the split's name" in help_text and "tsv: ``<path>/<split>.tsv``" in help_text
+    with pytest.raises(ConfigError, match="'csv' is not one of: files, hf, hf_disk, jsonl, synthetic, toy, tsv"):
+        DataConfig(source="csv")
+
+
+def test_unknown_source_lists_the_registered_ones():
+    with pytest.raises(ConfigError, match="unknown data source 'csv'; valid: files, hf, hf_disk, jsonl, synthetic, "
+                                          "tsv"):
+        DATA_SOURCES.get("csv")
+
+
+def test_a_source_that_cannot_be_mixed_in_is_a_config_error():
+    with pytest.raises(ConfigError) as info:
+        CorpusConfig(name="more", source="synthetic", path="anything")
+    assert str(info.value) == ("config key 'data.corpora.source': 'synthetic' cannot be mixed in (a corpus names "
+                               "only a path and a split); valid: files, hf, hf_disk, jsonl, tsv")

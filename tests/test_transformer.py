@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import itertools
+import json
 import math
 
 import pytest
 import torch
 
+from nmt_cli.checkpoint import load_checkpoint
 from nmt_cli.config import LINEAR_SITES, ModelConfig
 from nmt_cli.errors import ConfigError, NmtError
-from nmt_cli.registry import MODEL_FAMILIES
+from nmt_cli.models.attention.linear import LinearAttention
+from nmt_cli.models.attention.multihead import SoftmaxAttention
 from nmt_cli.models.base import Seq2SeqModel
+from nmt_cli.registry import ATTENTION_KERNELS, MODEL_FAMILIES
 from nmt_cli.models.embeddings import sinusoidal_table
 from nmt_cli.models.transformer import LinearTransformer, Transformer
 from nmt_cli.specials import BOS_ID, PAD_ID
@@ -288,6 +292,71 @@ def test_learned_positions_refuse_sequences_longer_than_the_table():
 def test_bad_linear_sites_list_the_valid_ones(sites):
     with pytest.raises(ConfigError, match="encoder_self, decoder_self, cross"):
         tiny_config(arch="linear_transformer", linear_sites=sites)
+
+
+@pytest.fixture
+def toy_kernel():
+    """A kernel registered from this module alone: softmax attention that records the sites it
+    is built for; unregistered after the test."""
+
+    @ATTENTION_KERNELS.register("toy")
+    class ToyKernel(SoftmaxAttention):
+        sites: list[str] = []
+
+        @classmethod
+        def from_config(cls, cfg: ModelConfig, site: str) -> "ToyKernel":
+            cls.sites.append(site)
+            return cls(cfg.attention_dropout)
+
+    yield ToyKernel
+    ATTENTION_KERNELS._entries.pop("toy")
+
+
+def kernel_names(model) -> dict[str, set[str]]:
+    """Site -> names of the kernel classes there."""
+    encoder = {type(layer.self_attn.kernel).__name__ for layer in model.encoder.layers}
+    decoder_self = {type(layer.self_attn.kernel).__name__ for layer in model.decoder.layers}
+    cross = {type(layer.cross_attn.kernel).__name__ for layer in model.decoder.layers}
+    return {"encoder_self": encoder, "decoder_self": decoder_self, "cross": cross}
+
+
+def test_a_kernel_registered_anywhere_is_a_valid_choice(toy_kernel):
+    model = build(SOFTMAX_VARIANTS[0], attention_kernel="toy")
+    assert toy_kernel.sites == ["encoder_self"] * 2 + ["decoder_self", "cross"] * 2
+    assert kernel_names(model) == dict.fromkeys(LINEAR_SITES, {"ToyKernel"})
+    src, src_mask, tgt, tgt_mask = batch([5, 3], [4, 2])
+    with torch.no_grad():  # the same computation as the softmax kernel's, on the same weights
+        torch.testing.assert_close(model(src, src_mask, tgt, tgt_mask)[0],
+                                   build(SOFTMAX_VARIANTS[0])(src, src_mask, tgt, tgt_mask)[0])
+    linear = build({"arch": "linear_transformer", "linear_sites": ("decoder_self",)}, attention_kernel="toy")
+    assert kernel_names(linear) == {"encoder_self": {"ToyKernel"}, "decoder_self": {"LinearAttention"},
+                                    "cross": {"ToyKernel"}}
+    aligner = MODEL_FAMILIES.get("mask_align").from_config(tiny_config(arch="mask_align", attention_kernel="toy"),
+                                                           VOCAB, VOCAB, True)
+    assert {type(layer.self_attn.kernel) for layer in aligner.encoder.layers} == {toy_kernel}
+    assert type(aligner.layers[-1].cross_attn.kernel) is toy_kernel
+    assert {type(layer.self_attn.kernel) for layer in aligner.layers} == {SoftmaxAttention}  # its masked one
+
+
+def test_unknown_and_misplaced_kernels_are_config_errors():
+    with pytest.raises(ConfigError, match="'model.attention_kernel': 'flash' is not one of: linear, softmax"):
+        tiny_config(attention_kernel="flash")
+    for arch in ("transformer", "linear_transformer", "mask_align"):
+        with pytest.raises(ConfigError, match="linear attention goes where model.linear_sites says .*: softmax$"):
+            tiny_config(arch=arch, attention_kernel="linear")
+    assert ATTENTION_KERNELS.get("linear") is LinearAttention and ATTENTION_KERNELS.get("softmax") is SoftmaxAttention
+
+
+def test_a_checkpoint_from_before_attention_kernel_loads_with_softmax(tmp_path):
+    from tests.test_translator import build_checkpoint
+
+    path = build_checkpoint(tmp_path / "run")
+    state = json.loads((path / "state.json").read_text())
+    del state["config"]["model"]["attention_kernel"]
+    (path / "state.json").write_text(json.dumps(state))
+    loaded = load_checkpoint(path)
+    assert loaded.config.model.attention_kernel == "softmax"
+    assert kernel_names(loaded.build_model("cpu")) == dict.fromkeys(LINEAR_SITES, {"SoftmaxAttention"})
 
 
 def test_registry_builds_both_architectures():

@@ -12,7 +12,8 @@ counts positions from 1, while we interleave ``sin, cos`` with ``10000^(-2i / d)
 position 0. The table has ``model.max_positions`` rows (learned positions: the trained
 table), so sources and outputs are limited to that many pieces.
 
-RNN and linear-attention models have no CTranslate2 equivalent and are refused.
+RNN and linear-attention models, and kernels other than ``softmax`` (``model.attention_kernel``),
+have no CTranslate2 equivalent and are refused.
 """
 
 from __future__ import annotations
@@ -66,6 +67,11 @@ def export_ctranslate2(checkpoint: str | os.PathLike, out_dir: str | os.PathLike
     if arch != "transformer":
         raise NmtError(f"{loaded.path}: {arch} models cannot be exported to CTranslate2, which runs only "
                        "softmax-attention Transformers; translate them with the torch engine")
+    kernel = loaded.config.model.attention_kernel
+    if kernel != "softmax":
+        raise NmtError(f"{loaded.path}: a model with the {kernel} attention kernel (model.attention_kernel) cannot "
+                       "be exported to CTranslate2, which runs only the softmax kernel; translate it with the torch "
+                       "engine")
     if loaded.config.model.alignment_null:
         raise NmtError(f"{loaded.path}: a model with a null position (model.alignment_null) cannot be exported to "
                        "CTranslate2, which attends to the source words alone; translate it with the torch engine")

@@ -34,7 +34,7 @@ from torch import Tensor, nn
 from nmt_cli.config import ModelConfig
 from nmt_cli.errors import NmtError
 from nmt_cli.models.attention.common import append_null_position
-from nmt_cli.models.attention.multihead import MultiHeadAttention, SoftmaxAttention
+from nmt_cli.models.attention.multihead import MultiHeadAttention, build_kernel
 from nmt_cli.models.base import Memory, Seq2SeqModel, State
 from nmt_cli.models.dropout import Dropout
 from nmt_cli.models.embeddings import token_table
@@ -53,13 +53,16 @@ class MaskedLayer(nn.Module):
     def __init__(self, cfg: ModelConfig, cross: bool):
         super().__init__()
         pre_norm = cfg.norm_position == "pre"
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, SoftmaxAttention(cfg.attention_dropout))
+        # always softmax: each query reads the keys through a mask of its own (``others``), which the
+        # softmax kernel's summary carries as it is; the encoder and cross-attention take model.attention_kernel
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, build_kernel("softmax", cfg, "decoder_self"))
         self.self_res = Residual(cfg.d_model, cfg.dropout, pre_norm)
         self.ffn = FeedForward(cfg.d_model, cfg.ffn_dim, cfg.activation_dropout)
         self.ffn_res = Residual(cfg.d_model, cfg.dropout, pre_norm)
         self.cross = cross
         if cross:
-            self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.heads, SoftmaxAttention(cfg.attention_dropout))
+            self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.heads,
+                                                 build_kernel(cfg.attention_kernel, cfg, "cross"))
             self.cross_res = Residual(cfg.d_model, cfg.dropout, pre_norm)
             self.leak = nn.Parameter(torch.randn(1, 1, cfg.d_model) * cfg.d_model**-0.5)  # the leak's memory vector
 
@@ -94,7 +97,8 @@ class MaskAlign(Seq2SeqModel):
         tgt_table = token_table(tgt_vocab_size, cfg.d_model)
         src_table = tgt_table if joint_vocab and cfg.tie_embeddings else token_table(src_vocab_size, cfg.d_model)
         self.encoder = Encoder(cfg, _embedding(cfg, src_table),
-                               [SoftmaxAttention(cfg.attention_dropout) for _ in range(cfg.encoder_layers)])
+                               [build_kernel(cfg.attention_kernel, cfg, "encoder_self")
+                                for _ in range(cfg.encoder_layers)])
         self.tgt_embedding = _embedding(cfg, tgt_table)
         self.query_dropout = Dropout(cfg.dropout)
         self.layers = nn.ModuleList(MaskedLayer(cfg, cross=k == cfg.decoder_layers - 1)

@@ -4,8 +4,9 @@ Both implement :class:`nmt_cli.models.base.Seq2SeqModel`. Each sublayer is wrapp
 ``LayerNorm(x + Sublayer(x))`` (post-norm, the paper) or ``x + Sublayer(LayerNorm(x))``
 (pre-norm, with a final LayerNorm on each stack); ``FFN(x) = max(0, x W_1 + b_1) W_2 + b_2``.
 
-``linear_transformer`` is the same network with linear attention at the sites named in
-``model.linear_sites`` (``encoder_self``, ``decoder_self``, ``cross``); its decoder
+Every attention site (``encoder_self``, ``decoder_self``, ``cross``) runs the kernel named by
+``model.attention_kernel`` (softmax by default); ``linear_transformer`` is the same network
+with linear attention at the sites named in ``model.linear_sites``, whose decoder
 self-attention then runs as an RNN at decoding time.
 
 Decoding state (``decode_step``):
@@ -46,8 +47,7 @@ from torch import Tensor, nn
 from nmt_cli.config import ModelConfig
 from nmt_cli.errors import NmtError
 from nmt_cli.models.attention.common import append_null_position
-from nmt_cli.models.attention.linear import LinearAttention
-from nmt_cli.models.attention.multihead import MultiHeadAttention, SoftmaxAttention
+from nmt_cli.models.attention.multihead import MultiHeadAttention, build_kernel
 from nmt_cli.models.base import Memory, Seq2SeqModel, State, index_select_tree
 from nmt_cli.models.dropout import Dropout
 from nmt_cli.models.embeddings import LearnedPositions, SinusoidalPositions, TransformerEmbedding, token_table
@@ -202,7 +202,7 @@ class Decoder(nn.Module):
 
 @MODEL_FAMILIES.register("transformer")
 class Transformer(Seq2SeqModel):
-    """Encoder-decoder Transformer; softmax attention except at ``linear_sites``."""
+    """Encoder-decoder Transformer; ``model.attention_kernel`` (softmax) except at ``linear_sites``."""
 
     def __init__(
         self,
@@ -222,9 +222,7 @@ class Transformer(Seq2SeqModel):
         self.use_cache = True
 
         def kernel(site: str) -> nn.Module:
-            if site in linear_sites:
-                return LinearAttention(cfg.linear_chunk_size)
-            return SoftmaxAttention(cfg.attention_dropout)
+            return build_kernel("linear" if site in linear_sites else cfg.attention_kernel, cfg, site)
 
         tgt_table = token_table(tgt_vocab_size, cfg.d_model)
         shared_source = joint_vocab and cfg.tie_embeddings

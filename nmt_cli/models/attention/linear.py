@@ -21,6 +21,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from nmt_cli.config import ModelConfig
+from nmt_cli.registry import ATTENTION_KERNELS
+
 __all__ = ["EPS", "feature_map", "LinearAttention"]
 
 EPS = 1e-6
@@ -37,8 +40,9 @@ def _exclusive_cumsum(x: Tensor, dim: int) -> Tensor:
     return torch.cat([torch.zeros_like(x.narrow(dim, 0, 1)), shifted], dim=dim)
 
 
+@ATTENTION_KERNELS.register("linear")
 class LinearAttention(nn.Module):
-    """Linear-attention kernel; same four methods as ``SoftmaxAttention`` (see multihead.py).
+    """Linear-attention kernel; the methods of every kernel (see multihead.py).
 
     ``chunk_size``: positions per chunk in the parallel causal form. Inside a chunk the
     lower-triangular ``phi(Q) phi(K)^T`` is explicit; across chunks each chunk reads the
@@ -51,6 +55,10 @@ class LinearAttention(nn.Module):
         super().__init__()
         self.chunk_size = chunk_size
         self.eps = eps
+
+    @classmethod
+    def from_config(cls, cfg: ModelConfig, site: str) -> "LinearAttention":
+        return cls(cfg.linear_chunk_size)
 
     def summarize(self, k: Tensor, v: Tensor, key_mask: Tensor) -> dict[str, Tensor]:
         """``phi(K)`` with padded keys zeroed, ``S = phi(K)^T V`` and ``Z = sum_j phi(K_j)``."""

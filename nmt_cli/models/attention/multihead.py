@@ -4,7 +4,7 @@
 ``head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)`` and ``d_k = d_model / h``.
 
 :class:`MultiHeadAttention` owns the projections and splits heads; a *kernel* computes
-``Attention`` on per-head tensors (B, H, T, d_k). Every kernel has the same four methods:
+``Attention`` on per-head tensors (B, H, T, d_k). Every kernel has the same five methods:
 
 * ``summarize(k, v, key_mask) -> summary``: what queries read from a fixed set of keys
   (an encoder memory), computed once per sentence; a dict of batch-first tensors.
@@ -15,8 +15,11 @@
   position given everything before it (decoding); ``state`` is a dict of batch-first tensors.
 * ``reorder(state, rows) -> state``: the state of decoding rows ``rows`` (beam search).
 
-:class:`SoftmaxAttention` is the kernel here; :class:`nmt_cli.models.attention.linear.LinearAttention`
-is the other.
+A kernel is a module of this package with a class registered by
+``@ATTENTION_KERNELS.register("name")`` and built by :func:`build_kernel` through its
+classmethod ``from_config(cfg, site)`` (the model's settings and the site it serves:
+``encoder_self``, ``decoder_self`` or ``cross``). :class:`SoftmaxAttention` (``softmax``) is
+the kernel here; :class:`nmt_cli.models.attention.linear.LinearAttention` (``linear``) is the other.
 
 Causal self-attention takes no key mask: targets are right-padded, so every key a real
 query ``i`` may see (positions ``j <= i``) is real.
@@ -30,10 +33,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from nmt_cli.config import ModelConfig
 from nmt_cli.models.attention.common import attend, masked_softmax
 from nmt_cli.models.dropout import dropout
+from nmt_cli.registry import ATTENTION_KERNELS
 
-__all__ = ["AttentionKernel", "MultiHeadAttention", "SoftmaxAttention"]
+__all__ = ["AttentionKernel", "MultiHeadAttention", "SoftmaxAttention", "build_kernel"]
 
 Summary = dict[str, Tensor]
 KernelState = dict[str, Tensor]
@@ -41,6 +46,9 @@ KernelState = dict[str, Tensor]
 
 class AttentionKernel(Protocol):
     """The signature every kernel implements (see the module docstring)."""
+
+    @classmethod
+    def from_config(cls, cfg: ModelConfig, site: str) -> "AttentionKernel": ...
 
     def summarize(self, k: Tensor, v: Tensor, key_mask: Tensor) -> Summary: ...
 
@@ -51,6 +59,11 @@ class AttentionKernel(Protocol):
     def step(self, q: Tensor, k: Tensor, v: Tensor, state: KernelState | None) -> tuple[Tensor, KernelState]: ...
 
     def reorder(self, state: KernelState, rows: Tensor) -> KernelState: ...
+
+
+def build_kernel(name: str, cfg: ModelConfig, site: str) -> AttentionKernel:
+    """The kernel registered as ``name``, for ``site`` (encoder_self, decoder_self or cross) of a model ``cfg``."""
+    return ATTENTION_KERNELS.get(name).from_config(cfg, site)
 
 
 def fused_attention(q: Tensor, k: Tensor, v: Tensor, **options) -> Tensor:
@@ -99,6 +112,7 @@ def short_softmax(scores: Tensor) -> Tensor:
     return exp.div_(exp.sum(dim=-1, keepdim=True))
 
 
+@ATTENTION_KERNELS.register("softmax")
 class SoftmaxAttention(nn.Module):
     """Scaled dot-product attention ``softmax(Q K^T / sqrt(d_k)) V``.
 
@@ -114,6 +128,10 @@ class SoftmaxAttention(nn.Module):
     def __init__(self, dropout: float = 0.0):
         super().__init__()
         self.dropout = dropout
+
+    @classmethod
+    def from_config(cls, cfg: ModelConfig, site: str) -> "SoftmaxAttention":
+        return cls(cfg.attention_dropout)
 
     def _dropout_p(self) -> float:
         return self.dropout if self.training else 0.0
