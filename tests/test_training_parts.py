@@ -17,6 +17,7 @@ from nmt_cli.precision import Precision
 from nmt_cli.training.batching import collate, make_batches
 from nmt_cli.training.distributed import DistributedContext
 from nmt_cli.training.loss import label_smoothed_cross_entropy
+from nmt_cli.training.meter import IntervalMeter
 from nmt_cli.training.objectives.cross_entropy import CrossEntropyObjective
 from nmt_cli.training.run_dir import RUN_OUTPUTS, RunDirectory
 from nmt_cli.training.state import TrainingState
@@ -39,6 +40,14 @@ def test_state_round_trips_and_keeps_the_epoch_share_on_another_world_size():
         TrainingState(40, SAVED["validations"], SAVED["best"], 1, 13.0, {"epoch": 3, "batch": 10}, {"tokens": 7})
     assert TrainingState.from_checkpoint(SAVED, world_size=4).position == {"epoch": 3, "batch": 5}
     assert TrainingState().last_validated == -1
+
+
+def test_an_older_checkpoints_interval_names_guided_alignments_sum():
+    old = {**SAVED, "interval": {"loss_sum": 5.0, "nll_sum": 4.0, "alignment_sum": 3.0, "tokens": 7, "seconds": 1.0}}
+    interval = TrainingState.from_checkpoint(old, world_size=2).interval
+    assert interval == {"loss_sum": 5.0, "nll_sum": 4.0, "tokens": 7, "seconds": 1.0, "terms": {"align_loss": 3.0}}
+    meter = IntervalMeter(DistributedContext(), ("align_loss",), interval)
+    assert meter.take()["terms"] == {"align_loss": 3.0}
 
 
 def test_early_stopping_tracks_the_best_and_counts_patience():
