@@ -24,7 +24,7 @@ from typing import Any, Mapping
 import yaml
 
 from nmt_cli.errors import ConfigError
-from nmt_cli.registry import ATTENTION_KERNELS, ATTENTION_SCORES, DATA_SOURCES, MODEL_FAMILIES, Registry
+from nmt_cli.registry import ATTENTION_KERNELS, ATTENTION_SCORES, DATA_SOURCES, MODEL_FAMILIES, OBJECTIVES, Registry
 from nmt_cli.textio import read_lines
 
 __all__ = [
@@ -51,10 +51,11 @@ def choice(default: Any, *choices: Any, help: str = "") -> Any:
     return field(default=default, metadata={"choices": choices, "help": help})
 
 
-def registered(registry: Registry, default: str, help: str = "") -> Any:
+def registered(registry: Registry, default: str, help: str = "", *, also: tuple[str, ...] = ()) -> Any:
     """A dataclass field naming an entry of ``registry`` (:mod:`nmt_cli.registry`): a new
-    entry is a choice as soon as it registers, with nothing to list here."""
-    return field(default=default, metadata={"registry": registry, "help": help})
+    entry is a choice as soon as it registers, with nothing to list here. ``also``: values
+    accepted besides the entries (``auto``, resolved by the section)."""
+    return field(default=default, metadata={"registry": registry, "also": also, "help": help})
 
 
 class EntriesHelp(UserString):
@@ -102,8 +103,8 @@ def _field_problems(section: str, config: Any) -> list[str]:
         key = f"config key '{section}.{item.name}'"
         if meta.get("choices") and value not in meta["choices"]:
             problems.append(f"{key}: {value!r} is not one of: {', '.join(map(str, meta['choices']))}")
-        if "registry" in meta and value not in meta["registry"].names():
-            problems.append(f"{key}: {value!r} is not one of: {', '.join(meta['registry'].names())}")
+        if "registry" in meta and value not in (valid := [*meta["also"], *meta["registry"].names()]):
+            problems.append(f"{key}: {value!r} is not one of: {', '.join(valid)}")
         for entry in value if meta.get("items") else ():
             if entry not in meta["items"]:
                 problems.append(f"{key}: {entry!r} is not one of: {', '.join(meta['items'])}")
@@ -339,7 +340,10 @@ class TrainConfig(Validated):
 
     section = "train"
 
-    max_tokens: int = setting(4096, "target+source tokens per batch (per process)", at_least=1)
+    max_tokens: int = setting(
+        4096, "padded tokens per batch (per process): sentences x the longer of the longest source and the "
+        "longest target + 1, B * max(S, T + 1)", at_least=1,
+    )
     update_freq: int = setting(1, "gradient accumulation: batches per optimizer step", at_least=1)
     max_steps: int = setting(10000, "optimizer steps (0 = no limit)", at_least=0)
     max_epochs: int = setting(0, "epochs (0 = no limit)", at_least=0)
@@ -354,6 +358,12 @@ class TrainConfig(Validated):
     plateau_factor: float = setting(0.5, above=0, below=1)
     plateau_patience: int = setting(2, at_least=0)
     clip_norm: float = setting(1.0, "gradient clipping by global norm (0 = off)", at_least=0)
+    objective: str = registered(
+        OBJECTIVES, "auto", also=("auto",),
+        help="what training minimises: cross_entropy (label-smoothed), guided_alignment (plus the alignment "
+        "cross-entropy, weighted by alignment_weight), or another registered objective; auto: guided_alignment "
+        "when alignment_weight > 0, else cross_entropy",
+    )
     label_smoothing: float = setting(0.1, at_least=0, below=1)
     loss_normalization: str = choice(
         "tokens", "tokens", "sentences",
@@ -405,7 +415,22 @@ class TrainConfig(Validated):
             problems.append("config key 'train.early_stop_metric': bleu needs train.valid_bleu=true (or use loss)")
         if len(self.adam_betas) != 2 or not all(0 <= beta < 1 for beta in self.adam_betas):
             problems.append(f"config key 'train.adam_betas': needs two values in [0, 1), got {list(self.adam_betas)}")
+        if self.alignment_weight > 0 and self.objective_name != "guided_alignment":
+            problems.append(f"config key 'train.objective': {self.objective} does not use train.alignment_weight "
+                            f"({self.alignment_weight:g}); set train.objective to guided_alignment or auto, or "
+                            "train.alignment_weight to 0")
+        if self.objective_name == "guided_alignment" and self.alignment_weight == 0:
+            problems.append("config key 'train.alignment_weight': train.objective=guided_alignment needs a weight "
+                            "above 0 (0.05 in Garg et al. 2019)")
         return problems
+
+    @property
+    def objective_name(self) -> str:
+        """The registered objective to build: ``objective``, with ``auto`` resolved to guided_alignment
+        when ``alignment_weight`` > 0 (what configs without the key always meant), else cross_entropy."""
+        if self.objective != "auto":
+            return self.objective
+        return "guided_alignment" if self.alignment_weight > 0 else "cross_entropy"
 
 
 @dataclass(frozen=True)

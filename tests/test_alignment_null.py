@@ -25,7 +25,8 @@ from nmt_cli.errors import ConfigError, NmtError
 from nmt_cli.models import build_model
 from nmt_cli.pharaoh import GoldAlignment, format_links
 from nmt_cli.training.batching import collate
-from nmt_cli.training.objective import alignment_cross_entropy, build_objective, null_cross_entropy
+from nmt_cli.training.objectives import ObjectiveContext, build_objective
+from nmt_cli.training.objectives.guided_alignment import alignment_cross_entropy, null_cross_entropy
 from nmt_cli.translation import hypothesis_alignment
 from tests.test_guided_alignment import GUIDED, TINY
 from tests.test_transformer import batch, build, decode_all
@@ -107,12 +108,12 @@ def test_the_guided_objective_adds_the_null_term(tiny_prepared):
     batch_ = collate(data.split("train"), np.arange(6))
     keep = ~((batch_.links[:, 0] == 0) & (batch_.links[:, 1] == 2))  # the synthetic links leave no piece
     batch_ = dataclasses.replace(batch_, links=batch_.links[keep], link_weights=batch_.link_weights[keep])  # unaligned
-    terms = build_objective(config)(model, model, batch_)
+    terms = build_objective(config, ObjectiveContext(torch.device("cpu"), data))(model, model, batch_)
     _, attention = model(batch_.src, batch_.src_mask, batch_.tgt_in, batch_.tgt_mask, need_attention=True)
     head = attention[:, 0, 1]  # model.alignment_layer 0, model.alignment_head 1
     expected = (alignment_cross_entropy(head, batch_.links, batch_.link_weights, 1)
                 + null_cross_entropy(head, batch_.links, batch_.tgt_mask, 1))
-    torch.testing.assert_close(terms.alignment, expected)
+    torch.testing.assert_close(terms.logged["align_loss"], expected)
     null = null_cross_entropy(head, batch_.links, batch_.tgt_mask, 1)
     torch.testing.assert_close(null, -head[0, 3, -1].log())  # piece 2 of sentence 0, read at row 3
 

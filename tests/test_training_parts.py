@@ -3,6 +3,8 @@ the updater, the objective and the run directory."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -15,7 +17,8 @@ from nmt_cli.precision import Precision
 from nmt_cli.training.batching import collate, make_batches
 from nmt_cli.training.distributed import DistributedContext
 from nmt_cli.training.loss import label_smoothed_cross_entropy
-from nmt_cli.training.objective import TranslationObjective
+from nmt_cli.training.meter import IntervalMeter
+from nmt_cli.training.objectives.cross_entropy import CrossEntropyObjective
 from nmt_cli.training.run_dir import RUN_OUTPUTS, RunDirectory
 from nmt_cli.training.state import TrainingState
 from nmt_cli.training.trainer import Trainer
@@ -31,11 +34,20 @@ SAVED = {"step": 40, "validations": [{"step": 20, "loss": 2.0}], "best": {"step"
 def test_state_round_trips_and_keeps_the_epoch_share_on_another_world_size():
     same = TrainingState.from_checkpoint(SAVED, world_size=2)
     assert same.step == 40 and same.position == {"epoch": 3, "batch": 10} and same.last_validated == 20
-    saved = same.to_checkpoint(elapsed=13.0, position={"epoch": 3, "batch": 10}, interval={"tokens": 7})
-    assert TrainingState.from_checkpoint({**saved, "world_size": 2}, world_size=2) == \
+    saved = same.to_checkpoint(elapsed=13.0, position={"epoch": 3, "batch": 10}, interval={"tokens": 7},
+                               world_size=2, schedule={}, rng=[], prepared=Path("data"))
+    assert TrainingState.from_checkpoint(saved, world_size=2) == \
         TrainingState(40, SAVED["validations"], SAVED["best"], 1, 13.0, {"epoch": 3, "batch": 10}, {"tokens": 7})
     assert TrainingState.from_checkpoint(SAVED, world_size=4).position == {"epoch": 3, "batch": 5}
     assert TrainingState().last_validated == -1
+
+
+def test_an_older_checkpoints_interval_names_guided_alignments_sum():
+    old = {**SAVED, "interval": {"loss_sum": 5.0, "nll_sum": 4.0, "alignment_sum": 3.0, "tokens": 7, "seconds": 1.0}}
+    interval = TrainingState.from_checkpoint(old, world_size=2).interval
+    assert interval == {"loss_sum": 5.0, "nll_sum": 4.0, "tokens": 7, "seconds": 1.0, "terms": {"align_loss": 3.0}}
+    meter = IntervalMeter(DistributedContext(), ("align_loss",), interval)
+    assert meter.take()["terms"] == {"align_loss": 3.0}
 
 
 def test_early_stopping_tracks_the_best_and_counts_patience():
@@ -73,7 +85,7 @@ def test_the_objective_is_the_smoothed_loss_of_the_model_features(tiny_prepared)
     model = build_model(config.model, data.tokenizer.src_vocab_size, data.tokenizer.tgt_vocab_size, True).eval()
     split = data.split("train")
     batch = collate(split, make_batches(split.src.lengths, split.tgt.lengths, 200)[0])
-    terms = TranslationObjective(0.1)(model, model, batch)
+    terms = CrossEntropyObjective(0.1)(model, model, batch)
     features, _ = model(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask, features_only=True)
     loss, nll = label_smoothed_cross_entropy(features, model.output_layer(), batch.tgt_out, batch.tgt_mask, 0.1)
     torch.testing.assert_close((terms.loss, terms.nll), (loss, nll))

@@ -29,7 +29,7 @@ from nmt_cli.models.base import Seq2SeqModel
 from nmt_cli.specials import BOS_ID, EOS_ID, PAD_ID
 
 __all__ = ["Batch", "BatchStream", "FixedBatches", "WeightedBatches", "check_fits_model", "collate",
-           "collate_links", "make_batches", "shard_batches"]
+           "collate_links", "epoch_batches", "make_batches", "shard_batches"]
 
 
 @dataclass
@@ -164,6 +164,17 @@ class WeightedBatches:
         return self._cached[1]
 
 
+def epoch_batches(data: PreparedData, split: ParallelSplit, max_tokens: int,
+                  seed: int) -> FixedBatches | WeightedBatches:
+    """The batches of each epoch of ``split``, the training split of ``data``: the same every
+    epoch, or a new weighted draw per epoch when it is mixed from several corpora."""
+    lengths = (split.src.lengths, split.tgt.lengths)
+    mix = data.corpus_mix()
+    if mix is None:
+        return FixedBatches(*lengths, max_tokens)
+    return WeightedBatches(*lengths, *mix, max_tokens, seed)
+
+
 class BatchStream:
     """Endless per-rank sequence of batch indices, epoch after epoch (epochs count from 1).
 
@@ -179,10 +190,6 @@ class BatchStream:
         self.epoch, self.index = epoch, index
         self._order = shard_batches(epoch_batches(epoch), epoch, seed, rank, world_size)
         self._roll_over()
-
-    @property
-    def batches_per_epoch(self) -> int:
-        return len(self._order)
 
     @property
     def position(self) -> dict[str, int]:

@@ -1,5 +1,5 @@
-"""Checkpoints of a training run: which to resume from, which survive (the last k, the best k)
-and ``best.json``."""
+"""Checkpoints of a training run: which to resume or fine-tune from and what of it to take
+back, which survive (the last k, the best k) and ``best.json``."""
 
 from __future__ import annotations
 
@@ -8,14 +8,18 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from nmt_cli.checkpoint import Checkpoint, checkpoint_dir_name, list_checkpoints, load_checkpoint
+from nmt_cli.checkpoint import (OPTIMIZER, STATE, Checkpoint, checkpoint_dir_name, list_checkpoints, load_checkpoint,
+                                load_optimizer_state, reading_checkpoint_file)
 from nmt_cli.config import Config
 from nmt_cli.errors import NmtError
 from nmt_cli.fileio import atomic_write_json
 from nmt_cli.tokenization import Tokenizer
-from nmt_cli.training.resume import check_same_architecture, check_same_run
+from nmt_cli.training.distributed import DistributedContext
+from nmt_cli.training.resume import check_same_architecture, check_same_run, restore_rng_state
+from nmt_cli.training.state import TrainingState
+from nmt_cli.training.updater import Updater
 
-__all__ = ["CheckpointKeeper", "load_initial", "load_resumable"]
+__all__ = ["CheckpointKeeper", "load_initial", "load_resumable", "restore_training", "start_from_initial"]
 
 
 class CheckpointKeeper:
@@ -82,3 +86,33 @@ def load_resumable(path: Path, config: Config, tokenizer: Tokenizer, run_dir: Pa
         raise NmtError(f"{run_dir}: was trained with another SentencePiece model than "
                        f"{prepared_dir}; use --restart or a new --out directory")
     return checkpoint
+
+
+def restore_training(checkpoint: Checkpoint, updater: Updater, context: DistributedContext) -> TrainingState:
+    """Take back a checkpoint's optimizer, schedule, counters and this rank's random generators."""
+    saved = load_optimizer_state(checkpoint.path)
+    if saved is None:
+        raise NmtError(f"{checkpoint.path}: no optimizer state, cannot resume training from it")
+    with reading_checkpoint_file(checkpoint.path / STATE):  # a missing or bad field: one line naming it
+        state = TrainingState.from_checkpoint(checkpoint.state, context.world_size)
+        schedule_state, rng = checkpoint.state["scheduler"], checkpoint.state["rng"]
+        restore_rng_state(rng[context.rank] if len(rng) == context.world_size else rng[0])
+    with reading_checkpoint_file(checkpoint.path / OPTIMIZER):
+        updater.restore(saved, schedule_state)
+    return state
+
+
+def start_from_initial(initial: Checkpoint, updater: Updater, kept: tuple[str, ...]) -> dict[str, Any]:
+    """Fine-tuning: take the initial checkpoint's optimizer and/or schedule when ``kept``
+    (``train.init_keep``) names them; the record of where the run started."""
+    if "optimizer" in kept:
+        saved = load_optimizer_state(initial.path)
+        if saved is None:
+            raise NmtError(f"{initial.path}: has no optimizer state to keep (train.init_keep); "
+                           "start with a fresh optimizer or use a training checkpoint")
+        updater.restore_optimizer(saved)
+    if "schedule" in kept:
+        if "scheduler" not in initial.state:
+            raise NmtError(f"{initial.path}: has no learning-rate schedule to keep (train.init_keep)")
+        updater.schedule.load_state_dict(initial.state["scheduler"])
+    return {"checkpoint": str(initial.path), "step": initial.step, "kept": list(kept)}

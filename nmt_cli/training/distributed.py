@@ -7,16 +7,18 @@ A single process needs no group and every helper here is then a no-op.
 
 from __future__ import annotations
 
+import inspect
 import os
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
 from nmt_cli.device import resolve_device
 
-__all__ = ["DistributedContext", "init_distributed", "sum_gradients_hook"]
+__all__ = ["DistributedContext", "init_distributed", "sum_gradients_hook", "wrap_model"]
 
 
 @dataclass
@@ -114,3 +116,23 @@ def init_distributed(device_name: str | None = None) -> DistributedContext:
         _import_before_the_group()
         dist.init_process_group(backend=backend, rank=rank, world_size=world_size)
     return DistributedContext(rank=rank, world_size=world_size, device=device)
+
+
+def wrap_model(model: torch.nn.Module, context: DistributedContext,
+               compile: bool) -> tuple[torch.nn.Module, DistributedDataParallel | None]:
+    """What the loop calls: ``model`` in DDP (gradients summed by :func:`sum_gradients_hook`)
+    when several processes train, compiled with ``compile``; and the DDP wrapper, or None."""
+    module, ddp = model, None
+    if context.active:
+        device = context.device
+        device_ids = [device.index] if device.type == "cuda" else None
+        # the only buffers, sinusoidal position tables, are the same function everywhere and grow
+        # on the rank that meets a longer sentence: never sync them in forward (torch >= 2.13 names
+        # this forward_sync_buffers and deprecates broadcast_buffers)
+        options = inspect.signature(DistributedDataParallel).parameters
+        no_sync = "forward_sync_buffers" if "forward_sync_buffers" in options else "broadcast_buffers"
+        module = ddp = DistributedDataParallel(module, device_ids=device_ids, **{no_sync: False})
+        module.register_comm_hook(None, sum_gradients_hook)
+    if compile:
+        module = torch.compile(module)
+    return module, ddp

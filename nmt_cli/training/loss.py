@@ -3,9 +3,8 @@
 The logits of a batch are large (2,000 target tokens x an 8k vocabulary is 64 MiB in
 float32) and only the loss needs them. Projecting the decoder features block by block,
 and taking each block's gradient while its logits are still in cache, never holds the
-whole (N, V) matrix: on 2 CPU threads the softmax, its ``exp`` and the gradient passes
-over the logits were a fifth of a Bahdanau RNN's training step, most of it waiting on
-memory. The idea is the "fused linear cross entropy" of Liger Kernel and of Wijmans et
+whole (N, V) matrix, so the softmax, its ``exp`` and the gradient pass read the logits
+from cache instead of waiting on memory. The idea is the "fused linear cross entropy" of Liger Kernel and of Wijmans et
 al. 2024 ("Cut Your Losses in Large-Vocabulary Language Models").
 """
 

@@ -24,27 +24,28 @@ METRICS = "metrics.jsonl"
 TRAIN_LOG = "train.log"
 
 
-#: decimals each metric is shown with, in the progress line and the validation line alike
-METRIC_DECIMALS = {"loss": 4, "ppl": 2, "bleu": 2, "aer": 4, "align_loss": 4}
+#: decimals each metric is shown with, in the progress line and the validation line alike;
+#: an objective's own terms (``Objective.terms``) are shown like the loss
+METRIC_DECIMALS = {"loss": 4, "ppl": 2, "bleu": 2, "aer": 4}
+TERM_DECIMALS = 4
 
 
 def format_metric(name: str, value: float) -> str:
     """``("bleu", 0.0038)`` -> ``bleu 0.00``: one rounding per metric, in every line that shows it."""
-    return f"{name} {value:.{METRIC_DECIMALS[name]}f}"
+    return f"{name} {value:.{METRIC_DECIMALS.get(name, TERM_DECIMALS)}f}"
 
 
-def progress_line(record: dict[str, Any], max_steps: int, eta: float | None) -> str:
+def progress_line(record: dict[str, Any], max_steps: int, eta: float | None, terms: tuple[str, ...] = ()) -> str:
     """The periodic line, e.g.
-    ``step 120/400 | epoch 3 | loss 3.4120 | ppl 30.33 | lr 4.100e-04 | 12,345 tok/s | elapsed 0:05:12 | eta 0:38:02``.
+    ``step 120/400 | epoch 3 | loss 3.4120 | ppl 30.33 | lr 4.100e-04 | 12,345 tok/s | elapsed 0:05:12 | eta 0:38:02``;
+    the objective's ``terms`` (guided alignment's ``align_loss``) follow ``ppl``.
     """
     total = f"/{max_steps}" if max_steps else ""
     scaling = ""
     if "loss_scale" in record:  # fp16
         skipped = record["skipped_updates"]
         scaling = f" | loss scale {record['loss_scale']:g}" + (f", {skipped} overflow(s) skipped" if skipped else "")
-    losses = f"{format_metric('loss', record['loss'])} | {format_metric('ppl', record['ppl'])}"
-    if "align_loss" in record:  # guided alignment: its cross-entropy per target token, inside the loss
-        losses += f" | {format_metric('align_loss', record['align_loss'])}"
+    losses = " | ".join(format_metric(name, record[name]) for name in ("loss", "ppl", *terms))
     return (
         f"step {record['step']}{total} | epoch {record['epoch']} | {losses} | lr {record['lr']:.3e} | "
         f"{record['tokens_per_s']:,.0f} tok/s{scaling} | "

@@ -11,6 +11,7 @@ uninterrupted one exactly.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 __all__ = ["TrainingState"]
@@ -43,7 +44,7 @@ class TrainingState:
             bad_validations=int(state["bad_validations"]),
             elapsed_before=float(state["elapsed_seconds"]),
             position=position,
-            interval=state["interval"],
+            interval=_named_terms(state["interval"]),
             init_from=state.get("init_from"),
         )
 
@@ -52,8 +53,10 @@ class TrainingState:
         """The step of the newest validation (-1: none yet)."""
         return self.validations[-1]["step"] if self.validations else -1
 
-    def to_checkpoint(self, elapsed: float, position: dict[str, int], interval: dict[str, Any]) -> dict[str, Any]:
-        """The JSON fields of this state in ``state.json`` (beside scheduler, RNG and data)."""
+    def to_checkpoint(self, elapsed: float, position: dict[str, int], interval: dict[str, Any], world_size: int,
+                      schedule: dict[str, Any], rng: list[dict[str, Any]], prepared: Path) -> dict[str, Any]:
+        """The training fields of ``state.json``: this state, and the number of processes,
+        the schedule's state, each rank's random generators and the prepared data it saw."""
         return {
             "step": self.step,
             "epoch": position["epoch"],
@@ -64,4 +67,17 @@ class TrainingState:
             "elapsed_seconds": elapsed,
             "interval": interval,
             "init_from": self.init_from,
+            "world_size": world_size,
+            "scheduler": schedule,
+            "rng": rng,
+            "prepared": str(prepared),
         }
+
+
+def _named_terms(interval: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The saved logging interval with its objective's sums by name (``terms``): checkpoints
+    written before objectives named their terms saved guided alignment's as ``alignment_sum``."""
+    if interval is None or "alignment_sum" not in interval:
+        return interval
+    named = {key: value for key, value in interval.items() if key != "alignment_sum"}
+    return {**named, "terms": {"align_loss": interval["alignment_sum"]}}

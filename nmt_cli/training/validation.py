@@ -20,10 +20,13 @@ from nmt_cli.pharaoh import read_alignments
 from nmt_cli.precision import Precision
 from nmt_cli.textio import read_lines
 from nmt_cli.training.batching import collate, make_batches
-from nmt_cli.training.objective import TranslationObjective
+from nmt_cli.errors import NmtError
+from nmt_cli.training.distributed import DistributedContext
+from nmt_cli.training.objectives.cross_entropy import CrossEntropyObjective
 from nmt_cli.training.state import TrainingState
 
-__all__ = ["validation_loss", "validation_bleu", "validation_aer", "validate", "EarlyStopping"]
+__all__ = ["validation_loss", "validation_bleu", "validation_aer", "validate", "validate_on_main",
+           "check_validation_split", "EarlyStopping"]
 
 #: how each metric ranks validations: higher or lower is better
 METRIC_MODES = {"bleu": "max", "loss": "min", "aer": "min"}
@@ -38,7 +41,7 @@ def validation_loss(model: Seq2SeqModel, split: ParallelSplit, max_tokens: int, 
     """
     nll_total = torch.zeros((), dtype=torch.float64, device=device)
     tokens = 0
-    unsmoothed = TranslationObjective(label_smoothing=0.0)
+    unsmoothed = CrossEntropyObjective(label_smoothing=0.0)
     for indices in make_batches(split.src.lengths, split.tgt.lengths, max_tokens):
         batch = collate(split, indices).to(device)
         with precision.autocast():
@@ -90,6 +93,35 @@ def validate(model: Seq2SeqModel, data: PreparedData, config: Config, device: to
     loss, ppl = validation_loss(model, data.split("valid"), config.train.max_tokens, device, precision)
     bleu = validation_bleu(model, data, config, device) if config.train.valid_bleu else None
     return {"loss": loss, "ppl": ppl, "bleu": bleu, "aer": validation_aer(model, data, config, precision)}
+
+
+def validate_on_main(model: Seq2SeqModel, data: PreparedData, config: Config, context: DistributedContext,
+                     precision: Precision, step: int) -> dict[str, float | None]:
+    """:func:`validate` on rank 0, shared with every rank: ``{"step", "loss", "ppl", "bleu"}``
+    and ``aer`` when the validation split has word links. The model is left in training mode."""
+    names = ("loss", "ppl", "bleu", "aer")
+    values = [math.nan] * len(names)
+    if context.is_main:
+        result = validate(model, data, config, context.device, precision)
+        model.train()
+        values = [math.nan if result[name] is None else result[name] for name in names]
+    loss, ppl, bleu, aer = context.broadcast_floats(values)
+    shared = {"step": step, "loss": loss, "ppl": ppl, "bleu": None if math.isnan(bleu) else bleu}
+    if not math.isnan(aer):
+        shared["aer"] = aer
+    return shared
+
+
+def check_validation_split(config: Config, data: PreparedData) -> None:
+    """Before training: choosing the best checkpoint by AER needs the validation split's word
+    links, and validating needs a validation split."""
+    if config.train.early_stop_metric == "aer" and (
+            "valid" not in data.split_names or data.gold_alignment_path("valid") is None):
+        raise NmtError(f"{data.path}: train.early_stop_metric=aer needs word links for the validation split "
+                       "(data.alignment_path with its <valid split>.align)")
+    if config.train.valid_every > 0 and "valid" not in data.split_names:
+        raise NmtError(f"{data.path}: has no validation split to validate on every {config.train.valid_every} "
+                       "steps; prepare one (data.valid_split) or set train.valid_every=0")
 
 
 class EarlyStopping:

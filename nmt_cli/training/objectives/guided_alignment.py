@@ -1,16 +1,7 @@
-"""What training minimises: the objective turns a batch into summed loss terms.
-
-The loop calls ``objective(module, model, batch)`` for each batch and back-propagates
-``terms.loss`` (scaled by the update's normaliser); ``terms.nll`` feeds perplexity. An
-objective runs the forward pass itself, so one that needs more of the model than its
-features (cross-attention for alignment supervision, a second model) asks for it
-there, and the loop stays the same. ``module`` is what to call (the model, or its DDP
-or compiled wrapper); ``model`` is the bare model, for ``output_layer()``.
-"""
+"""Guided alignment (Garg et al. 2019), ``train.objective=guided_alignment``: the translation loss
+plus the cross-entropy between one cross-attention head and the training split's word links."""
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -18,41 +9,16 @@ from torch import Tensor
 from nmt_cli.config import Config
 from nmt_cli.errors import NmtError
 from nmt_cli.models.base import Seq2SeqModel
+from nmt_cli.registry import OBJECTIVES
 from nmt_cli.training.batching import Batch
 from nmt_cli.training.loss import label_smoothed_cross_entropy
+from nmt_cli.training.objectives.base import LossTerms, ObjectiveContext
+from nmt_cli.training.objectives.cross_entropy import CrossEntropyObjective
 
-__all__ = ["LossTerms", "TranslationObjective", "GuidedAlignmentObjective", "alignment_cross_entropy",
-           "null_cross_entropy", "build_objective"]
+__all__ = ["GuidedAlignmentObjective", "alignment_cross_entropy", "null_cross_entropy"]
 
 #: attention weights below this count as this in the log (a link to a weight of exactly 0)
 MIN_ATTENTION = 1e-9
-
-
-@dataclass
-class LossTerms:
-    """Sums over the batch's target tokens: the loss to minimise and the plain NLL (and, for
-    guided alignment, the alignment cross-entropy alone, for the log)."""
-
-    loss: Tensor
-    nll: Tensor
-    alignment: Tensor | None = None
-
-
-class TranslationObjective:
-    """Label-smoothed cross-entropy of every target token given the source and its prefix.
-
-    ``loss = sum_t (1 - eps) * -log p(y_t) + eps * mean_v -log p(v)``; with ``eps = 0`` it
-    is the NLL itself (validation).
-    """
-
-    def __init__(self, label_smoothing: float):
-        self.label_smoothing = label_smoothing
-
-    def __call__(self, module, model: Seq2SeqModel, batch: Batch) -> LossTerms:
-        features, _ = module(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask, features_only=True)
-        loss, nll = label_smoothed_cross_entropy(features, model.output_layer(), batch.tgt_out, batch.tgt_mask,
-                                                 self.label_smoothing)
-        return LossTerms(loss, nll)
 
 
 def alignment_cross_entropy(attention: Tensor, links: Tensor, weights: Tensor, shift: int = 0) -> Tensor:
@@ -92,9 +58,11 @@ def null_cross_entropy(attention: Tensor, links: Tensor, tgt_mask: Tensor, shift
     return -null.float().clamp_min(MIN_ATTENTION).log().sum()
 
 
-class GuidedAlignmentObjective(TranslationObjective):
-    """Guided alignment training (Garg et al. 2019): the translation loss plus ``weight`` times
-    :func:`alignment_cross_entropy` of one cross-attention head and the batch's word links.
+@OBJECTIVES.register("guided_alignment")
+class GuidedAlignmentObjective(CrossEntropyObjective):
+    """The translation loss plus ``weight`` times :func:`alignment_cross_entropy` of one
+    cross-attention head and the batch's word links; the log shows that cross-entropy per
+    target token as ``align_loss``.
 
     The head is ``model.alignment_head`` of decoder layer ``model.alignment_layer``; target
     piece ``t`` is read at the step that predicts it (row ``t``) or, with
@@ -109,16 +77,27 @@ class GuidedAlignmentObjective(TranslationObjective):
     in fairseq.
     """
 
+    terms = ("align_loss",)
+
     def __init__(self, label_smoothing: float, weight: float, layer: int, head: int, shift: bool = False,
                  full_context: bool = False, null: bool = False):
         super().__init__(label_smoothing)
         self.weight, self.layer, self.head, self.shift = weight, layer, head, int(shift)
         self.full_context, self.null = full_context, null
 
+    @classmethod
+    def from_config(cls, config: Config, context: ObjectiveContext) -> "GuidedAlignmentObjective":
+        """Refuses a training split without word links, before anything is trained."""
+        data = context.data
+        if data.split("train").links is None:
+            raise NmtError(f"{data.path}: train.alignment_weight > 0 needs word links for the training split; "
+                           "prepare with data.alignment_path (a folder holding train.align), or again with --force "
+                           "when it was prepared before nmt-cli stored links")
+        model = config.model
+        return cls(config.train.label_smoothing, config.train.alignment_weight, model.alignment_layer,
+                   model.alignment_head, model.alignment_shift, model.alignment_full_context, model.alignment_null)
+
     def __call__(self, module, model: Seq2SeqModel, batch: Batch) -> LossTerms:
-        if batch.links is None:
-            raise NmtError("guided alignment (train.alignment_weight > 0) needs word links in the training split: "
-                           "prepare it with data.alignment_path")
         features, attention = module(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask, need_attention=True,
                                      features_only=True,
                                      full_context_attention=self.full_context)  # (B, T, F), (B, L, H, T, S)
@@ -128,15 +107,4 @@ class GuidedAlignmentObjective(TranslationObjective):
         alignment = alignment_cross_entropy(head, batch.links, batch.link_weights, self.shift)
         if self.null:
             alignment = alignment + null_cross_entropy(head, batch.links, batch.tgt_mask, self.shift)
-        return LossTerms(loss + self.weight * alignment.to(loss.dtype), nll, alignment.detach())
-
-
-def build_objective(config: Config) -> TranslationObjective:
-    """The training objective ``config`` asks for: guided alignment when ``train.alignment_weight`` > 0."""
-    train = config.train
-    if train.alignment_weight > 0:
-        model = config.model
-        return GuidedAlignmentObjective(train.label_smoothing, train.alignment_weight, model.alignment_layer,
-                                        model.alignment_head, model.alignment_shift, model.alignment_full_context,
-                                        model.alignment_null)
-    return TranslationObjective(train.label_smoothing)
+        return LossTerms(loss + self.weight * alignment.to(loss.dtype), nll, {"align_loss": alignment.detach()})
