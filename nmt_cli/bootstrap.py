@@ -148,12 +148,13 @@ def reverse_config(config: Config) -> Config:
 
 def guided_config(config: Config, links: Path, split_names: Sequence[str]) -> Config:
     """The config trained on the bootstrap links: the forward stage's cleaned text (splits
-    ``split_names``) with ``links/train.align``, and guided alignment on."""
+    ``split_names``) with ``links/train.align``, and guided alignment on (its objective chosen by
+    the weight, whatever objective the plain stage trained with)."""
     weight = config.train.alignment_weight or DEFAULT_GUIDE_WEIGHT
     splits = {f"data.{name}_split": name if name in split_names else "" for name in ("train", "valid", "test")}
     return config.with_overrides({"data.source": "files", "data.path": str(links), "data.alignment_path": str(links),
                                   **splits, "data.max_train_pairs": 0, "data.max_eval_pairs": 0,
-                                  "train.alignment_weight": weight})
+                                  "train.alignment_weight": weight, "train.objective": "auto"})
 
 
 def default_refine_steps(config: Config) -> int:
