@@ -1,4 +1,4 @@
-# nmt-cli: make install | test | demo | recipes | recipe NAME=... (or make NAME) | domain-adaptation | recipes-check | bench
+# nmt-cli: make install | test | test-fast | demo | config-doc | recipes | recipe NAME=... (or make NAME) | domain-adaptation | recipes-check | bench
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -13,7 +13,7 @@ RECIPE_NAMES := $(filter-out demo,$(basename $(notdir $(wildcard recipes/*.yaml)
 # domain adaptation (recipes/adaptation/NAME.yaml): make adapt-ted, make adapt-news, make domain-adaptation
 ADAPTATION_NAMES := $(addprefix adapt-,$(basename $(notdir $(wildcard recipes/adaptation/*.yaml))))
 
-.PHONY: install test demo recipes recipe recipes-check bench clean domain-adaptation $(RECIPE_NAMES) $(ADAPTATION_NAMES)
+.PHONY: install test test-fast config-doc demo recipes recipe recipes-check bench clean domain-adaptation $(RECIPE_NAMES) $(ADAPTATION_NAMES)
 
 install: $(VENV)/.installed
 
@@ -26,6 +26,15 @@ $(VENV)/.installed: pyproject.toml
 
 test: install
 	$(BIN)/python -m pytest -q
+
+# the quick loop: every test but those marked slow (training in subprocesses, recipes, benchmarks,
+# the guides' runnable blocks); make test runs them all, and CI runs make test
+test-fast: install
+	$(BIN)/python -m pytest -q -m 'not slow'
+
+# docs/config.md, the config reference, written from the config classes (tests/test_docs.py checks it)
+config-doc: install
+	$(BIN)/python -m nmt_cli.config_reference docs/config.md
 
 demo: install
 	$(BIN)/python recipes/run_recipe.py demo

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 from click.testing import CliRunner
 
 import nmt_cli.cli.prepare  # noqa: F401  (registers the command)
@@ -69,6 +70,7 @@ def test_unknown_key_and_bad_choice(tmp_path):
     assert bad.exit_code == 2 and "'ignore' is not one of 'error', 'skip'" in bad.stderr
 
 
+@pytest.mark.slow  # nmt in a subprocess
 def test_module_entry_point_runs_prepare(tmp_path):
     process = subprocess.run(
         [sys.executable, "-m", "nmt_cli", "prepare", *SMALL, "--out", str(tmp_path / "p")],

@@ -218,6 +218,7 @@ def test_case02_translate_writes_through_devices_fifos_and_symlinks(checkpoint, 
     assert hidden_entries(tmp_path) == []
 
 
+@pytest.mark.slow  # nmt in subprocesses
 def test_case02_translate_appends_through_a_descriptor_alias(checkpoint, tmp_path):
     """``-o /dev/fd/1`` with standard output appended to a file (``>> out.txt``) adds to it."""
     source = tmp_path / "in.txt"
@@ -271,6 +272,7 @@ def _prepare_args(out: Path, pairs: int) -> list[str]:
     return ["prepare", *SYNTHETIC, "--set", f"data.synthetic_train_size={pairs}", "--out", str(out), "--quiet"]
 
 
+@pytest.mark.slow  # nmt in subprocesses
 def test_case04_a_second_prepare_into_the_same_output_fails_at_once(tmp_path):
     out = tmp_path / "data"
     first = nmt_process(*_prepare_args(out, 30000))
@@ -288,6 +290,7 @@ def test_case04_a_second_prepare_into_the_same_output_fails_at_once(tmp_path):
     assert hidden_entries(tmp_path) == []
 
 
+@pytest.mark.slow  # nmt in subprocesses
 def test_case04_a_second_train_into_the_same_run_fails_at_once(tiny_prepared, tmp_path):
     run = tmp_path / "run"
     first = nmt_process("train", "--data", tiny_prepared, "--out", run, *TINY, "--set", "train.max_steps=100000")
@@ -302,6 +305,7 @@ def test_case04_a_second_train_into_the_same_run_fails_at_once(tiny_prepared, tm
     assert first.returncode == 130 and hidden_entries(tmp_path) == []  # its lock went with it
 
 
+@pytest.mark.slow  # nmt in subprocesses
 def test_case04_the_next_prepare_removes_what_a_killed_one_left(tmp_path):
     out = tmp_path / "data"
     killed = nmt_process(*_prepare_args(out, 30000))
@@ -333,6 +337,7 @@ READ_ONLY_COMMANDS = {
 }
 
 
+@pytest.mark.slow  # nmt in subprocesses
 @needs_mount
 @pytest.mark.parametrize("command", sorted(READ_ONLY_COMMANDS))
 def test_case05_read_only_output_folder_gives_one_line(tiny_prepared, run_dir, checkpoint, tmp_path, command):
@@ -375,6 +380,7 @@ def _file_size_limit(limit: int):
     return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
 
+@pytest.mark.slow  # nmt in subprocesses
 @pytest.mark.parametrize("command", ["prepare", "translate"])
 def test_case06_file_too_large_keeps_the_previous_output(tiny_prepared, checkpoint, tmp_path, command):
     """RLIMIT_FSIZE: writing past 40 kB (10 kB) fails with EFBIG, as a full disk fails with ENOSPC."""
@@ -397,6 +403,7 @@ def test_case06_file_too_large_keeps_the_previous_output(tiny_prepared, checkpoi
     assert hidden_entries(tmp_path) == []
 
 
+@pytest.mark.slow  # nmt in subprocesses
 @needs_mount
 def test_case06_disk_full_during_translate_keeps_the_previous_output(checkpoint, tmp_path):
     """A real ENOSPC: the output folder is a 16 kB tmpfs in a private namespace."""
@@ -515,6 +522,7 @@ def test_case08_bad_checkpoint_file_is_named_in_one_line(tiny_prepared, run_dir,
 # ---- 9. every output gets the umask's permissions ----------------------------------------------------------------
 
 
+@pytest.mark.slow  # nmt in subprocesses
 def test_case09_every_output_gets_the_umask_permissions(tmp_path):
     umask = 0o002
     work = tmp_path / "work"
@@ -637,6 +645,7 @@ def test_case12_prepare_reports_a_smaller_vocabulary(tmp_path):
 # ---- 13. Ctrl-C and SIGTERM: exit 130, the output absent or whole -----------------------------------------------
 
 
+@pytest.mark.slow  # nmt in subprocesses
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_case13_interrupted_translate_exits_130_without_a_partial_output(checkpoint, tmp_path, signum):
     source = tmp_path / "in.txt"
@@ -679,6 +688,7 @@ def interrupted() -> None:
 """
 
 
+@pytest.mark.slow  # nmt in subprocesses
 def test_case13_python_m_exits_130_after_an_interrupt_inside_string_exec(tmp_path):
     """CI saw ``python -m nmt_cli train`` die by SIGINT (-2) instead of exiting 130: CPython's
     ``-m`` runner re-raises SIGINT at exit when string-exec'd code ever ended in a caught

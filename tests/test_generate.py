@@ -323,6 +323,7 @@ def test_bad_decode_settings_fail_with_the_key_named():
         generate(model, [[1]], decode_config(workers=0))
 
 
+@pytest.mark.slow  # runs a benchmark script
 def test_decode_length_benchmark_runs_in_quick_mode(tmp_path):
     report_path = tmp_path / "decode_length.json"
     command = [sys.executable, str(REPO / "bench" / "decode_length.py"), "--quick", "--d-model", "16", "--heads", "2",

@@ -358,6 +358,7 @@ def test_a_full_context_head_is_read_in_the_full_context_pass_by_every_command(t
 # ---- bootstrapping: no external aligner ------------------------------------------------------------
 
 
+@pytest.mark.slow  # the bootstrap trains several models
 def test_bootstrap_trains_both_directions_links_and_a_guided_model(tmp_path):
     config = Config().with_overrides({
         **TINY, "data.synthetic_train_size": 300, "data.synthetic_valid_size": 20, "data.synthetic_test_size": 0,
@@ -429,6 +430,7 @@ def test_bootstrap_trains_both_directions_links_and_a_guided_model(tmp_path):
                   stream=io.StringIO())
 
 
+@pytest.mark.slow  # the bootstrap trains several models
 def test_an_interrupted_stage_stops_the_bootstrap_and_a_rerun_resumes_it(tmp_path, monkeypatch):
     import dataclasses
 
@@ -464,6 +466,7 @@ def test_later_rounds_need_their_steps_when_the_config_has_no_step_limit():
     assert (refined.train.max_steps, refined.train.max_epochs) == (7, 0)
 
 
+@pytest.mark.slow  # the bootstrap trains several models
 def test_nmt_align_bootstrap_runs_the_rounds_it_is_asked_for(tmp_path):
     from click.testing import CliRunner
 

@@ -57,6 +57,7 @@ def test_packed_model_stays_with_the_plain_one(family_checkpoint: Path) -> None:
     assert difference.max() < LOG_PROB_TOLERANCE
 
 
+@pytest.mark.slow  # trains the 800-step trained_transformer
 def test_translator_packs_on_the_cpu_and_translates_as_the_plain_model(trained_transformer) -> None:
     run, data = trained_transformer
     texts = (data / "test.de").read_text(encoding="utf-8").splitlines()[:200]

@@ -81,6 +81,7 @@ def test_int8_translator_translates_line_exactly(family_checkpoint: Path) -> Non
 INT8_BLEU_TOLERANCE = 1.0
 
 
+@pytest.mark.slow  # trains the 800-step trained_transformer
 def test_int8_keeps_a_trained_models_bleu(trained_transformer) -> None:
     run, prepared = trained_transformer
     data = PreparedData(prepared)

@@ -86,6 +86,7 @@ def test_killed_run_resumes_exactly(tiny_prepared, tmp_path):
     assert _logged_by_step(run_dir, "tokens_per_update") == _logged_by_step(tmp_path / "uninterrupted", "tokens_per_update")
 
 
+@pytest.mark.slow  # fp16 on a CPU is many times slower
 def test_fp16_resume_restores_the_loss_scale(tiny_prepared, tmp_path):
     """The first updates overflow at a loss scale of 2^40; a run resumed after them keeps the
     lowered scale (a fresh scaler would skip them again and train on other batches)."""

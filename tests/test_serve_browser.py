@@ -20,6 +20,8 @@ import pytest
 pytest.importorskip("uvicorn", reason="nmt serve needs the serve extra (pip install 'nmt-cli[serve]')")
 pytest.importorskip("selenium", reason="the browser test needs selenium (pip install 'nmt-cli[test]')")
 
+pytestmark = pytest.mark.slow  # a real server and a browser: make test runs them, make test-fast does not
+
 from selenium import webdriver  # noqa: E402
 from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402

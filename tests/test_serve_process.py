@@ -19,6 +19,8 @@ import pytest
 
 pytest.importorskip("uvicorn", reason="nmt serve needs the serve extra (pip install 'nmt-cli[serve]')")
 
+pytestmark = pytest.mark.slow  # real servers in subprocesses: make test runs them, make test-fast does not
+
 from nmt_cli.decoding import Translator  # noqa: E402
 from tests.test_workers import live_children  # noqa: E402
 

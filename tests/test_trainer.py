@@ -194,6 +194,7 @@ def test_auto_precision_on_cuda_is_bf16_only_where_the_gpu_computes_in_it(monkey
     assert Precision("auto", torch.device("cuda", 0)).dtype == expected
 
 
+@pytest.mark.slow  # fp16 on a CPU is many times slower
 @pytest.mark.parametrize("model", [TINY_TRANSFORMER, TINY_RNN], ids=["transformer", "rnn_bahdanau"])
 def test_fp16_skips_overflowed_updates_without_counting_them(tiny_prepared, tmp_path, model):
     """A loss scale of 2^40 overflows fp16 gradients: those updates change nothing and are not steps."""

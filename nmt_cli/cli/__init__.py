@@ -2,7 +2,10 @@
 
 Each subcommand lives in its own module here and registers itself on :data:`cli`; the
 module is imported only when its command runs (see :data:`COMMAND_MODULES`), so
-``nmt prepare`` never pays for importing torch.
+``nmt prepare`` never pays for importing torch. ``nmt --help``, ``nmt --version`` and
+shell completion of the command names import no command module at all: the command list
+shows :data:`COMMAND_HELP`, each command's one-line summary (tests/test_cli_startup.py
+checks that every entry is the first paragraph of the command's own docstring).
 
 Every failure ends here as one ``error:`` line and a non-zero exit, never a traceback:
 errors the user can fix (:class:`~nmt_cli.errors.NmtError`) and operating-system errors
@@ -39,6 +42,21 @@ COMMAND_MODULES = {
     "serve": "serve",
 }
 
+#: subcommand -> the first paragraph of its docstring, what ``nmt --help`` and shell completion
+#: list without importing the command's module (and torch with it); a test keeps them equal
+COMMAND_HELP = {
+    "prepare": "Read data.source, clean it, train SentencePiece and write token arrays to OUT.",
+    "train": "Train a model on a prepared directory (multi-GPU: run it under torchrun).",
+    "average": "Average the weights of a run's checkpoints (or of the checkpoint directories given).",
+    "plot": "Draw a run's learning curve (loss and validation BLEU over steps) from its metrics.",
+    "translate": "Translate text with a trained checkpoint (stdin to stdout by default).",
+    "evaluate": "Score translations with sacreBLEU (BLEU, chrF, TER).",
+    "align": "Align sentence pairs with a model's cross-attention (forced decoding of the given target).",
+    "score": "Score each sentence pair: log P(target | source), summed and per target token (EOS counted).",
+    "export": "Export a Transformer checkpoint to CTranslate2 (pip install 'nmt-cli[ctranslate2]').",
+    "serve": "Serve a checkpoint: POST /v1/translate, LibreTranslate's POST /translate, a web page at /.",
+}
+
 
 class NmtGroup(click.Group):
     """Loads subcommands lazily; turns every failure into one line and an exit status."""
@@ -50,6 +68,29 @@ class NmtGroup(click.Group):
         if name not in self.commands and name in COMMAND_MODULES:
             importlib.import_module(f"nmt_cli.cli.{COMMAND_MODULES[name]}")
         return self.commands.get(name)
+
+    def summary(self, ctx: click.Context, name: str, limit: int = 45) -> str | None:
+        """A command's one-line summary as Click shortens it (None: hidden or no such command);
+        a command not loaded yet is not loaded when :data:`COMMAND_HELP` has its line."""
+        if name not in self.commands and name in COMMAND_HELP:
+            return click.utils.make_default_short_help(COMMAND_HELP[name], limit)
+        command = self.get_command(ctx, name)
+        return None if command is None or command.hidden else command.get_short_help_str(limit)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(map(len, names), default=0)
+        rows = [(name, summary) for name in names if (summary := self.summary(ctx, name, limit)) is not None]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+    def shell_complete(self, ctx: click.Context, incomplete: str) -> list:
+        from click.shell_completion import CompletionItem
+
+        items = [CompletionItem(name, help=summary) for name in self.list_commands(ctx)
+                 if name.startswith(incomplete) and (summary := self.summary(ctx, name)) is not None]
+        return items + click.Command.shell_complete(self, ctx, incomplete)
 
     def invoke(self, ctx: click.Context):
         try:
