@@ -21,7 +21,7 @@ from nmt_cli.cli import cli
 from nmt_cli.cli import translate as _translate_command  # noqa: F401  (registers `nmt translate`)
 from nmt_cli.data.prepared import PreparedData
 from nmt_cli.decoding import load_translator
-from nmt_cli.decoding.batching import CPU_BATCH_TOKENS
+from nmt_cli.config import CPU_BATCH_TOKENS
 from nmt_cli.errors import NmtError
 from nmt_cli.export import export_ctranslate2
 

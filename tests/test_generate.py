@@ -13,13 +13,14 @@ import numpy as np
 import pytest
 import torch
 
-from nmt_cli.config import DecodeConfig, ModelConfig
+from nmt_cli.config import CPU_BATCH_TOKENS, GPU_BATCH_TOKENS, DecodeConfig, ModelConfig
 from nmt_cli.decoding import generator
-from nmt_cli.decoding.batching import (CPU_BATCH_TOKENS, GPU_BATCH_TOKENS, batch_token_budget, pad_sources,
-                                         token_budget_batches)
+from nmt_cli.decoding.batching import batch_token_budget, pad_sources, token_budget_batches
 from nmt_cli.decoding.generator import decoding_workers, generate, run_search
-from nmt_cli.decoding.search import greedy_tokens, max_output_lengths
-from nmt_cli.decoding.strategies import BeamSearch, GreedySearch
+from nmt_cli.decoding.request import Request
+from nmt_cli.decoding.search import max_output_lengths
+from nmt_cli.decoding.strategies.beam import BeamSearch
+from nmt_cli.decoding.strategies.greedy import GreedySearch
 from nmt_cli.errors import ConfigError
 from nmt_cli.models import Seq2SeqModel, build_model
 from nmt_cli.specials import EOS_ID
@@ -99,7 +100,7 @@ def test_a_sentence_stops_after_beam_size_finished_hypotheses():
     model = ScriptedModel(script)
     decode = decode_config(beam_size=2, nbest=2)
     src, mask = pad_sources([[1]], "cpu")
-    search = BeamSearch(max_output_lengths(mask.sum(1), 0.0, 10), decode, keep_attention=False)
+    search = BeamSearch([Request([1])], max_output_lengths(mask.sum(1), 0.0, 10), decode, keep_attention=False)
     run_search(model, src, mask, search, need_attention=False)
     finished = search.finished[0]
     assert len(finished) == 2  # A EOS (0.30) and B EOS (0.21); A D (0.2) is never expanded further
@@ -204,7 +205,8 @@ def test_decoding_batches_take_the_devices_budget_unless_one_is_given(monkeypatc
     batch_tokens = []
     decode_task = generator.decode_task
     monkeypatch.setattr(generator, "decode_task", lambda model, device, number, task: (
-        batch_tokens.append(sum(map(len, task.sources))), decode_task(model, device, number, task))[1])
+        batch_tokens.append(sum(len(request.source) for request in task.requests)),
+        decode_task(model, device, number, task))[1])
     sources = [[1] * 10] * 500  # 5,000 source tokens
     hypotheses = generate(ScriptedModel({(1,): {A: 1.0}}), sources, decode_config(beam_size=1))
     assert len(hypotheses) == 500 and all(h.tokens == [A] for h in hypotheses)
@@ -256,8 +258,9 @@ def test_beam_search_of_size_one_equals_greedy_search(arch):
     decode = DecodeConfig(beam_size=1, alpha=0.6, max_len_a=1.5, max_len_b=3, min_len=1)
     src, mask = pad_sources(sources, "cpu")
     max_lens = max_output_lengths(mask.sum(1), decode.max_len_a, decode.max_len_b)
-    greedy = GreedySearch(max_lens, decode, greedy_tokens, keep_attention=True)
-    beam = BeamSearch(max_lens, decode, keep_attention=True)
+    requests = [Request(source) for source in sources]
+    greedy = GreedySearch(requests, max_lens, decode, keep_attention=True)
+    beam = BeamSearch(requests, max_lens, decode, keep_attention=True)
     run_search(model, src, mask, greedy, need_attention=True)
     run_search(model, src, mask, beam, need_attention=True)
     for by_greedy, by_beam in zip(greedy.best(1), beam.best(1)):
