@@ -189,8 +189,8 @@ class CTranslate2Translator:
                     rescore: bool = False) -> Hypothesis:
         """Re-rank CTranslate2's hypotheses by the GNMT score; the best with the n-best list.
 
-        ``rescore``: take every hypothesis's ``log P`` from ``score_batch`` (a prefix's tokens are
-        not in CTranslate2's scores)."""
+        ``rescore`` (a sentence with a prefix): take every hypothesis's ``log P`` from
+        ``score_batch``, which counts the prefix's tokens and EOS as our search does."""
         log_probs = [float(score) * max(len(pieces), 1) ** self._penalty()
                      for score, pieces in zip(result.scores, result.hypotheses)]
         # a hypothesis cut at the limit has no EOS: score_batch adds log p(EOS | y), as our search
@@ -215,6 +215,11 @@ class CTranslate2Translator:
                 score=log_probs[number] / length_penalty(len(tokens) + 1, self.decode.alpha),
                 text=self.tokenizer.decode_tgt(tokens)))
         entries.sort(key=lambda hypothesis: -hypothesis.score)
+        if rescore:  # a prefix that reaches the limit leaves every beam the same: keep one, as our search does
+            distinct: dict[tuple[int, ...], Hypothesis] = {}
+            for entry in entries:
+                distinct.setdefault(tuple(entry.tokens), entry)
+            entries = list(distinct.values())
         nbest = entries[: self.decode.nbest]
         best = nbest[0]
         return Hypothesis(tokens=best.tokens, score=best.score, log_prob=best.log_prob, text=best.text,
