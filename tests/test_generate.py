@@ -351,3 +351,117 @@ def test_decoding_turns_dropout_off_and_restores_the_training_mode():
     first, second = generate(model, sources, decode), generate(model, sources, decode)
     assert [h.tokens for h in first] == [h.tokens for h in second]  # no dropout noise
     assert model.training
+
+
+# ---- per-sentence requests: a target prefix ---------------------------------------------
+
+
+PREFIX_SCRIPT = {(1,): {A: 0.6, B: 0.4}, (1, A): {C: 0.55, D: 0.45}, (1, B): {D: 0.7, C: 0.3},
+                 (1, B, D): {EOS_ID: 1.0}, (1, B, C): {EOS_ID: 1.0}}
+
+
+@pytest.mark.parametrize("changes", [{"beam_size": 1}, {"beam_size": 2, "nbest": 2},
+                                     {"beam_size": 3, "nbest": 3, "sampling": "top_k", "top_k": 0}])
+def test_a_prefix_starts_every_hypothesis_and_its_log_probs_count_in_the_score(changes):
+    # unforced, every search starts with A (0.6); forced, B (0.4) comes first and is scored
+    model = ScriptedModel(PREFIX_SCRIPT)
+    (result,) = generate(model, [Request([1], prefix=[B])], decode_config(**changes))
+    assert result.tokens == [B, D] and result.log_prob == pytest.approx(math.log(0.4 * 0.7))
+    assert all(h.tokens[:1] == [B] for h in result.nbest) and len(result.nbest) == changes.get("nbest", 1)
+    assert all(h.log_prob == pytest.approx(math.log(0.4) + math.log(0.7 if h.tokens == [B, D] else 0.3))
+               for h in result.nbest)
+    free = generate(model, [[1]], decode_config(**{**changes, "sampling": "none"}))[0]
+    assert free.tokens[0] == A
+
+
+@pytest.mark.parametrize("beam", [1, 2])
+def test_a_prefix_longer_than_the_output_limit_is_kept_whole(beam):
+    script = {(1,): {A: 0.5, EOS_ID: 0.5}, (1, A): {A: 0.5, EOS_ID: 0.5}, (1, A, A): {A: 0.5, EOS_ID: 0.5}}
+    (result,) = generate(ScriptedModel(script), [Request([1], prefix=[A, A, A])],
+                         decode_config(beam_size=beam, max_len_a=0.0, max_len_b=1))
+    assert result.tokens == [A, A, A]  # the limit (1 token) is raised to the prefix; then EOS
+    assert result.log_prob == pytest.approx(3 * math.log(0.5))  # EOS after A A A: probability 1
+
+
+@pytest.mark.parametrize("beam", [1, 2])
+def test_sentences_without_a_prefix_are_untouched_by_prefixed_ones_in_their_batch(beam):
+    model = ScriptedModel(PREFIX_SCRIPT)
+    decode = decode_config(beam_size=beam, nbest=beam)
+    alone = generate(model, [[1], [1, 4]], decode)
+    mixed = generate(model, [Request([1]), Request([1, 5], prefix=[B]), Request([1, 4])], decode)
+    for without, within in zip(alone, [mixed[0], mixed[2]]):
+        assert [(h.tokens, h.score) for h in without.nbest] == [(h.tokens, h.score) for h in within.nbest]
+    assert mixed[1].tokens[0] == B
+
+
+def random_prefixes(count: int, seed: int) -> list[list[int]]:
+    rng = np.random.default_rng(seed)
+    return [rng.integers(4, VOCAB_REAL, size=int(rng.integers(0, 4))).tolist() for _ in range(count)]
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
+@pytest.mark.parametrize("beam", [1, 3])
+def test_every_family_starts_its_output_with_the_prefix_and_scores_it_as_forced_decoding_does(arch, beam):
+    from nmt_cli.decoding.scoring import score_pairs
+
+    model = tiny_model(arch)
+    sources, prefixes = random_sources(6, seed=4), random_prefixes(6, seed=4)
+    decode = DecodeConfig(beam_size=beam, nbest=beam, alpha=0.6, max_len_a=1.0, max_len_b=2)
+    results = generate(model, [Request(s, prefix=p) for s, p in zip(sources, prefixes)], decode)
+    forced = score_pairs(model, [(source, h.tokens) for source, result in zip(sources, results) for h in result.nbest],
+                         "cpu")
+    hypotheses = [h for result in results for h in result.nbest]
+    assert any(prefixes) and len(forced) == len(hypotheses)
+    for prefix, result in zip(prefixes, results):
+        assert all(h.tokens[:len(prefix)] == prefix for h in result.nbest)
+    for hypothesis, score in zip(hypotheses, forced):  # EOS at the limit is scored like any token
+        assert hypothesis.log_prob == pytest.approx(score.log_prob, abs=1e-4)
+
+
+def test_prefixed_requests_give_the_same_output_with_parallel_workers():
+    model = tiny_model("transformer")
+    requests = [Request(s, prefix=p) for s, p in zip(random_sources(9, seed=5), random_prefixes(9, seed=5))]
+    decode = DecodeConfig(beam_size=3, nbest=2, max_len_a=1.0, max_len_b=4, max_sentences=2)
+    alone = generate(model, requests, decode)
+    together = generate(model, requests, replace(decode, workers=2))
+    assert [[(n.tokens, n.score) for n in h.nbest] for h in alone] == \
+        [[(n.tokens, n.score) for n in h.nbest] for h in together]
+
+
+# ---- search strategies by name ------------------------------------------------------------
+
+
+def test_decode_search_names_a_registered_strategy_and_auto_keeps_todays_choice():
+    from nmt_cli.registry import SEARCH_STRATEGIES
+
+    assert DecodeConfig().search == "auto"
+    assert {"auto", "greedy", "beam", "sampling"} <= set(SEARCH_STRATEGIES.names())
+    # greedy: A (0.6) then C (0.55) -> 0.33; beam 2 also keeps B (0.4) -> EOS, 0.4
+    model = ScriptedModel({(1,): {A: 0.6, B: 0.4}, (1, A): {C: 0.55, D: 0.45}, (1, B): {EOS_ID: 1.0}})
+    for search, beam, expected in [("auto", 1, [A, C]), ("greedy", 2, [A, C]), ("auto", 2, [B]),
+                                   ("beam", 2, [B]), ("beam", 1, [A, C])]:
+        assert generate(model, [[1]], decode_config(search=search, beam_size=beam))[0].tokens == expected, search
+    with pytest.raises(ConfigError, match=r"decode.search.*'nucleus' is not one of: auto, beam, greedy"):
+        decode_config(search="nucleus")
+    with pytest.raises(ConfigError, match="decode.search"):
+        decode_config(search="beam", sampling="top_k")
+    with pytest.raises(ConfigError, match="decode.search"):
+        decode_config(search="sampling")
+
+
+def test_a_new_strategy_is_its_registration_alone():
+    from nmt_cli.registry import SEARCH_STRATEGIES
+
+    class LastChoice(GreedySearch):
+        """Picks the highest token id that is possible: not what greedy or beam would do."""
+
+        def choose(self, log_probs):
+            possible = torch.isfinite(log_probs)
+            return (possible * torch.arange(log_probs.size(1))).argmax(dim=1)
+
+    SEARCH_STRATEGIES.register("last_choice")(LastChoice)
+    try:
+        (result,) = generate(ScriptedModel(PREFIX_SCRIPT), [[1]], decode_config(search="last_choice"))
+        assert result.tokens == [B, D]  # B (5) over A (4), then D (7) over C (6)
+    finally:
+        del SEARCH_STRATEGIES._entries["last_choice"]
