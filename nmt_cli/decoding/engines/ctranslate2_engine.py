@@ -1,4 +1,4 @@
-"""Translation through CTranslate2: the same API, tokenization, batching and scores as the Translator.
+"""``--engine ctranslate2``: the same API, tokenization, batching and scores as the Translator.
 
 :class:`CTranslate2Translator` duck-types :class:`nmt_cli.decoding.Translator`
 (``translate``, ``translate_stream``, ``decode``, ``tokenizer``, ``signature``) over a
@@ -35,6 +35,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
+import tempfile
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -49,8 +50,9 @@ from nmt_cli.decoding.translator import (Item, Sentence, apply_decode_overrides,
                                          fit_requests, signature_parts, stream_in_chunks)
 from nmt_cli.device import is_auto, resolve_device
 from nmt_cli.errors import NmtError
-from nmt_cli.export import read_export_record, require_ctranslate2
+from nmt_cli.export import export_ctranslate2, is_export_dir, read_export_record, require_ctranslate2
 from nmt_cli.export.record import ExportRecord
+from nmt_cli.registry import ENGINES
 from nmt_cli.textio import CHUNK_LINES
 from nmt_cli.tokenization import Tokenizer
 
@@ -226,6 +228,24 @@ class CTranslate2Translator:
                           nbest=nbest, attention=best.attention)
 
 
+@ENGINES.register("ctranslate2")
+def load_export(paths: Sequence[str | os.PathLike], device: str = "auto", average: str | None = None,
+                quantize: str | None = None, overrides: Mapping[str, Any] | None = None) -> CTranslate2Translator:
+    """A :class:`CTranslate2Translator` for an ``nmt export`` directory, or for a checkpoint
+    converted first (into a temporary directory, removed once loaded) with ``quantize`` as
+    the weight type; for an export ``quantize`` is any compute type (default: the export's own)."""
+    if len(paths) > 1:
+        raise NmtError("an ensemble of several --checkpoint runs only on the torch engine")
+    (path,) = paths
+    if is_export_dir(path):
+        if average:
+            raise NmtError(f"{path}: --average applies to training checkpoints; use nmt export --average")
+        return CTranslate2Translator.from_export(path, device, quantize, overrides)
+    with tempfile.TemporaryDirectory(prefix="nmt-ct2-") as scratch:
+        exported_dir = export_ctranslate2(path, os.path.join(scratch, "model"), quantize or "float32", average)
+        return CTranslate2Translator.from_export(exported_dir, device, None, overrides, checkpoint=str(path))
+
+
 def _check_supported(decode: DecodeConfig) -> DecodeConfig:
     """``decode`` unless it asks for what this engine cannot do (sampling, another search)."""
     if decode.sampling != "none":
@@ -241,4 +261,4 @@ def _tokenizer(record: ExportRecord) -> Tokenizer:
     return Tokenizer.from_files(*(record.path / name for name in record.tokenizer_files))
 
 
-__all__ = ["CTranslate2Translator", "COMPUTE_TYPES", "SEARCHES", "VANISHING_PENALTY"]
+__all__ = ["CTranslate2Translator", "COMPUTE_TYPES", "SEARCHES", "VANISHING_PENALTY", "load_export"]
