@@ -1,7 +1,7 @@
 """Micro-batching: sentences of concurrent requests decoded together, off the event loop.
 
-Requests put jobs (their sentences, as :class:`~nmt_cli.decoding.request.Request` s, and search settings) into a bounded queue; one worker
-thread takes the oldest job and every other queued job with the same settings, up to a
+Requests put jobs (their sentences, as :class:`~nmt_cli.decoding.request.Request` s, and
+search settings) into a bounded queue; one worker thread takes the oldest job and every other queued job with the same settings, up to a
 budget of source tokens. Before it starts a decode call it holds the batch open for more:
 until the budget is full, or ``wait_s`` has passed since the decoder was free with a job
 waiting, or, once as many jobs have arrived since the decoder became free as its last call
