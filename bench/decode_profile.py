@@ -46,7 +46,8 @@ from peers.arch import DecodeSpec
 from peers.ours import WARMUP_SENTENCES, decode_overrides
 from translate_speed import QUICK_MAX_LENGTH, text_quality, tiny_transformer
 
-from nmt_cli.decoding import load_translator, strategies
+from nmt_cli.decoding import load_translator
+from nmt_cli.decoding.strategies.beam import BeamSearch
 from nmt_cli.models.attention import multihead
 from nmt_cli.models.attention.multihead import short_softmax
 from nmt_cli.models.packed import PackedLinear
@@ -85,7 +86,7 @@ def part_seconds(translator, texts: list[str]) -> tuple[Counter, float]:
     model, timer = translator.model, PartTimer()
     linear, attention, append, log_softmax, search, reorder, encoder = PARTS[:7]
     patches = [(PackedLinear, "forward", linear), (multihead, "single_query_attention", attention),
-               (multihead.SoftmaxAttention, "step", append), (strategies.BeamSearch, "advance", search),
+               (multihead.SoftmaxAttention, "step", append), (BeamSearch, "advance", search),
                (type(model), "step_log_probs", log_softmax), (type(model), "decode_step", DECODER_REST),
                (type(model), "reorder_state", reorder), (type(model), "reorder_memory", reorder),
                (type(model), "encode", encoder)]
@@ -128,19 +129,19 @@ def worth(hypotheses: list, references: list[str], max_length: int) -> str:
 def step_rows(translator, texts: list[str]) -> tuple[list[int], float]:
     """The rows of every decoder step of one beam-search decode of ``texts``, and its wall time."""
     rows: list[int] = []
-    advance = strategies.BeamSearch.advance
+    advance = BeamSearch.advance
 
     def counted(search, step, log_probs, attention):
         rows.append(log_probs.size(0))
         return advance(search, step, log_probs, attention)
 
-    strategies.BeamSearch.advance = counted
+    BeamSearch.advance = counted
     try:
         started = time.perf_counter()
         translator.translate(texts)
         return rows, time.perf_counter() - started
     finally:
-        strategies.BeamSearch.advance = advance
+        BeamSearch.advance = advance
 
 
 def linear_flops(model: nn.Module, translator, texts: list[str]) -> tuple[int, list[tuple[int, int, int]]]:

@@ -24,7 +24,8 @@ from typing import Any, Mapping
 import yaml
 
 from nmt_cli.errors import ConfigError
-from nmt_cli.registry import ATTENTION_KERNELS, ATTENTION_SCORES, DATA_SOURCES, MODEL_FAMILIES, OBJECTIVES, Registry
+from nmt_cli.registry import (ATTENTION_KERNELS, ATTENTION_SCORES, DATA_SOURCES, MODEL_FAMILIES, OBJECTIVES,
+                              SEARCH_STRATEGIES, Registry)
 from nmt_cli.textio import read_lines
 
 __all__ = [
@@ -433,6 +434,12 @@ class TrainConfig(Validated):
         return "guided_alignment" if self.alignment_weight > 0 else "cross_entropy"
 
 
+#: source tokens per decoding batch where ``decode.max_tokens`` is 0 (the default), by device:
+#: small batches keep several CPU workers busy to the end of a call; a GPU needs large ones
+CPU_BATCH_TOKENS = 2000
+GPU_BATCH_TOKENS = 6000
+
+
 @dataclass(frozen=True)
 class DecodeConfig(Validated):
     """Search settings for translation and validation."""
@@ -445,9 +452,12 @@ class DecodeConfig(Validated):
     max_len_b: int = setting(10, at_least=0)
     min_len: int = setting(1, "EOS is forbidden before this many output tokens", at_least=0)
     nbest: int = setting(1, "hypotheses returned per sentence (at most beam_size)", at_least=1)
+    search: str = registered(
+        SEARCH_STRATEGIES, "auto",
+        "search strategy; auto: sampling when decode.sampling is set, greedy at beam_size 1, else beam")
     sampling: str = choice(
         "none", "none", "top_k", "top_p",
-        help="none: beam search (greedy when beam_size = 1); top_k / top_p: draw beam_size samples",
+        help="none: no sampling; top_k / top_p: draw beam_size samples (decode.search auto or sampling)",
     )
     top_k: int = setting(0, "top_k sampling: draw from the k most probable tokens (0 = all)", at_least=0)
     top_p: float = setting(0.9, "top_p sampling: draw from the smallest set with probability >= p",
@@ -455,8 +465,8 @@ class DecodeConfig(Validated):
     temperature: float = setting(1.0, "sampling: divide log-probabilities by this", above=0)
     seed: int = setting(1, "random seed for sampling")
     max_tokens: int = setting(
-        0, "source tokens per decoding batch (0 = the device's: 2000 on the CPU, where larger batches gain "
-        "nothing, 6000 on a GPU)", at_least=0)
+        0, f"source tokens per decoding batch (0 = the device's: {CPU_BATCH_TOKENS} on the CPU, "
+        f"{GPU_BATCH_TOKENS} on a GPU)", at_least=0)
     max_sentences: int = setting(0, "sentences per decoding batch (0 = no limit besides max_tokens)", at_least=0)
     workers: int = setting(
         1, "CPU: batches decoded at once, each in a forked process of one torch thread",
@@ -469,10 +479,16 @@ class DecodeConfig(Validated):
     )
 
     def rules(self) -> list[str]:
+        problems = []
         if self.nbest > self.beam_size:
-            return [f"config key 'decode.nbest': must be at most decode.beam_size ({self.beam_size}), "
-                    f"got {self.nbest}"]
-        return []
+            problems.append(f"config key 'decode.nbest': must be at most decode.beam_size ({self.beam_size}), "
+                            f"got {self.nbest}")
+        if self.sampling != "none" and self.search not in ("auto", "sampling"):
+            problems.append(f"config key 'decode.search': {self.search!r} does not sample; decode.sampling "
+                            f"{self.sampling} needs decode.search auto or sampling")
+        if self.search == "sampling" and self.sampling == "none":
+            problems.append("config key 'decode.search': sampling needs decode.sampling top_k or top_p")
+        return problems
 
 
 @dataclass(frozen=True)

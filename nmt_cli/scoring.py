@@ -19,11 +19,9 @@ from nmt_cli.decoding.scoring import PairScore
 from nmt_cli.errors import InputError
 from nmt_cli.fileio import open_output
 from nmt_cli.progress import Progress
-from nmt_cli.textio import display_name, iter_lines, one_line
+from nmt_cli.textio import CHUNK_LINES, display_name, iter_lines, one_line
 
 __all__ = ["score_file", "score_nbest_file"]
-
-CHUNK = 2000
 
 
 def _text_line(score: PairScore | None) -> str:
@@ -40,7 +38,7 @@ def _record(score: PairScore | None, text: str | None = None) -> dict[str, Any]:
 
 
 def _chunks(items: Iterator[Any]) -> Iterator[list[Any]]:
-    while chunk := list(itertools.islice(items, CHUNK)):
+    while chunk := list(itertools.islice(items, CHUNK_LINES)):
         yield chunk
 
 

@@ -16,10 +16,12 @@ from typing import IO, Iterator
 
 from nmt_cli.errors import InputError
 
-__all__ = ["STDIN", "iter_raw_lines", "decode_line", "iter_lines", "read_lines", "read_parallel",
+__all__ = ["STDIN", "CHUNK_LINES", "iter_raw_lines", "decode_line", "iter_lines", "read_lines", "read_parallel",
            "check_same_length", "display_name", "one_line"]
 
 STDIN = "-"
+#: lines read and processed at a time by the commands that stream files (translate, score)
+CHUNK_LINES = 2000
 
 
 def display_name(path: str | os.PathLike) -> str:

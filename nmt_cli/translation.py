@@ -1,8 +1,9 @@
 """Translating text files: lines in, a translation or a JSON record per line out.
 
-``nmt translate`` is a thin layer over :func:`translate_file`. Output line N always
-belongs to input line N: a blank input line gives a blank output line, and a
-translation never contains a line break. Input is read and translated
+``nmt translate`` is a thin layer over :func:`translate_file`. Input lines are plain
+sentences or JSONL records with per-sentence fields such as a target prefix
+(:mod:`nmt_cli.input_formats`). Output line N always belongs to input line N: a blank
+input line gives a blank output line, and a translation never contains a line break. Input is read and translated
 ``chunk_size`` lines at a time, so files of any size stream through; a file output
 appears atomically when the translation succeeds, with the signature (checkpoint,
 step, search settings, version) in ``<output>.signature``. Word alignments, on
@@ -27,9 +28,10 @@ from nmt_cli.alignment.reader import (AttentionReading, SentenceAlignment, defau
 from nmt_cli.decoding import Hypothesis, LongInputError, Translator
 from nmt_cli.errors import InputError, NmtError
 from nmt_cli.fileio import atomic_write_text, open_output, writes_in_place
+from nmt_cli.input_formats import read_requests
 from nmt_cli.pharaoh import format_links
 from nmt_cli.progress import Progress
-from nmt_cli.textio import STDIN, display_name, iter_lines, one_line
+from nmt_cli.textio import CHUNK_LINES, STDIN, display_name, one_line
 
 __all__ = ["OutputOptions", "hypothesis_alignment", "output_record", "translate_file"]
 
@@ -40,7 +42,7 @@ class OutputOptions:
 
     format: str = "text"
     reading: AttentionReading | None = None
-    chunk_size: int = 2000
+    chunk_size: int = CHUNK_LINES
 
 
 def hypothesis_alignment(source: str, hypothesis: Hypothesis, translator: Translator,
@@ -95,8 +97,9 @@ def output_record(source: str, hypothesis: Hypothesis, translator: Translator,
 
 def translate_file(translator: Translator, input_path: str | os.PathLike = STDIN,
                    output_path: str | os.PathLike = STDIN, options: OutputOptions = OutputOptions(),
-                   progress: bool = True) -> int:
-    """Translate ``input_path`` (``-``: stdin) into ``output_path`` (``-``: stdout); return the line count."""
+                   progress: bool = True, input_format: str = "text") -> int:
+    """Translate ``input_path`` (``-``: stdin; ``input_format`` ``text`` or ``jsonl``) into
+    ``output_path`` (``-``: stdout); return the line count."""
     reading = options.reading
     to_file = str(output_path) != STDIN and not writes_in_place(output_path)
     align_path = f"{output_path}.align" if reading is not None and options.format == "text" else None
@@ -106,9 +109,10 @@ def translate_file(translator: Translator, input_path: str | os.PathLike = STDIN
     long_lines = _LongLines(display_name(input_path))
     with open_output(output_path, inputs=[input_path]) as out, \
             (open_output(align_path, inputs=[input_path]) if align_path else contextlib.nullcontext()) as align_out:
-        pairs = translator.translate_stream(iter_lines(input_path), options.chunk_size,
-                                            with_attention=reading is not None)
-        for source, hypothesis in long_lines.named(pairs):
+        requests = read_requests(input_path, input_format, translator.tokenizer)
+        pairs = translator.translate_stream(requests, options.chunk_size, with_attention=reading is not None)
+        for request, hypothesis in long_lines.named(pairs):
+            source = request.text
             if options.format == "jsonl":
                 line = json.dumps(output_record(source, hypothesis, translator, reading),
                                   ensure_ascii=False)

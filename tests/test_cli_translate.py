@@ -109,3 +109,42 @@ def test_set_changes_the_search(checkpoint):
     assert short.exit_code == 0, short.output
     assert all(len(json.loads(line)["tokens"]) <= 1 for line in short.stdout.splitlines())
     assert "maxlen:0*src+1" in short.stderr
+
+
+def test_jsonl_input_records_translate_like_text_lines_and_a_prefix_starts_the_translation(checkpoint):
+    plain = run("--checkpoint", str(checkpoint), "--format", "jsonl", input=INPUT)
+    records = [{"text": line} for line in LINES]
+    records[0]["prefix"] = "the cat"
+    records[4]["prefix"] = ""
+    jsonl_input = "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
+    result = run("--checkpoint", str(checkpoint), "--input-format", "jsonl", "--format", "jsonl", input=jsonl_input)
+    assert result.exit_code == 0, result.output
+    expected, got = plain.stdout.splitlines(), result.stdout.splitlines()
+    assert got[1:] == expected[1:]  # no prefix (or an empty one): the same record as from a text line
+    first = json.loads(got[0])
+    pieces = Translator.from_checkpoint(checkpoint).tokenizer
+    prefix_pieces = pieces.tgt_pieces(pieces.encode_tgt("the cat"))
+    assert first["tokens"][:len(prefix_pieces)] == prefix_pieces and first["text"].startswith("the cat")
+    text_output = run("--checkpoint", str(checkpoint), "--input-format", "jsonl", input=jsonl_input)
+    assert text_output.stdout.split("\n")[0] == first["text"]
+
+
+@pytest.mark.parametrize("line, problem", [
+    ('{"text": "der mann"', "invalid JSON (Expecting ',' delimiter at column 20)"),
+    ("", "invalid JSON (Expecting value at column 1)"),
+    ('["der mann"]', 'expected a JSON object such as {"text": "..."}, got an array'),
+    ('"der mann"', 'expected a JSON object such as {"text": "..."}, got a string'),
+    ('{"prefix": "the"}', "missing field 'text' (the source sentence)"),
+    ('{"text": 3}', "field 'text' must be a string, got a number"),
+    ('{"text": "der mann", "prefix": ["the"]}', "field 'prefix' must be a string, got an array"),
+    ('{"text": "der mann", "prefix": null}', "field 'prefix' must be a string, got null"),
+    ('{"text": "der mann", "glossary": {}}', "unknown field 'glossary'; the fields are text, prefix"),
+])
+def test_a_bad_jsonl_input_line_is_one_error_naming_file_and_line(checkpoint, tmp_path, line, problem):
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"text": "frau"}\n' + line + "\n", encoding="utf-8")
+    result = run("--checkpoint", str(checkpoint), "--input", str(source), "--input-format", "jsonl",
+                 "--output", str(tmp_path / "out.txt"))
+    assert result.exit_code == 1
+    assert result.stderr.splitlines()[-1] == f"error: {source}:2: {problem}"
+    assert "Traceback" not in result.output and not (tmp_path / "out.txt").exists()

@@ -21,7 +21,8 @@ from nmt_cli.cli import cli
 from nmt_cli.cli import translate as _translate_command  # noqa: F401  (registers `nmt translate`)
 from nmt_cli.data.prepared import PreparedData
 from nmt_cli.decoding import load_translator
-from nmt_cli.decoding.batching import CPU_BATCH_TOKENS
+from nmt_cli.decoding.request import Request
+from nmt_cli.config import CPU_BATCH_TOKENS
 from nmt_cli.errors import NmtError
 from nmt_cli.export import export_ctranslate2
 
@@ -84,7 +85,7 @@ def test_each_sentence_gets_its_own_length_limit(trained_transformer, exports, t
     ours = load_translator(trained_transformer[0], overrides=overrides).translate(sources)
     translator = load_translator(exports["float32"], overrides=overrides)
     exported = translator.translate(sources)
-    limits = translator.output_limits([translator.tokenizer.encode_src(text) for text in sources])
+    limits = translator.output_limits([Request.from_text(translator.tokenizer, text) for text in sources])
     assert len(set(limits)) > 3
     assert all(len(h.tokens) <= limit for h, limit in zip(exported, limits))
     assert sum(len(h.tokens) == limit for h, limit in zip(exported, limits)) > 50
@@ -93,7 +94,7 @@ def test_each_sentence_gets_its_own_length_limit(trained_transformer, exports, t
 
 def test_batches_take_the_torch_engines_token_budget(exports) -> None:
     translator = load_translator(exports["float32"], device="cpu", overrides={"decode.max_len_a": 0.0})
-    sources = [[5] * 10] * 500  # 5,000 source tokens, one length limit
+    sources = [Request([5] * 10)] * 500  # 5,000 source tokens, one length limit
     assert translator.decode.max_tokens == 0  # the device's budget
     assert [len(batch) for batch, _ in translator._batches(sources)] == [CPU_BATCH_TOKENS // 10] * 2 + [100]
     given = translator.with_decode({"decode.max_tokens": 4000})
@@ -164,3 +165,20 @@ def test_what_ctranslate2_refuses_is_one_line_and_auto_falls_back_to_the_cpu(exp
     assert auto.device == torch.device("cpu") and auto.translate(["ein hund"])[0].tokens
     with pytest.raises(NmtError, match=r"cannot load the model on cuda:0: Library libcublas.so.12 is not found"):
         load_translator(exports["float32"], device="cuda")
+
+
+@pytest.mark.parametrize("beam", [1, 5])
+def test_a_prefix_translates_alike_in_both_engines(trained_transformer, exports, test_set, beam: int) -> None:
+    sources, references = test_set[0][:200], test_set[1][:200]
+    overrides = {"decode.beam_size": beam}
+    ours = load_translator(trained_transformer[0], overrides=overrides)
+    exported = load_translator(exports["float32"], overrides=overrides)
+    prefixes = [" ".join(reference.split()[:2]) if number % 2 else "" for number, reference in enumerate(references)]
+    requests = [Request.from_text(ours.tokenizer, source, prefix) for source, prefix in zip(sources, prefixes)]
+    by_torch, by_ctranslate2 = ours.translate(requests), exported.translate(requests)
+    for request, one, other in zip(requests, by_torch, by_ctranslate2):
+        assert one.tokens[:len(request.prefix)] == other.tokens[:len(request.prefix)] == list(request.prefix)
+    assert agreement(by_torch, by_ctranslate2) >= 0.99
+    same = [(a, b) for a, b in zip(by_torch, by_ctranslate2) if a.tokens == b.tokens]
+    assert all(a.score == pytest.approx(b.score, abs=1e-2) for a, b in same)  # the prefix scored alike
+    assert by_ctranslate2[0].tokens == exported.translate(sources[:1])[0].tokens  # no prefix: as before

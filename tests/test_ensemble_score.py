@@ -67,6 +67,24 @@ def test_an_ensembles_translation_scores_what_forced_scoring_gives_it(checkpoint
     assert "checkpoint:" in translator.signature() and "+" in translator.signature().split("|")[0]
 
 
+@pytest.mark.parametrize("beam", [1, 3])
+def test_an_ensembles_prefixed_translation_starts_with_the_prefix_and_scores_it(checkpoints, beam):
+    from nmt_cli.decoding.request import Request
+
+    translator = Translator.from_checkpoint([checkpoints["transformer"], checkpoints["rnn"]],
+                                            overrides={"decode.beam_size": beam, "decode.alpha": 0.0})
+    prefixes = ["the cat", "", "a dog", "woman", ""]
+    requests = [Request.from_text(translator.tokenizer, text, prefix) for text, prefix in zip(TEXTS, prefixes)]
+    hypotheses = translator.translate(requests)
+    scores = translator.score(TEXTS, [h.text for h in hypotheses])
+    for text, request, hypothesis, score in zip(TEXTS, requests, hypotheses, scores):
+        if not text.strip():
+            continue
+        assert hypothesis.tokens[:len(request.prefix)] == list(request.prefix)
+        if translator.tokenizer.encode_tgt(hypothesis.text) == hypothesis.tokens:  # the prefix is scored too
+            assert score.log_prob == pytest.approx(hypothesis.log_prob, abs=1e-4)
+
+
 def test_an_ensembles_translation_is_aligned_by_its_first_members_guided_head(checkpoints, tmp_path):
     from nmt_cli.alignment.reader import AttentionReading
     from nmt_cli.checkpoint import load_checkpoint, save_checkpoint

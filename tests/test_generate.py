@@ -13,13 +13,14 @@ import numpy as np
 import pytest
 import torch
 
-from nmt_cli.config import DecodeConfig, ModelConfig
+from nmt_cli.config import CPU_BATCH_TOKENS, GPU_BATCH_TOKENS, DecodeConfig, ModelConfig
 from nmt_cli.decoding import generator
-from nmt_cli.decoding.batching import (CPU_BATCH_TOKENS, GPU_BATCH_TOKENS, batch_token_budget, pad_sources,
-                                         token_budget_batches)
+from nmt_cli.decoding.batching import batch_token_budget, pad_sources, token_budget_batches
 from nmt_cli.decoding.generator import decoding_workers, generate, run_search
-from nmt_cli.decoding.search import greedy_tokens, max_output_lengths
-from nmt_cli.decoding.strategies import BeamSearch, GreedySearch
+from nmt_cli.decoding.request import Request
+from nmt_cli.decoding.search import max_output_lengths
+from nmt_cli.decoding.strategies.beam import BeamSearch
+from nmt_cli.decoding.strategies.greedy import GreedySearch
 from nmt_cli.errors import ConfigError
 from nmt_cli.models import Seq2SeqModel, build_model
 from nmt_cli.specials import EOS_ID
@@ -99,7 +100,7 @@ def test_a_sentence_stops_after_beam_size_finished_hypotheses():
     model = ScriptedModel(script)
     decode = decode_config(beam_size=2, nbest=2)
     src, mask = pad_sources([[1]], "cpu")
-    search = BeamSearch(max_output_lengths(mask.sum(1), 0.0, 10), decode, keep_attention=False)
+    search = BeamSearch([Request([1])], max_output_lengths(mask.sum(1), 0.0, 10), decode, keep_attention=False)
     run_search(model, src, mask, search, need_attention=False)
     finished = search.finished[0]
     assert len(finished) == 2  # A EOS (0.30) and B EOS (0.21); A D (0.2) is never expanded further
@@ -204,7 +205,8 @@ def test_decoding_batches_take_the_devices_budget_unless_one_is_given(monkeypatc
     batch_tokens = []
     decode_task = generator.decode_task
     monkeypatch.setattr(generator, "decode_task", lambda model, device, number, task: (
-        batch_tokens.append(sum(map(len, task.sources))), decode_task(model, device, number, task))[1])
+        batch_tokens.append(sum(len(request.source) for request in task.requests)),
+        decode_task(model, device, number, task))[1])
     sources = [[1] * 10] * 500  # 5,000 source tokens
     hypotheses = generate(ScriptedModel({(1,): {A: 1.0}}), sources, decode_config(beam_size=1))
     assert len(hypotheses) == 500 and all(h.tokens == [A] for h in hypotheses)
@@ -256,8 +258,9 @@ def test_beam_search_of_size_one_equals_greedy_search(arch):
     decode = DecodeConfig(beam_size=1, alpha=0.6, max_len_a=1.5, max_len_b=3, min_len=1)
     src, mask = pad_sources(sources, "cpu")
     max_lens = max_output_lengths(mask.sum(1), decode.max_len_a, decode.max_len_b)
-    greedy = GreedySearch(max_lens, decode, greedy_tokens, keep_attention=True)
-    beam = BeamSearch(max_lens, decode, keep_attention=True)
+    requests = [Request(source) for source in sources]
+    greedy = GreedySearch(requests, max_lens, decode, keep_attention=True)
+    beam = BeamSearch(requests, max_lens, decode, keep_attention=True)
     run_search(model, src, mask, greedy, need_attention=True)
     run_search(model, src, mask, beam, need_attention=True)
     for by_greedy, by_beam in zip(greedy.best(1), beam.best(1)):
@@ -349,3 +352,117 @@ def test_decoding_turns_dropout_off_and_restores_the_training_mode():
     first, second = generate(model, sources, decode), generate(model, sources, decode)
     assert [h.tokens for h in first] == [h.tokens for h in second]  # no dropout noise
     assert model.training
+
+
+# ---- per-sentence requests: a target prefix ---------------------------------------------
+
+
+PREFIX_SCRIPT = {(1,): {A: 0.6, B: 0.4}, (1, A): {C: 0.55, D: 0.45}, (1, B): {D: 0.7, C: 0.3},
+                 (1, B, D): {EOS_ID: 1.0}, (1, B, C): {EOS_ID: 1.0}}
+
+
+@pytest.mark.parametrize("changes", [{"beam_size": 1}, {"beam_size": 2, "nbest": 2},
+                                     {"beam_size": 3, "nbest": 3, "sampling": "top_k", "top_k": 0}])
+def test_a_prefix_starts_every_hypothesis_and_its_log_probs_count_in_the_score(changes):
+    # unforced, every search starts with A (0.6); forced, B (0.4) comes first and is scored
+    model = ScriptedModel(PREFIX_SCRIPT)
+    (result,) = generate(model, [Request([1], prefix=[B])], decode_config(**changes))
+    assert result.tokens == [B, D] and result.log_prob == pytest.approx(math.log(0.4 * 0.7))
+    assert all(h.tokens[:1] == [B] for h in result.nbest) and len(result.nbest) == changes.get("nbest", 1)
+    assert all(h.log_prob == pytest.approx(math.log(0.4) + math.log(0.7 if h.tokens == [B, D] else 0.3))
+               for h in result.nbest)
+    free = generate(model, [[1]], decode_config(**{**changes, "sampling": "none"}))[0]
+    assert free.tokens[0] == A
+
+
+@pytest.mark.parametrize("beam", [1, 2])
+def test_a_prefix_longer_than_the_output_limit_is_kept_whole(beam):
+    script = {(1,): {A: 0.5, EOS_ID: 0.5}, (1, A): {A: 0.5, EOS_ID: 0.5}, (1, A, A): {A: 0.5, EOS_ID: 0.5}}
+    (result,) = generate(ScriptedModel(script), [Request([1], prefix=[A, A, A])],
+                         decode_config(beam_size=beam, max_len_a=0.0, max_len_b=1))
+    assert result.tokens == [A, A, A]  # the limit (1 token) is raised to the prefix; then EOS
+    assert result.log_prob == pytest.approx(3 * math.log(0.5))  # EOS after A A A: probability 1
+
+
+@pytest.mark.parametrize("beam", [1, 2])
+def test_sentences_without_a_prefix_are_untouched_by_prefixed_ones_in_their_batch(beam):
+    model = ScriptedModel(PREFIX_SCRIPT)
+    decode = decode_config(beam_size=beam, nbest=beam)
+    alone = generate(model, [[1], [1, 4]], decode)
+    mixed = generate(model, [Request([1]), Request([1, 5], prefix=[B]), Request([1, 4])], decode)
+    for without, within in zip(alone, [mixed[0], mixed[2]]):
+        assert [(h.tokens, h.score) for h in without.nbest] == [(h.tokens, h.score) for h in within.nbest]
+    assert mixed[1].tokens[0] == B
+
+
+def random_prefixes(count: int, seed: int) -> list[list[int]]:
+    rng = np.random.default_rng(seed)
+    return [rng.integers(4, VOCAB_REAL, size=int(rng.integers(0, 4))).tolist() for _ in range(count)]
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
+@pytest.mark.parametrize("beam", [1, 3])
+def test_every_family_starts_its_output_with_the_prefix_and_scores_it_as_forced_decoding_does(arch, beam):
+    from nmt_cli.decoding.scoring import score_pairs
+
+    model = tiny_model(arch)
+    sources, prefixes = random_sources(6, seed=4), random_prefixes(6, seed=4)
+    decode = DecodeConfig(beam_size=beam, nbest=beam, alpha=0.6, max_len_a=1.0, max_len_b=2)
+    results = generate(model, [Request(s, prefix=p) for s, p in zip(sources, prefixes)], decode)
+    forced = score_pairs(model, [(source, h.tokens) for source, result in zip(sources, results) for h in result.nbest],
+                         "cpu")
+    hypotheses = [h for result in results for h in result.nbest]
+    assert any(prefixes) and len(forced) == len(hypotheses)
+    for prefix, result in zip(prefixes, results):
+        assert all(h.tokens[:len(prefix)] == prefix for h in result.nbest)
+    for hypothesis, score in zip(hypotheses, forced):  # EOS at the limit is scored like any token
+        assert hypothesis.log_prob == pytest.approx(score.log_prob, abs=1e-4)
+
+
+def test_prefixed_requests_give_the_same_output_with_parallel_workers():
+    model = tiny_model("transformer")
+    requests = [Request(s, prefix=p) for s, p in zip(random_sources(9, seed=5), random_prefixes(9, seed=5))]
+    decode = DecodeConfig(beam_size=3, nbest=2, max_len_a=1.0, max_len_b=4, max_sentences=2)
+    alone = generate(model, requests, decode)
+    together = generate(model, requests, replace(decode, workers=2))
+    assert [[(n.tokens, n.score) for n in h.nbest] for h in alone] == \
+        [[(n.tokens, n.score) for n in h.nbest] for h in together]
+
+
+# ---- search strategies by name ------------------------------------------------------------
+
+
+def test_decode_search_names_a_registered_strategy_and_auto_keeps_todays_choice():
+    from nmt_cli.registry import SEARCH_STRATEGIES
+
+    assert DecodeConfig().search == "auto"
+    assert {"auto", "greedy", "beam", "sampling"} <= set(SEARCH_STRATEGIES.names())
+    # greedy: A (0.6) then C (0.55) -> 0.33; beam 2 also keeps B (0.4) -> EOS, 0.4
+    model = ScriptedModel({(1,): {A: 0.6, B: 0.4}, (1, A): {C: 0.55, D: 0.45}, (1, B): {EOS_ID: 1.0}})
+    for search, beam, expected in [("auto", 1, [A, C]), ("greedy", 2, [A, C]), ("auto", 2, [B]),
+                                   ("beam", 2, [B]), ("beam", 1, [A, C])]:
+        assert generate(model, [[1]], decode_config(search=search, beam_size=beam))[0].tokens == expected, search
+    with pytest.raises(ConfigError, match=r"decode.search.*'nucleus' is not one of: auto, beam, greedy"):
+        decode_config(search="nucleus")
+    with pytest.raises(ConfigError, match="decode.search"):
+        decode_config(search="beam", sampling="top_k")
+    with pytest.raises(ConfigError, match="decode.search"):
+        decode_config(search="sampling")
+
+
+def test_a_new_strategy_is_its_registration_alone():
+    from nmt_cli.registry import SEARCH_STRATEGIES
+
+    class LastChoice(GreedySearch):
+        """Picks the highest token id that is possible: not what greedy or beam would do."""
+
+        def choose(self, log_probs):
+            possible = torch.isfinite(log_probs)
+            return (possible * torch.arange(log_probs.size(1))).argmax(dim=1)
+
+    SEARCH_STRATEGIES.register("last_choice")(LastChoice)
+    try:
+        (result,) = generate(ScriptedModel(PREFIX_SCRIPT), [[1]], decode_config(search="last_choice"))
+        assert result.tokens == [B, D]  # B (5) over A (4), then D (7) over C (6)
+    finally:
+        del SEARCH_STRATEGIES._entries["last_choice"]

@@ -10,6 +10,7 @@ import torch
 from nmt_cli.decoding.search import (
     apply_length_limits_,
     beam_step,
+    force_tokens_,
     greedy_tokens,
     length_penalty,
     max_output_lengths,
@@ -123,3 +124,14 @@ def test_length_penalty_prefers_longer_hypotheses_as_alpha_grows():
 
     assert score(short, 0.0) > score(long, 0.0)
     assert score(long, 1.0) > score(short, 1.0)
+
+
+def test_forced_rows_keep_only_their_token_at_its_own_log_probability():
+    log_probs = torch.log_softmax(torch.tensor([[0.1, 2.0, 0.3, 0.5], [1.0, 0.2, 0.4, 0.9], [0.0, 0.0, 3.0, 0.0]]), -1)
+    original = log_probs.clone()
+    forced = force_tokens_(log_probs, torch.tensor([2, -1, 0]))
+    assert forced is log_probs  # in place
+    assert forced[0].tolist() == [-INF, -INF, original[0, 2].item(), -INF]
+    assert torch.equal(forced[1], original[1])  # a free row is untouched
+    assert forced[2].tolist() == [original[2, 0].item(), -INF, -INF, -INF]
+    assert greedy_tokens(forced).tolist() == [2, 0, 0]

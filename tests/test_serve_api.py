@@ -95,6 +95,23 @@ def test_translations_equal_nmt_translate_with_nbest_and_alignments(client, tiny
     assert "|beam:3|" in body["signature"] and f"checkpoint:{tiny_trained_run}" in body["signature"]
 
 
+def test_a_prefix_starts_the_translation_as_in_nmt_translates_jsonl_input(client, served, tiny_trained_run):
+    prefixes = ["Kellner kennen", ""] + [""] * (len(SENTENCES) - 2)
+    response = client.post("/v1/translate", json={"text": SENTENCES, "prefix": prefixes, "beam_size": 2})
+    assert response.status_code == 200, response.text
+    records = [json.dumps({"text": text, "prefix": prefix}) for text, prefix in zip(SENTENCES, prefixes)]
+    expected = cli_jsonl(tiny_trained_run, records, "--input-format", "jsonl", "--beam", "2")
+    translations = response.json()["translations"]
+    assert [{key: t[key] for key in ("text", "score", "tokens")} for t in translations] == [
+        {key: record[key] for key in ("text", "score", "tokens")} for record in expected]
+    tokenizer = served.engine.tokenizer
+    prefix_pieces = tokenizer.tgt_pieces(tokenizer.encode_tgt(prefixes[0]))
+    assert translations[0]["tokens"][:len(prefix_pieces)] == prefix_pieces
+    assert translations[0]["text"].startswith("Kellner kennen")
+    single = client.post("/v1/translate", json={"text": SENTENCES[0], "prefix": prefixes[0], "beam_size": 2}).json()
+    assert single["translations"][0]["tokens"] == translations[0]["tokens"]
+
+
 def test_soft_alignment_matrix_is_words_by_words_and_the_links_are_its_row_maxima(client):
     translation = client.post("/v1/translate", json={"text": SENTENCES[0], "alignments": True}).json()[
         "translations"][0]
@@ -171,6 +188,10 @@ BAD_REQUESTS = [
     (json.dumps({"text": "Hund " * 201}).encode(), 413, "text has 1005 characters; at most 1000"),
     (json.dumps({"text": " ".join(["Kellner"] * 110)}).encode(), 422, "the model takes at most"),
     (json.dumps({"text": "x" * 2_000_000}).encode(), 413, "request body is larger than 1,048,576 bytes"),
+    (b'{"text": "Hund", "prefix": 3}', 422, "prefix must be a string or a list of strings"),
+    (b'{"text": "Hund", "prefix": ["a"]}', 422, "prefix must be a string when text is one"),
+    (b'{"text": ["Hund", "Katze"], "prefix": ["a"]}', 422, "prefix has 1 entries for 2 sentences"),
+    (b'{"text": ["Hund", "Katze"], "prefix": ["a", "b\\nc"]}', 422, "prefix[1] contains a line break"),
 ]
 
 
@@ -271,7 +292,7 @@ def test_a_request_that_waits_too_long_gets_503_and_its_sentences_are_dropped(ga
         assert first.result().status_code == 503
         engine.gate.set()
         assert client.post("/v1/translate", json={"text": "Kuh"}).status_code == 200
-        assert engine.decoded == ["Hund", "Kuh"] and queued(client) == 0
+        assert [request.text for request in engine.decoded] == ["Hund", "Kuh"] and queued(client) == 0
 
 
 def test_api_key_is_required_when_set(served):

@@ -116,6 +116,26 @@ def test_signature_names_checkpoint_step_and_search_settings(checkpoint):
     assert fields["checkpoint"] == str(checkpoint) and fields["step"] == "20"
     assert (fields["beam"], fields["alpha"], fields["maxlen"]) == ("4", "0.6", "1*src+5")
     assert fields["version"] and fields["average"] == "no"
+    assert set(fields) == {"checkpoint", "step", "average", "beam", "alpha", "maxlen", "minlen", "version"}
+    chosen = Translator.from_checkpoint(checkpoint, overrides={"decode.search": "beam"}).signature()
+    assert chosen == signature.replace("|beam:4|", "|beam:2|").replace("|minlen:1|", "|minlen:1|search:beam|")
+
+
+def test_a_request_with_a_prefix_starts_its_translation_with_it(checkpoint):
+    from nmt_cli.decoding.request import Request
+
+    translator = Translator.from_checkpoint(checkpoint, overrides={"decode.nbest": 2})
+    prefixes = ["the dog", "", "", "a cat runs", "", "woman sees"]
+    requests = [Request.from_text(translator.tokenizer, text, prefix) for text, prefix in zip(TEXTS, prefixes)]
+    plain, prefixed = translator.translate(TEXTS), translator.translate(requests)
+    for text, prefix, request, without, hypothesis in zip(TEXTS, prefixes, requests, plain, prefixed):
+        if not text.strip():  # blank in, blank out
+            assert hypothesis.tokens == [] and hypothesis.text == ""
+        elif not prefix:
+            assert (hypothesis.tokens, hypothesis.score) == (without.tokens, without.score)
+        else:
+            assert all(h.tokens[:len(request.prefix)] == list(request.prefix) for h in hypothesis.nbest)
+            assert hypothesis.text.startswith(prefix)
 
 
 def test_average_last_two_loads_the_mean_of_the_weights(checkpoint):

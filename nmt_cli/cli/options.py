@@ -79,9 +79,9 @@ def decode_options(func: Command) -> Command:
     @click.option("--on-long-line", type=click.Choice(["error", "truncate", "skip"]),
                   help="A source line longer than the model takes: stop naming it (default), translate its "
                        "first tokens, or give it an empty translation (decode.on_long_line).")
-    @click.option("--engine", type=click.Choice(["auto", "torch", "ctranslate2"]), default="auto", show_default=True,
-                  help="auto: ctranslate2 for an `nmt export` directory, torch otherwise; ctranslate2 on a "
-                       "checkpoint converts it first (pip install 'nmt-cli[ctranslate2]').")
+    @click.option("--engine", metavar="NAME", default="auto", show_default=True,
+                  help="torch, ctranslate2, or auto: ctranslate2 for an `nmt export` directory, torch otherwise; "
+                       "ctranslate2 on a checkpoint converts it first (pip install 'nmt-cli[ctranslate2]').")
     @click.option("--quantize", metavar="TYPE",
                   help="torch: int8 (dynamic int8 Linear/LSTM/GRU, on the CPU, which --device auto then picks); "
                        "ctranslate2: float32, int8, int8_float32, int16, float16 or bfloat16 [default: the export's].")

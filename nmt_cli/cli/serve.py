@@ -6,6 +6,7 @@ import click
 
 from nmt_cli.cli import cli
 from nmt_cli.cli.options import decode_options
+from nmt_cli.config import CPU_BATCH_TOKENS, GPU_BATCH_TOKENS
 from nmt_cli.errors import NmtError
 
 INSTALL_HINT = "nmt serve needs the serve extra: pip install 'nmt-cli[serve]'"
@@ -39,7 +40,8 @@ INSTALL_HINT = "nmt serve needs the serve extra: pip install 'nmt-cli[serve]'"
 @click.option("--batch-idle-ms", default=2.0, show_default=True, type=click.FloatRange(min=0),
               help="Close a micro-batch sooner when no sentence has arrived for this long.")
 @click.option("--batch-tokens", type=click.IntRange(min=1),
-              help="Source tokens per micro-batch [default: decode.max_tokens; where 0, 2000 on the CPU, 6000 on a GPU].")
+              help=f"Source tokens per micro-batch [default: decode.max_tokens; where 0, {CPU_BATCH_TOKENS} on "
+                   f"the CPU, {GPU_BATCH_TOKENS} on a GPU].")
 @click.option("--batching/--no-batching", default=True, show_default=True,
               help="Decode sentences of concurrent requests together (off: one request per decode call).")
 @decode_options

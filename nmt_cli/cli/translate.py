@@ -6,21 +6,25 @@ import click
 
 from nmt_cli.cli import cli
 from nmt_cli.cli.options import checkpoints_option, decode_options, reading_options
+from nmt_cli.textio import CHUNK_LINES
 
 
 @cli.command("translate")
 @checkpoints_option(required=True)
 @click.option("--input", "-i", "input_path", default="-", show_default=True, help="Source text, one sentence a line.")
+@click.option("--input-format", type=click.Choice(["text", "jsonl"]), default="text", show_default=True,
+              help='text: a sentence a line; jsonl: a record a line, {"text": ...} with optional "prefix" '
+                   "(target text the translation starts with).")
 @click.option("--output", "-o", "output_path", default="-", show_default=True, help="Where translations go.")
 @click.option("--format", "output_format", type=click.Choice(["text", "jsonl"]), default="text", show_default=True,
               help="text: one translation a line; jsonl: text, score, tokens, nbest (and alignment).")
 @click.option("--alignments", is_flag=True,
               help="Pharaoh word alignments of each translation: in <output>.align (text) or the JSONL records.")
 @reading_options
-@click.option("--chunk-size", type=click.IntRange(min=1), default=2000, show_default=True,
+@click.option("--chunk-size", type=click.IntRange(min=1), default=CHUNK_LINES, show_default=True,
               help="Lines read and translated at a time.")
 @decode_options
-def translate(checkpoints, input_path, output_path, output_format, alignments, reading, chunk_size,
+def translate(checkpoints, input_path, input_format, output_path, output_format, alignments, reading, chunk_size,
               translator_options) -> None:
     """Translate text with a trained checkpoint (stdin to stdout by default).
 
@@ -37,4 +41,4 @@ def translate(checkpoints, input_path, output_path, output_format, alignments, r
         raise click.UsageError("--nbest above 1 needs --format jsonl (text output has one line per input line)")
     click.echo(f"signature: {translator.signature()}", err=True)
     options = OutputOptions(format=output_format, reading=reading if alignments else None, chunk_size=chunk_size)
-    translate_file(translator, input_path, output_path, options)
+    translate_file(translator, input_path, output_path, options, input_format=input_format)

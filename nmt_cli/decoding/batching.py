@@ -9,16 +9,10 @@ from typing import Iterator, Sequence
 import torch
 from torch import Tensor
 
+from nmt_cli.config import CPU_BATCH_TOKENS, GPU_BATCH_TOKENS
 from nmt_cli.specials import BOS_ID, EOS_ID, PAD_ID
 
 Pair = tuple[Sequence[int], Sequence[int]]
-
-#: source tokens per decoding batch where ``decode.max_tokens`` is 0 (the default). On the CPU
-#: a decoding step costs about the same per row in batches of any size past a few dozen
-#: sentences, and small batches keep several workers busy to the end of a call; a GPU
-#: needs large batches to be busy.
-CPU_BATCH_TOKENS = 2000
-GPU_BATCH_TOKENS = 6000
 
 
 def token_budget_batches(lengths: Sequence[int], max_tokens: int, max_sentences: int = 0) -> list[list[int]]:

@@ -5,8 +5,10 @@ The loop only uses the model interface of :mod:`nmt_cli.models.base`: ``encode``
 log-softmax of ``decode_step``, or an ensemble's mean) per output position with
 ``reorder_state`` after it. The state is whatever the model keeps (RNN
 hidden states, a Transformer key/value cache, the linear-attention sums ``S`` and
-``Z``); the loop never looks inside it. The search strategy decides which rows go on,
-and rows of finished sentences leave the batch so later steps cost less.
+``Z``); the loop never looks inside it. The search strategy (``decode.search``, from
+:data:`~nmt_cli.registry.SEARCH_STRATEGIES`) decides which rows go on, and rows of
+finished sentences leave the batch so later steps cost less. Each sentence is a
+:class:`~nmt_cli.decoding.request.Request`; the strategy reads its per-sentence fields.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Iterator, Sequence, Union
 
 import numpy as np
 import torch
@@ -23,36 +25,35 @@ from torch import Tensor
 from nmt_cli.config import DecodeConfig
 from nmt_cli.decoding.batching import batch_token_budget, pad_sources, token_budget_batches
 from nmt_cli.decoding.hypothesis import Hypothesis
-from nmt_cli.decoding.search import greedy_tokens, max_output_lengths, sample_tokens
-from nmt_cli.decoding.strategies import BeamSearch, Finished, GreedySearch, Search
+from nmt_cli.decoding.request import Request
+from nmt_cli.decoding.search import max_output_lengths
+from nmt_cli.decoding.strategies.base import Finished, Search
 from nmt_cli.decoding.workers import WorkerPool, map_in_processes
 from nmt_cli.device import model_device
 from nmt_cli.models.base import Seq2SeqModel
+from nmt_cli.registry import SEARCH_STRATEGIES
 from nmt_cli.specials import BOS_ID
 
+#: what :func:`generate` translates: requests, or bare source ids (a request with nothing else)
+Source = Union[Request, Sequence[int]]
 
-def make_search(max_lens: Tensor, decode: DecodeConfig, keep_attention: bool,
+
+def as_request(source: Source) -> Request:
+    """``source`` as a :class:`Request` (bare ids: a request that asks nothing else)."""
+    return source if isinstance(source, Request) else Request(source)
+
+
+def make_search(requests: Sequence[Request], max_lens: Tensor, decode: DecodeConfig, keep_attention: bool,
                 generator: torch.Generator | None = None) -> Search:
-    """Greedy (beam 1), beam search, or ``beam_size`` independent samples per sentence."""
-    if decode.sampling != "none":
-        choose = functools.partial(
-            sample_tokens,
-            temperature=decode.temperature,
-            top_k=decode.top_k if decode.sampling == "top_k" else 0,
-            top_p=decode.top_p if decode.sampling == "top_p" else 1.0,
-            generator=generator,
-        )
-        return GreedySearch(max_lens, decode, choose, keep_attention, copies=decode.beam_size)
-    if decode.beam_size == 1:
-        return GreedySearch(max_lens, decode, greedy_tokens, keep_attention)
-    return BeamSearch(max_lens, decode, keep_attention)
+    """The strategy ``decode.search`` names, for one batch of requests."""
+    return SEARCH_STRATEGIES.get(decode.search)(requests, max_lens, decode, keep_attention, generator)
 
 
 @dataclass(frozen=True)
 class BatchTask:
-    """One batch of non-empty sources to decode, as a worker process receives it."""
+    """One batch of non-empty requests to decode, as a worker process receives it."""
 
-    sources: list[Sequence[int]]
+    requests: list[Request]
     decode: DecodeConfig
     need_attention: bool
 
@@ -63,7 +64,7 @@ def decode_task(model: Seq2SeqModel, device: torch.device, number: int, task: Ba
     generator = None
     if task.decode.sampling != "none":
         generator = torch.Generator(device=device).manual_seed(task.decode.seed + number)
-    return decode_batch(model, task.sources, task.decode, device, task.need_attention, generator)
+    return decode_batch(model, task.requests, task.decode, device, task.need_attention, generator)
 
 
 def decoding_workers(model: Seq2SeqModel, device: torch.device, workers: int) -> WorkerPool:
@@ -74,13 +75,14 @@ def decoding_workers(model: Seq2SeqModel, device: torch.device, workers: int) ->
 
 def generate(
     model: Seq2SeqModel,
-    sources: Sequence[Sequence[int]],
+    sources: Sequence[Source],
     decode: DecodeConfig,
     device: torch.device | str | None = None,
     need_attention: bool = False,
     pool: WorkerPool | None = None,
 ) -> list[Hypothesis]:
-    """Translate source id sequences (no BOS/EOS); one :class:`Hypothesis` each, in input order.
+    """Translate :class:`Request` s (or bare source ids, no BOS/EOS); one :class:`Hypothesis`
+    each, in input order. A request's prefix starts its output.
 
     ``device`` defaults to the one the model's weights are on. Sentences are decoded in
     batches of at most ``decode.max_tokens`` source tokens (0: the device's,
@@ -98,13 +100,14 @@ def generate(
     the worker count.
     """
     device = model_device(model) if device is None else torch.device(device)
-    results: list[Hypothesis] = [Hypothesis(tokens=[], score=0.0, log_prob=0.0) for _ in sources]
-    nonempty = [i for i, source in enumerate(sources) if len(source) > 0]
-    lengths = [len(sources[i]) for i in nonempty]
+    requests = [as_request(source) for source in sources]
+    results: list[Hypothesis] = [Hypothesis(tokens=[], score=0.0, log_prob=0.0) for _ in requests]
+    nonempty = [i for i, request in enumerate(requests) if len(request.source) > 0]
+    lengths = [len(requests[i].source) for i in nonempty]
     budget = batch_token_budget(decode.max_tokens, device)
     batches = [[nonempty[j] for j in batch] for batch in token_budget_batches(lengths, budget, decode.max_sentences)]
 
-    tasks = [BatchTask([sources[i] for i in indices], decode, need_attention) for indices in batches]
+    tasks = [BatchTask([requests[i] for i in indices], decode, need_attention) for indices in batches]
     decode_numbered = functools.partial(decode_task, model, device)
     workers = min(decode.workers, len(batches)) if device.type == "cpu" else 1
     with evaluation_mode(model):
@@ -133,19 +136,26 @@ def evaluation_mode(model: Seq2SeqModel) -> Iterator[None]:
 
 def decode_batch(
     model: Seq2SeqModel,
-    sources: Sequence[Sequence[int]],
+    requests: Sequence[Request],
     decode: DecodeConfig,
     device: torch.device,
     need_attention: bool = False,
     generator: torch.Generator | None = None,
 ) -> list[Hypothesis]:
-    """Search one padded batch of non-empty sources; hypotheses in the order given."""
-    src, src_mask = pad_sources(sources, device)  # (B, S)
+    """Search one padded batch of non-empty requests; hypotheses in the order given.
+
+    A sentence's output limit is ``a * |x| + b``, raised to its prefix's length, and never
+    past the model's last position.
+    """
+    src, src_mask = pad_sources([request.source for request in requests], device)  # (B, S)
     src_lengths = src_mask.sum(dim=1)  # (B,)
     max_lens = max_output_lengths(src_lengths, decode.max_len_a, decode.max_len_b)  # (B,)
+    if any(len(request.prefix) for request in requests):
+        prefix_lengths = torch.tensor([len(request.prefix) for request in requests], device=max_lens.device)
+        max_lens = torch.maximum(max_lens, prefix_lengths)
     if model.max_target_length is not None:  # never step past the model's last position
         max_lens = max_lens.clamp(max=model.max_target_length)
-    search = make_search(max_lens, decode, need_attention, generator)
+    search = make_search(requests, max_lens, decode, need_attention, generator)
     run_search(model, src, src_mask, search, need_attention)
     shape = (model.attention_layers, model.attention_heads)
     return [
@@ -213,4 +223,4 @@ def _attention_arrays(steps: list[Tensor] | None, src_length: int, shape: tuple[
     return {"attention": heads}
 
 
-__all__ = ["generate", "decode_batch", "run_search", "make_search"]
+__all__ = ["Source", "as_request", "generate", "decode_batch", "run_search", "make_search"]

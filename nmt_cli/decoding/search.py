@@ -5,6 +5,7 @@ strategies in :mod:`nmt_cli.decoding.strategies` combine them:
 
 * :func:`apply_length_limits_`: EOS forbidden before ``min_len`` tokens, forced at the
   per-sentence maximum ``a * |x| + b`` (:func:`max_output_lengths`);
+* :func:`force_tokens_`: a row's next token fixed in advance (a target prefix);
 * :func:`beam_step`: extend every hypothesis by every token and keep the best candidates;
 * :func:`length_penalty`: the GNMT normaliser ``lp(y) = ((5 + |y|) / 6) ** alpha``;
 * :func:`greedy_tokens` and :func:`sample_tokens` (temperature, top-k, top-p).
@@ -52,6 +53,22 @@ def apply_length_limits_(log_probs: Tensor, step: int, min_len: int, max_lens: T
         forced = torch.full_like(log_probs[at_limit], NEG_INF)  # (R, V)
         forced[:, EOS_ID] = eos
         log_probs[at_limit] = forced
+    return log_probs
+
+
+def force_tokens_(log_probs: Tensor, forced: Tensor) -> Tensor:
+    """Rows with ``forced >= 0`` may only emit that token, at its own log-probability; in place.
+
+    ``log_probs`` (N, V), ``forced`` (N,) a token id per row, -1 where the row is free. The
+    forced token keeps the model's log-probability, so it counts in the score as any
+    chosen token does (fairseq's ``prefix_tokens``).
+    """
+    rows = (forced >= 0).nonzero().squeeze(1)  # (R,)
+    if rows.numel():
+        tokens = forced[rows]  # (R,)
+        kept = log_probs[rows, tokens]  # (R,), a copy
+        log_probs[rows] = NEG_INF
+        log_probs[rows, tokens] = kept
     return log_probs
 
 
@@ -149,6 +166,7 @@ __all__ = [
     "length_penalty",
     "max_output_lengths",
     "apply_length_limits_",
+    "force_tokens_",
     "beam_step",
     "greedy_tokens",
     "top_k_filter",

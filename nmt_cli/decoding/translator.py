@@ -2,7 +2,9 @@
 
 A :class:`Translator` holds a model, the SentencePiece models it was trained with and
 the search settings. It never prints and never reads files or stdin: callers pass
-strings and get :class:`~nmt_cli.decoding.hypothesis.Hypothesis` objects back.
+strings (or :class:`~nmt_cli.decoding.request.Request` s, for a sentence that asks for
+more, such as a target prefix) and get :class:`~nmt_cli.decoding.hypothesis.Hypothesis`
+objects back.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import copy
 import dataclasses
 import os
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar, Union
 
 import torch
 
@@ -22,6 +24,7 @@ from nmt_cli.config import Config, DecodeConfig
 from nmt_cli.decoding.ensemble import Ensemble
 from nmt_cli.decoding.generator import decoding_workers, generate
 from nmt_cli.decoding.hypothesis import Hypothesis
+from nmt_cli.decoding.request import Request
 from nmt_cli.decoding.scoring import PairScore, score_pairs
 from nmt_cli.decoding.workers import WorkerPool
 from nmt_cli.device import is_auto, resolve_device
@@ -30,7 +33,12 @@ from nmt_cli.models.base import Seq2SeqModel
 from nmt_cli.models.packed import can_pack, pack_linear_layers
 from nmt_cli.models.quantization import quantize_model
 from nmt_cli.precision import Precision
+from nmt_cli.textio import CHUNK_LINES
 from nmt_cli.tokenization import Tokenizer
+
+#: a sentence to translate: its text, or a :class:`Request` with more to ask
+Sentence = Union[str, Request]
+Item = TypeVar("Item", bound=Sentence)
 
 
 def averaged_label(averaged: Sequence[str]) -> str | None:
@@ -147,16 +155,17 @@ class Translator:
         variant.decode = apply_decode_overrides(self.decode, overrides)
         return variant
 
-    def translate(self, texts: Sequence[str], with_attention: bool = False) -> list[Hypothesis]:
-        """One hypothesis per text, in order; blank texts give empty translations.
+    def translate(self, sentences: Sequence[Sentence], with_attention: bool = False) -> list[Hypothesis]:
+        """One hypothesis per sentence (a text or a :class:`Request`), in order; blank texts give
+        empty translations, and a request's prefix starts its translation.
 
         Characters the SentencePiece model does not know become its unknown token.
         """
-        sources = [self.tokenizer.encode_src(text) if text.strip() else [] for text in texts]
-        fitted = fit_sources(sources, self.model.max_source_length, self.decode.on_long_line)
+        requests = as_requests(self.tokenizer, sentences)
+        fitted = fit_requests(requests, self.model.max_source_length, self.decode.on_long_line)
         pool = self._worker_pool()
         with self.precision.autocast():
-            hypotheses = generate(self.model, [source for source, _ in fitted], self.decode, self.device,
+            hypotheses = generate(self.model, [request for request, _ in fitted], self.decode, self.device,
                                   with_attention, pool)
         return [dataclasses.replace(self._with_text(hypothesis), long_input=how)
                 for hypothesis, (_, how) in zip(hypotheses, fitted)]
@@ -186,13 +195,13 @@ class Translator:
             return score_pairs(self.model, pairs, self.device, batch_size)
 
     def translate_stream(
-        self, texts: Iterable[str], chunk_size: int = 2000, with_attention: bool = False
-    ) -> Iterator[tuple[str, Hypothesis]]:
-        """``(text, hypothesis)`` pairs in input order, translating ``chunk_size`` texts at a time.
+        self, sentences: Iterable[Item], chunk_size: int = CHUNK_LINES, with_attention: bool = False
+    ) -> Iterator[tuple[Item, Hypothesis]]:
+        """``(sentence, hypothesis)`` pairs in input order, translating ``chunk_size`` sentences at a time.
 
         Only one chunk is held in memory, so inputs of any size stream through.
         """
-        return stream_in_chunks(self.translate, texts, chunk_size, with_attention)
+        return stream_in_chunks(self.translate, sentences, chunk_size, with_attention)
 
     def signature(self) -> str:
         """Every setting that changes the output, sacreBLEU-style ``key:value|...``."""
@@ -233,6 +242,8 @@ def signature_parts(decode: DecodeConfig, checkpoint: str, step: int | str, aver
         f"maxlen:{decode.max_len_a:g}*src+{decode.max_len_b}",
         f"minlen:{decode.min_len}",
     ]
+    if decode.search != "auto":
+        parts.append(f"search:{decode.search}")
     if decode.on_long_line != "error":
         parts.append(f"long:{decode.on_long_line}")
     if decode.sampling != "none":
@@ -242,32 +253,39 @@ def signature_parts(decode: DecodeConfig, checkpoint: str, step: int | str, aver
     return parts
 
 
-def fit_sources(sources: Sequence[list[int]], limit: int | None, on_long_line: str) -> list[tuple[list[int], str]]:
-    """Each source as the model can take it, with what ``decode.on_long_line`` did to it
-    (``"truncated"``, ``"skipped"`` or ``""``); ``error`` raises :class:`LongInputError`."""
+def as_requests(tokenizer: Tokenizer, sentences: Sequence[Sentence]) -> list[Request]:
+    """Each sentence as a :class:`Request` (a text: its source, nothing else asked)."""
+    return [sentence if isinstance(sentence, Request) else Request.from_text(tokenizer, sentence)
+            for sentence in sentences]
+
+
+def fit_requests(requests: Sequence[Request], limit: int | None, on_long_line: str) -> list[tuple[Request, str]]:
+    """Each request with its source as the model can take it, and what ``decode.on_long_line``
+    did to it (``"truncated"``, ``"skipped"`` or ``""``); ``error`` raises :class:`LongInputError`."""
     fitted = []
-    for index, source in enumerate(sources):
+    for index, request in enumerate(requests):
+        source = request.source
         if limit is None or len(source) <= limit:
-            fitted.append((source, ""))
+            fitted.append((request, ""))
         elif on_long_line == "truncate":
-            fitted.append((source[:limit], "truncated"))
+            fitted.append((dataclasses.replace(request, source=source[:limit]), "truncated"))
         elif on_long_line == "skip":
-            fitted.append(([], "skipped"))
+            fitted.append((dataclasses.replace(request, source=()), "skipped"))
         else:
             raise LongInputError(index, len(source), limit)
     return fitted
 
 
 def stream_in_chunks(
-    translate: Callable[[Sequence[str], bool], list[Hypothesis]], texts: Iterable[str], chunk_size: int,
+    translate: Callable[[Sequence[Item], bool], list[Hypothesis]], sentences: Iterable[Item], chunk_size: int,
     with_attention: bool,
-) -> Iterator[tuple[str, Hypothesis]]:
-    """``(text, hypothesis)`` pairs in input order, calling ``translate`` on ``chunk_size`` texts at a
-    time; a too-long input is numbered within the whole stream."""
-    chunk: list[str] = []
+) -> Iterator[tuple[Item, Hypothesis]]:
+    """``(sentence, hypothesis)`` pairs in input order, calling ``translate`` on ``chunk_size``
+    sentences at a time; a too-long input is numbered within the whole stream."""
+    chunk: list[Item] = []
     done = 0
-    for text in texts:
-        chunk.append(text)
+    for sentence in sentences:
+        chunk.append(sentence)
         if len(chunk) == chunk_size:
             yield from zip(chunk, _translate_chunk(translate, chunk, done, with_attention))
             done += len(chunk)
@@ -276,7 +294,7 @@ def stream_in_chunks(
         yield from zip(chunk, _translate_chunk(translate, chunk, done, with_attention))
 
 
-def _translate_chunk(translate: Callable[[Sequence[str], bool], list[Hypothesis]], chunk: list[str], offset: int,
+def _translate_chunk(translate: Callable[[Sequence[Item], bool], list[Hypothesis]], chunk: list[Item], offset: int,
                      with_attention: bool) -> list[Hypothesis]:
     try:
         return translate(chunk, with_attention)
@@ -284,5 +302,5 @@ def _translate_chunk(translate: Callable[[Sequence[str], bool], list[Hypothesis]
         raise LongInputError(offset + exc.index, exc.length, exc.limit) from None
 
 
-__all__ = ["LongInputError", "Translator", "apply_decode_overrides", "averaged_label", "fit_sources", "signature_parts",
-           "stream_in_chunks"]
+__all__ = ["LongInputError", "Sentence", "Translator", "apply_decode_overrides", "as_requests", "averaged_label",
+           "fit_requests", "signature_parts", "stream_in_chunks"]

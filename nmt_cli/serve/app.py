@@ -130,12 +130,15 @@ def _add_translation_routes(app: FastAPI, state: ServerState) -> None:
         body = _validated(TranslateRequest, json_body(await request.body()))
         service = state.ready()
         texts = [body.text] if isinstance(body.text, str) else body.text
-        tokens = service.check_texts(texts, "text")
+        if body.prefix is not None and isinstance(body.prefix, str) != isinstance(body.text, str):
+            raise RequestError(422, "prefix must be a string when text is one, a list when text is a list")
+        prefixes = None if body.prefix is None else [body.prefix] if isinstance(body.prefix, str) else body.prefix
+        requests = service.requests(texts, "text", prefixes)
         options = service.search_options(body.beam_size, body.n_best, body.alpha)
         request.state.sentences = len(texts)
-        translated = await service.translate(texts, tokens, options, with_attention=body.alignments)
-        records = [service.record(text, hypothesis, body.alignments)
-                   for text, hypothesis in zip(texts, translated.hypotheses)]
+        translated = await service.translate(requests, options, with_attention=body.alignments)
+        records = [service.record(sentence, hypothesis, body.alignments)
+                   for sentence, hypothesis in zip(requests, translated.hypotheses)]
         return {"translations": records, "signature": translated.signature}
 
     @app.post("/translate", response_model=LibreTranslateResponse, responses=ERRORS,
@@ -149,9 +152,9 @@ def _add_translation_routes(app: FastAPI, state: ServerState) -> None:
         items = [body.q] if isinstance(body.q, str) else body.q
         lines = [LINE_BREAK.split(item) for item in items]
         flat = [line for item in lines for line in item]
-        tokens = service.check_texts(flat, "q", allow_blank=True)
+        requests = service.requests(flat, "q", allow_blank=True)
         request.state.sentences = sum(1 for line in flat if line.strip())
-        hypotheses = iter((await service.translate(flat, tokens, service.search_options(None, 1, None))).hypotheses)
+        hypotheses = iter((await service.translate(requests, service.search_options(None, 1, None))).hypotheses)
         joined = ["\n".join(next(hypotheses).text for _ in item) for item in lines]
         return {"translatedText": joined[0] if isinstance(body.q, str) else joined}
 

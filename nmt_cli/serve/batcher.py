@@ -1,7 +1,7 @@
 """Micro-batching: sentences of concurrent requests decoded together, off the event loop.
 
-Requests put jobs (their sentences and search settings) into a bounded queue; one worker
-thread takes the oldest job and every other queued job with the same settings, up to a
+Requests put jobs (their sentences, as :class:`~nmt_cli.decoding.request.Request` s, and
+search settings) into a bounded queue; one worker thread takes the oldest job and every other queued job with the same settings, up to a
 budget of source tokens. Before it starts a decode call it holds the batch open for more:
 until the budget is full, or ``wait_s`` has passed since the decoder was free with a job
 waiting, or, once as many jobs have arrived since the decoder became free as its last call
@@ -42,9 +42,10 @@ class QueueFull(Exception):
 
 @dataclass(eq=False)
 class Job:
-    """One request's sentences, decoded by ``engine`` with ``with_attention``; ``key`` groups equal settings."""
+    """One request's sentences (what ``engine.translate`` takes), decoded by ``engine`` with
+    ``with_attention``; ``tokens`` counts their source tokens, ``key`` groups equal settings."""
 
-    texts: Sequence[str]
+    sentences: Sequence[Any]
     tokens: int
     key: Hashable
     engine: Any
@@ -93,10 +94,10 @@ class MicroBatcher:
         with self._condition:
             if self._closed:
                 raise RuntimeError("the batcher is closed")
-            if self._queued_sentences + len(job.texts) > self.capacity:
+            if self._queued_sentences + len(job.sentences) > self.capacity:
                 raise QueueFull(f"{self._queued_sentences} sentences are queued (limit {self.capacity})")
             self._queue.append(job)
-            self._queued_sentences += len(job.texts)
+            self._queued_sentences += len(job.sentences)
             self._last_arrival = time.monotonic()
             self._arrivals += 1
             self._condition.notify()
@@ -136,7 +137,7 @@ class MicroBatcher:
                     break
                 self._condition.wait(remaining)
             jobs = self._take_like(first)
-            self._queued_sentences -= sum(len(job.texts) for job in jobs)
+            self._queued_sentences -= sum(len(job.sentences) for job in jobs)
         return [job for job in jobs if job.future.set_running_or_notify_cancel()]
 
     def _drop_cancelled(self) -> int:
@@ -144,7 +145,7 @@ class MicroBatcher:
         cancelled = [job for job in self._queue if job.future.cancelled()]
         if cancelled:
             self._queue = collections.deque(job for job in self._queue if not job.future.cancelled())
-            self._queued_sentences -= sum(len(job.texts) for job in cancelled)
+            self._queued_sentences -= sum(len(job.sentences) for job in cancelled)
         return len(self._queue)
 
     def _tokens_like(self, first: Job) -> int:
@@ -169,9 +170,9 @@ class MicroBatcher:
 
     def _decode(self, jobs: list[Job]) -> None:
         """One engine call for all sentences of ``jobs``; each job gets its own hypotheses back."""
-        texts = [text for job in jobs for text in job.texts]
+        sentences = [sentence for job in jobs for sentence in job.sentences]
         try:
-            hypotheses: list[Hypothesis] = jobs[0].engine.translate(texts, with_attention=jobs[0].with_attention)
+            hypotheses: list[Hypothesis] = jobs[0].engine.translate(sentences, with_attention=jobs[0].with_attention)
         except Exception as exc:  # the requests report it; the worker goes on
             self._note_free(0)
             for job in jobs:
@@ -180,6 +181,6 @@ class MicroBatcher:
         self._note_free(len(jobs))  # before any answer: its client may come back at once
         start = 0
         for job in jobs:
-            job.future.set_result(hypotheses[start:start + len(job.texts)])
-            start += len(job.texts)
-        self.on_batch(len(texts))
+            job.future.set_result(hypotheses[start:start + len(job.sentences)])
+            start += len(job.sentences)
+        self.on_batch(len(sentences))

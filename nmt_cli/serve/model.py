@@ -17,6 +17,7 @@ from nmt_cli.checkpoint import load_checkpoint_config
 from nmt_cli.config import DecodeConfig, ModelConfig
 from nmt_cli.decoding import load_translator
 from nmt_cli.decoding.hypothesis import Hypothesis
+from nmt_cli.decoding.request import Request
 from nmt_cli.export import is_export_dir, read_export_record
 from nmt_cli.tokenization import Tokenizer
 
@@ -30,7 +31,7 @@ class Engine(Protocol):
     tokenizer: Tokenizer
     device: torch.device
 
-    def translate(self, texts: Sequence[str], with_attention: bool = False) -> list[Hypothesis]: ...
+    def translate(self, sentences: Sequence[str | Request], with_attention: bool = False) -> list[Hypothesis]: ...
 
     def with_decode(self, overrides: Mapping[str, Any]) -> "Engine": ...
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, field_validator
+from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationInfo,
+                      field_validator)
 
 __all__ = ["TranslateRequest", "TranslateResponse", "Translation", "Alternative", "Alignment",
            "LibreTranslateRequest", "LibreTranslateResponse", "ErrorResponse", "Health", "ModelInfo",
@@ -25,15 +26,18 @@ class TranslateRequest(BaseModel):
 
     text: StrictStr | list[StrictStr] = Field(
         description="One sentence, or a list of sentences (one line each, none empty).")
+    prefix: StrictStr | list[StrictStr] | None = Field(
+        None, description="Target text each translation starts with: a string for a text, a list of "
+                          "one per sentence (\"\" for none) for a list.")
     beam_size: StrictInt | None = Field(None, description="Beam size (1 = greedy) [default: the server's].")
     n_best: StrictInt | None = Field(None, description="Hypotheses per sentence, at most beam_size [default: the server's --nbest, else 1].")
     alpha: StrictFloat | StrictInt | None = Field(None, description="GNMT length penalty [default: the server's].")
     alignments: StrictBool = Field(False, description="Add word links (Pharaoh) and the soft word alignment.")
 
-    @field_validator("text", mode="before")
+    @field_validator("text", "prefix", mode="before")
     @classmethod
-    def _check_text(cls, value: Any) -> Any:
-        return _text_or_texts(value, "text")
+    def _check_text(cls, value: Any, info: ValidationInfo) -> Any:
+        return value if value is None else _text_or_texts(value, info.field_name)
 
 
 class Alternative(BaseModel):

@@ -12,6 +12,7 @@ from typing import Any, NamedTuple, Sequence
 
 from nmt_cli.decoding.batching import batch_token_budget
 from nmt_cli.decoding.hypothesis import Hypothesis
+from nmt_cli.decoding.request import Request
 from nmt_cli.errors import NmtError
 from nmt_cli.serve.alignment import alignment_record
 from nmt_cli.serve.batcher import Job, MicroBatcher, QueueFull
@@ -56,8 +57,10 @@ class TranslationService:
         """Finish the queued work and stop the decoding thread."""
         self.batcher.close()
 
-    def check_texts(self, texts: Sequence[str], field: str, allow_blank: bool = False) -> list[int]:
-        """Source pieces of each text; :class:`RequestError` (4xx) naming the first text that breaks a rule.
+    def requests(self, texts: Sequence[str], field: str, prefixes: Sequence[str] | None = None,
+                 allow_blank: bool = False) -> list[Request]:
+        """Each text as a :class:`Request`, with its prefix; :class:`RequestError` (4xx) naming the
+        first text or prefix that breaks a rule.
 
         ``allow_blank``: blank lines among others are kept (they translate to blank lines).
         """
@@ -69,33 +72,38 @@ class TranslationService:
                                     "per request (--max-sentences)")
         if all(not text.strip() for text in texts):
             raise RequestError(422, f"{field} is empty: send at least one non-blank sentence")
-        counts = []
+        if prefixes is not None and len(prefixes) != len(texts):
+            raise RequestError(422, f"prefix has {len(prefixes)} entries for {len(texts)} sentences; "
+                                    "send one per sentence (\"\" for none)")
+        requests = []
         for index, text in enumerate(texts):
             if allow_blank:
                 name = f"{field} line {index + 1}"
             else:
                 name = field if len(texts) == 1 else f"{field}[{index}]"
-            counts.append(self._check_text(text, name, allow_blank))
-        return counts
+            if not allow_blank and not text.strip():
+                raise RequestError(422, f"{name} is empty")
+            self._check_line(text, name)
+            prefix = prefixes[index] if prefixes is not None else ""
+            self._check_line(prefix, "prefix" if len(texts) == 1 else f"prefix[{index}]")
+            request = Request.from_text(self.model.engine.tokenizer, text, prefix)
+            if len(request.source) > self.model.max_source_tokens:
+                raise RequestError(422, f"{name} is {len(request.source)} pieces long; the model takes at most "
+                                        f"{self.model.max_source_tokens}")
+            requests.append(request)
+        return requests
 
-    def _check_text(self, text: str, name: str, allow_blank: bool) -> int:
-        limits = self.settings
-        if not allow_blank and not text.strip():
-            raise RequestError(422, f"{name} is empty")
+    def _check_line(self, text: str, name: str) -> None:
+        """One line of text within the character limit."""
         try:
             text.encode("utf-8")
         except UnicodeEncodeError:  # JSON may escape a lone surrogate, which no tokenizer takes
             raise RequestError(422, f"{name} holds a lone surrogate (\\ud800-\\udfff), which is not text") from None
         if "\n" in text or "\r" in text:
             raise RequestError(422, f"{name} contains a line break; send one sentence per list item")
-        if len(text) > limits.max_chars:
-            raise RequestError(413, f"{name} has {len(text)} characters; at most {limits.max_chars} "
+        if len(text) > self.settings.max_chars:
+            raise RequestError(413, f"{name} has {len(text)} characters; at most {self.settings.max_chars} "
                                     "per sentence (--max-chars)")
-        tokens = len(self.model.engine.tokenizer.encode_src(text)) if text.strip() else 0
-        if tokens > self.model.max_source_tokens:
-            raise RequestError(422, f"{name} is {tokens} pieces long; the model takes at most "
-                                    f"{self.model.max_source_tokens}")
-        return tokens
 
     def largest_beam(self) -> int:
         """``--max-beam``, or the server's own beam when that is larger."""
@@ -118,15 +126,15 @@ class TranslationService:
             options["decode.alpha"] = float(alpha)
         return options
 
-    async def translate(self, texts: Sequence[str], tokens: Sequence[int], options: SearchOptions,
+    async def translate(self, requests: Sequence[Request], options: SearchOptions,
                         with_attention: bool = False) -> Translated:
-        """Queue the texts for the next micro-batch of equal settings and wait for their hypotheses."""
+        """Queue the requests for the next micro-batch of equal settings and wait for their hypotheses."""
         try:
             engine = self.model.engine.with_decode(options)
         except NmtError as exc:
             raise RequestError(422, str(exc)) from None
         key = (tuple(sorted(options.items())), with_attention)
-        job = Job(list(texts), sum(tokens), key, engine, with_attention)
+        job = Job(list(requests), sum(len(request.source) for request in requests), key, engine, with_attention)
         retry = {"Retry-After": str(self.settings.retry_after_s)}
         try:
             future = self.batcher.submit(job)
@@ -143,10 +151,10 @@ class TranslationService:
             raise RequestError(422, str(exc)) from None
         return Translated(hypotheses, engine.signature())
 
-    def record(self, source: str, hypothesis: Hypothesis, with_alignment: bool) -> dict[str, Any]:
+    def record(self, request: Request, hypothesis: Hypothesis, with_alignment: bool) -> dict[str, Any]:
         """One translation as the API returns it (the fields of ``nmt translate --format jsonl``)."""
         translator = self.model.engine
-        record = output_record(source, hypothesis, translator)
+        record = output_record(request.text, hypothesis, translator)
         if with_alignment:
-            record["alignment"] = alignment_record(source, hypothesis, translator)
+            record["alignment"] = alignment_record(request.text, hypothesis, translator)
         return record

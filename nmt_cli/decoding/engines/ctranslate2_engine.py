@@ -1,4 +1,4 @@
-"""Translation through CTranslate2: the same API, tokenization, batching and scores as the Translator.
+"""``--engine ctranslate2``: the same API, tokenization, batching and scores as the Translator.
 
 :class:`CTranslate2Translator` duck-types :class:`nmt_cli.decoding.Translator`
 (``translate``, ``translate_stream``, ``decode``, ``tokenizer``, ``signature``) over a
@@ -18,6 +18,10 @@ directory written by ``nmt export``. How our search settings map onto CTranslate
   budget where it is 0, as in the torch engine) / ``decode.max_sentences`` within each
   group, so every sentence gets exactly its own limit.
 * ``decode.min_len``: CTranslate2's ``min_decoding_length`` (EOS blocked before it).
+* A request's prefix is CTranslate2's ``target_prefix``; its sentence's limit is raised to
+  the prefix's length, as in the torch engine, and its hypotheses' ``log P`` (the prefix's
+  tokens and EOS counted, as ours) come from ``score_batch``.
+* ``decode.search``: ``auto``, ``greedy`` (beam size 1) and ``beam``.
 * ``decode.workers`` batches run at once (CTranslate2's ``inter_threads``), each on an
   equal share of torch's intra-op thread count.
 * Alignments: CTranslate2 returns the last decoder layer's cross-attention averaged over
@@ -31,6 +35,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
+import tempfile
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -39,19 +44,24 @@ import torch
 from nmt_cli.config import DecodeConfig
 from nmt_cli.decoding.batching import batch_token_budget, token_budget_batches
 from nmt_cli.decoding.hypothesis import Hypothesis
+from nmt_cli.decoding.request import Request
 from nmt_cli.decoding.search import length_penalty
-from nmt_cli.decoding.translator import (apply_decode_overrides, averaged_label, fit_sources, signature_parts,
-                                         stream_in_chunks)
+from nmt_cli.decoding.translator import (Item, Sentence, apply_decode_overrides, as_requests, averaged_label,
+                                         fit_requests, signature_parts, stream_in_chunks)
 from nmt_cli.device import is_auto, resolve_device
 from nmt_cli.errors import NmtError
-from nmt_cli.export import read_export_record, require_ctranslate2
+from nmt_cli.export import export_ctranslate2, is_export_dir, read_export_record, require_ctranslate2
 from nmt_cli.export.record import ExportRecord
+from nmt_cli.registry import ENGINES
+from nmt_cli.textio import CHUNK_LINES
 from nmt_cli.tokenization import Tokenizer
 
 #: CTranslate2 weight/compute types ``--quantize`` may ask for at load time
 COMPUTE_TYPES = ("default", "float32", "int8", "int8_float32", "int16", "float16", "bfloat16")
 #: a length penalty too small to change any ranking but non-zero, so beam search waits for K hypotheses
 VANISHING_PENALTY = 1e-6
+#: the ``decode.search`` strategies CTranslate2 runs (greedy is its beam size 1)
+SEARCHES = ("auto", "greedy", "beam")
 
 
 def _load(ctranslate2, record: ExportRecord, device: torch.device, compute_type: str, workers: int):
@@ -114,29 +124,33 @@ class CTranslate2Translator:
         variant.decode = _check_supported(apply_decode_overrides(self.decode, overrides))
         return variant
 
-    def translate(self, texts: Sequence[str], with_attention: bool = False) -> list[Hypothesis]:
-        """One hypothesis per text, in order; blank texts give empty translations."""
-        fitted = fit_sources([self.tokenizer.encode_src(text) if text.strip() else [] for text in texts],
-                             self.record.positions, self.decode.on_long_line)
-        sources = [source for source, _ in fitted]
-        results = [Hypothesis(tokens=[], score=0.0, log_prob=0.0) for _ in sources]
+    def translate(self, sentences: Sequence[Sentence], with_attention: bool = False) -> list[Hypothesis]:
+        """One hypothesis per sentence (a text or a :class:`Request`), in order; blank texts give
+        empty translations, and a request's prefix starts its translation."""
+        fitted = fit_requests(as_requests(self.tokenizer, sentences), self.record.positions,
+                              self.decode.on_long_line)
+        requests = [request for request, _ in fitted]
+        results = [Hypothesis(tokens=[], score=0.0, log_prob=0.0) for _ in requests]
         pending = []
-        for batch, limit in self._batches(sources):
-            pieces = [self.tokenizer.src_pieces(sources[i]) for i in batch]
-            pending.append((batch, limit, pieces, self._translator.translate_batch(
-                pieces, asynchronous=True, beam_size=self.decode.beam_size, num_hypotheses=self.decode.beam_size,
-                length_penalty=self._penalty(), max_decoding_length=limit,
+        beam = self._beam()
+        for batch, limit in self._batches(requests):
+            pieces = [self.tokenizer.src_pieces(requests[i].source) for i in batch]
+            prefixes = [self.tokenizer.tgt_pieces(requests[i].prefix) or None for i in batch]
+            pending.append((batch, limit, pieces, prefixes, self._translator.translate_batch(
+                pieces, prefixes if any(prefixes) else None, asynchronous=True, beam_size=beam,
+                num_hypotheses=beam, length_penalty=self._penalty(), max_decoding_length=limit,
                 min_decoding_length=min(self.decode.min_len, limit), max_input_length=0, return_scores=True,
                 return_attention=with_attention)))
-        for batch, limit, pieces, outcomes in pending:
-            for index, source_pieces, outcome in zip(batch, pieces, outcomes):
-                results[index] = self._hypothesis(outcome.result(), source_pieces, limit, with_attention)
+        for batch, limit, pieces, prefixes, outcomes in pending:
+            for index, source_pieces, prefix, outcome in zip(batch, pieces, prefixes, outcomes):
+                results[index] = self._hypothesis(outcome.result(), source_pieces, limit, with_attention,
+                                                  rescore=prefix is not None)
         return [dataclasses.replace(result, long_input=how) for result, (_, how) in zip(results, fitted)]
 
-    def translate_stream(self, texts: Iterable[str], chunk_size: int = 2000,
-                         with_attention: bool = False) -> Iterator[tuple[str, Hypothesis]]:
-        """``(text, hypothesis)`` pairs in input order, ``chunk_size`` texts at a time."""
-        return stream_in_chunks(self.translate, texts, chunk_size, with_attention)
+    def translate_stream(self, sentences: Iterable[Item], chunk_size: int = CHUNK_LINES,
+                         with_attention: bool = False) -> Iterator[tuple[Item, Hypothesis]]:
+        """``(sentence, hypothesis)`` pairs in input order, ``chunk_size`` sentences at a time."""
+        return stream_in_chunks(self.translate, sentences, chunk_size, with_attention)
 
     def signature(self) -> str:
         """The Translator's signature fields plus the engine and its compute type."""
@@ -144,38 +158,51 @@ class CTranslate2Translator:
         parts = signature_parts(self.decode, self.checkpoint, self.record.step, average)
         return "|".join([*parts[:-1], "engine:ctranslate2", f"compute:{self.compute_type}", parts[-1]])
 
-    def output_limits(self, sources: Sequence[Sequence[int]]) -> list[int]:
-        """Each source's output limit ``floor(a * |x| + b)`` (at least 1), within the position
-        table: the decoder reads BOS and the output, so at most ``positions - 1`` tokens, as in
-        the torch engine (``max_target_length``)."""
+    def output_limits(self, requests: Sequence[Request]) -> list[int]:
+        """Each request's output limit ``floor(a * |x| + b)`` (at least 1, at least its prefix),
+        within the position table: the decoder reads BOS and the output, so at most
+        ``positions - 1`` tokens, as in the torch engine (``max_target_length``)."""
         longest = self.record.positions - 1
-        return [min(max(1, int(self.decode.max_len_a * len(source) + self.decode.max_len_b)), longest)
-                for source in sources]
+        return [min(max(1, int(self.decode.max_len_a * len(request.source) + self.decode.max_len_b),
+                        len(request.prefix)), longest)
+                for request in requests]
 
-    def _batches(self, sources: Sequence[Sequence[int]]) -> list[tuple[list[int], int]]:
-        """(indices, output limit) batches: non-empty sources grouped by limit, then by token budget."""
-        nonempty = [i for i, source in enumerate(sources) if source]
-        limits = dict(zip(nonempty, self.output_limits([sources[i] for i in nonempty])))
+    def _batches(self, requests: Sequence[Request]) -> list[tuple[list[int], int]]:
+        """(indices, output limit) batches: non-empty requests grouped by limit, then by token budget."""
+        nonempty = [i for i, request in enumerate(requests) if request.source]
+        limits = dict(zip(nonempty, self.output_limits([requests[i] for i in nonempty])))
         budget = batch_token_budget(self.decode.max_tokens, self.device)
         batches = []
         for limit in sorted(set(limits.values()), reverse=True):
             group = [i for i in nonempty if limits[i] == limit]
-            for batch in token_budget_batches([len(sources[i]) for i in group], budget, self.decode.max_sentences):
+            lengths = [len(requests[i].source) for i in group]
+            for batch in token_budget_batches(lengths, budget, self.decode.max_sentences):
                 batches.append(([group[j] for j in batch], limit))
         return batches
 
-    def _penalty(self) -> float:
-        return 0.0 if self.decode.beam_size == 1 else VANISHING_PENALTY
+    def _beam(self) -> int:
+        """CTranslate2's beam size: 1 for ``decode.search: greedy``, else ``decode.beam_size``."""
+        return 1 if self.decode.search == "greedy" else self.decode.beam_size
 
-    def _hypothesis(self, result: Any, source_pieces: list[str], limit: int, with_attention: bool) -> Hypothesis:
-        """Re-rank CTranslate2's hypotheses by the GNMT score; the best with the n-best list."""
+    def _penalty(self) -> float:
+        return 0.0 if self._beam() == 1 else VANISHING_PENALTY
+
+    def _hypothesis(self, result: Any, source_pieces: list[str], limit: int, with_attention: bool,
+                    rescore: bool = False) -> Hypothesis:
+        """Re-rank CTranslate2's hypotheses by the GNMT score; the best with the n-best list.
+
+        ``rescore`` (a sentence with a prefix): take every hypothesis's ``log P`` from
+        ``score_batch``, which counts the prefix's tokens and EOS as our search does."""
         log_probs = [float(score) * max(len(pieces), 1) ** self._penalty()
                      for score, pieces in zip(result.scores, result.hypotheses)]
-        cut = [number for number, pieces in enumerate(result.hypotheses) if len(pieces) == limit]
-        if cut:  # cut at the limit without EOS: add log p(EOS | y), as our search does when it forces EOS
-            scored = self._translator.score_batch([source_pieces] * len(cut),
-                                                  [result.hypotheses[number] for number in cut], max_input_length=0)
-            for number, scoring in zip(cut, scored):
+        # a hypothesis cut at the limit has no EOS: score_batch adds log p(EOS | y), as our search
+        # does when it forces EOS there
+        rescored = [number for number, pieces in enumerate(result.hypotheses) if rescore or len(pieces) == limit]
+        if rescored:
+            scored = self._translator.score_batch([source_pieces] * len(rescored),
+                                                  [result.hypotheses[number] for number in rescored],
+                                                  max_input_length=0)
+            for number, scoring in zip(rescored, scored):
                 log_probs[number] = float(sum(scoring.log_probs))
         entries = []
         for number, pieces in enumerate(result.hypotheses):
@@ -190,16 +217,42 @@ class CTranslate2Translator:
                 score=log_probs[number] / length_penalty(len(tokens) + 1, self.decode.alpha),
                 text=self.tokenizer.decode_tgt(tokens)))
         entries.sort(key=lambda hypothesis: -hypothesis.score)
+        if rescore:  # a prefix that reaches the limit leaves every beam the same: keep one, as our search does
+            distinct: dict[tuple[int, ...], Hypothesis] = {}
+            for entry in entries:
+                distinct.setdefault(tuple(entry.tokens), entry)
+            entries = list(distinct.values())
         nbest = entries[: self.decode.nbest]
         best = nbest[0]
         return Hypothesis(tokens=best.tokens, score=best.score, log_prob=best.log_prob, text=best.text,
                           nbest=nbest, attention=best.attention)
 
 
+@ENGINES.register("ctranslate2")
+def load_export(paths: Sequence[str | os.PathLike], device: str = "auto", average: str | None = None,
+                quantize: str | None = None, overrides: Mapping[str, Any] | None = None) -> CTranslate2Translator:
+    """A :class:`CTranslate2Translator` for an ``nmt export`` directory, or for a checkpoint
+    converted first (into a temporary directory, removed once loaded) with ``quantize`` as
+    the weight type; for an export ``quantize`` is any compute type (default: the export's own)."""
+    if len(paths) > 1:
+        raise NmtError("an ensemble of several --checkpoint runs only on the torch engine")
+    (path,) = paths
+    if is_export_dir(path):
+        if average:
+            raise NmtError(f"{path}: --average applies to training checkpoints; use nmt export --average")
+        return CTranslate2Translator.from_export(path, device, quantize, overrides)
+    with tempfile.TemporaryDirectory(prefix="nmt-ct2-") as scratch:
+        exported_dir = export_ctranslate2(path, os.path.join(scratch, "model"), quantize or "float32", average)
+        return CTranslate2Translator.from_export(exported_dir, device, None, overrides, checkpoint=str(path))
+
+
 def _check_supported(decode: DecodeConfig) -> DecodeConfig:
-    """``decode`` unless it asks for what this engine cannot do (sampling)."""
+    """``decode`` unless it asks for what this engine cannot do (sampling, another search)."""
     if decode.sampling != "none":
         raise NmtError("decode.sampling is not supported by the ctranslate2 engine; use --engine torch")
+    if decode.search not in SEARCHES:
+        raise NmtError(f"decode.search {decode.search} is not supported by the ctranslate2 engine "
+                       f"({', '.join(SEARCHES)}); use --engine torch")
     return decode
 
 
@@ -208,4 +261,4 @@ def _tokenizer(record: ExportRecord) -> Tokenizer:
     return Tokenizer.from_files(*(record.path / name for name in record.tokenizer_files))
 
 
-__all__ = ["CTranslate2Translator", "COMPUTE_TYPES", "VANISHING_PENALTY"]
+__all__ = ["CTranslate2Translator", "COMPUTE_TYPES", "SEARCHES", "VANISHING_PENALTY", "load_export"]

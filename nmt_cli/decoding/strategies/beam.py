@@ -1,0 +1,104 @@
+"""Beam search with K hypotheses per sentence (``decode.search: beam``)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+from nmt_cli.config import DecodeConfig
+from nmt_cli.decoding.request import Request
+from nmt_cli.decoding.search import NEG_INF, apply_length_limits_, beam_step, force_tokens_
+from nmt_cli.decoding.strategies.base import Search, StepOutcome
+from nmt_cli.registry import SEARCH_STRATEGIES
+from nmt_cli.specials import EOS_ID
+
+__all__ = ["BeamSearch"]
+
+
+@SEARCH_STRATEGIES.register("beam")
+class BeamSearch(Search):
+    """Batched beam search with K hypotheses per sentence (fairseq-style bookkeeping).
+
+    Each step takes the 2K best extensions of a sentence's beams; those ending in EOS
+    within the top K are finished, the K best others continue. A sentence is done once
+    it has K finished hypotheses or no live beam (at its maximum length only EOS is
+    allowed), and its rows leave the batch. The first step runs on one row per sentence
+    (every beam would hold the same BOS prefix) and its 2K best tokens start the K beams,
+    so the decoder state and memory are expanded to K rows after it, not before
+    (CTranslate2 does the same). Beams with a ``-inf`` score are unused (tiny vocabularies,
+    and a prefix: while one is forced, only one beam of its sentence lives).
+    """
+
+    def __init__(self, requests: Sequence[Request], max_lens: Tensor, decode: DecodeConfig,
+                 keep_attention: bool = False, generator: torch.Generator | None = None):
+        super().__init__(requests, max_lens, decode, keep_attention, generator)
+        self.beam = decode.beam_size
+        self.active = list(range(len(max_lens)))  # sentence of each block of rows
+        #: (A, P) the prefix of each active sentence (None: no prefix in the batch)
+        self.block_prefixes = self.prefixes
+        self.max_lens = max_lens  # (N,): one row per sentence until the first step expands them
+        self.scores = torch.zeros((len(max_lens), 1), dtype=torch.float64, device=max_lens.device)  # (A, width)
+
+    def initial_rows(self) -> Tensor | None:
+        return None
+
+    def advance(self, step: int, log_probs: Tensor, attention: Tensor | None) -> StepOutcome | None:
+        self.history.add_attention(attention)
+        beam, active, width = self.beam, len(self.active), self.scores.size(1)  # width: 1 at the first step, then K
+        log_probs = apply_length_limits_(log_probs, step, self.decode.min_len, self.max_lens, self.shortest)  # (N, V)
+        if self.block_prefixes is not None and step < self.block_prefixes.size(1):
+            log_probs = force_tokens_(log_probs, self.block_prefixes[:, step].repeat_interleave(width))
+        cand_scores, cand_tokens, cand_beams = beam_step(
+            log_probs.view(active, width, -1), self.scores, 2 * beam)  # (A, C), scores in float64
+        if cand_scores.size(1) < 2 * beam:  # fewer extensions than 2K (a tiny vocabulary): unused candidates
+            missing = 2 * beam - cand_scores.size(1)
+            cand_scores = torch.nn.functional.pad(cand_scores, (0, missing), value=NEG_INF)
+            cand_tokens = torch.nn.functional.pad(cand_tokens, (0, missing), value=EOS_ID)
+            cand_beams = torch.nn.functional.pad(cand_beams, (0, missing))
+        block_start = width * torch.arange(active, device=cand_beams.device)[:, None]  # (A, 1)
+        cand_rows = cand_beams + block_start  # (A, C): rows of this step
+        cand_eos = cand_tokens == EOS_ID  # (A, C)
+        self._finish_candidates(cand_scores, cand_rows, cand_eos)
+
+        continuing = cand_scores.masked_fill(cand_eos, NEG_INF)  # (A, C)
+        scores, picked = continuing.topk(beam, dim=1)  # (A, K)
+        tokens = cand_tokens.gather(1, picked)  # (A, K)
+        rows = cand_rows.gather(1, picked)  # (A, K)
+
+        live = torch.isfinite(scores[:, 0]).tolist()  # False once only EOS was allowed
+        open_blocks = [
+            i for i, sentence in enumerate(self.active) if live[i] and len(self.finished[sentence]) < beam
+        ]
+        if not open_blocks:
+            return None
+        memory_rows = None
+        if len(open_blocks) < active or width != beam:
+            keep = torch.tensor(open_blocks, device=rows.device)  # (A',)
+            scores, tokens, rows = scores[keep], tokens[keep], rows[keep]
+            offsets = torch.arange(width, device=rows.device)
+            memory_rows = (keep[:, None] * width + offsets).flatten()  # (A' * width,)
+            if width != beam:  # the first step: each sentence's one memory row serves its K beams
+                memory_rows = memory_rows.repeat_interleave(beam)  # (A' * K,)
+            self.active = [self.active[i] for i in open_blocks]
+            if self.block_prefixes is not None:
+                self.block_prefixes = self.block_prefixes[keep]
+        self.scores = scores
+        state_rows = rows.flatten()  # (A' * K,)
+        self.max_lens = self.max_lens[state_rows]
+        tokens = tokens.flatten()
+        self.history.add_inputs(tokens.tolist(), state_rows.tolist())
+        return StepOutcome(tokens, state_rows, memory_rows)
+
+    def _finish_candidates(self, cand_scores: Tensor, cand_rows: Tensor, cand_eos: Tensor) -> None:
+        """Close the EOS candidates ranked within the top K of their sentence."""
+        top = slice(0, self.beam)
+        ending = (cand_eos[:, top] & torch.isfinite(cand_scores[:, top])).nonzero().tolist()  # [(block, rank)]
+        if not ending:
+            return
+        rows, scores = cand_rows[:, top].tolist(), cand_scores[:, top].tolist()  # one copy, not one per entry
+        for block, rank in ending:
+            sentence = self.active[block]
+            if len(self.finished[sentence]) < self.beam:
+                self._finish(sentence, rows[block][rank], scores[block][rank])
