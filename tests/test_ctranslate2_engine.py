@@ -1,9 +1,10 @@
 """The CTranslate2 engine against the torch engine on a small trained Transformer.
 
 float32: the same greedy and beam-5 outputs on >= 99% of the 1,000 test sentences, BLEU
-within 0.2. int8: CTranslate2's BLEU within 0.5 of float32, the torch engine's
---quantize int8 within 1.0 (its 0.5 target is measured on Multi30k by the benchmark). The CLI paths (exported directory, --engine ctranslate2, JSONL, n-best,
-alignments, streaming) and the per-sentence length limit are checked on the same model.
+within 0.2. int8: CTranslate2's BLEU within 0.5 of float32 (the torch engine's int8 bound:
+tests/test_quantization.py). The CLI paths (exported directory, --engine ctranslate2, JSONL,
+n-best, alignments, streaming) and the per-sentence length limit are checked on the same
+model; the scoring of the steps where EOS is blocked on a random one.
 """
 
 from __future__ import annotations
@@ -22,9 +23,13 @@ from nmt_cli.cli import translate as _translate_command  # noqa: F401  (register
 from nmt_cli.data.prepared import PreparedData
 from nmt_cli.decoding import load_translator
 from nmt_cli.decoding.request import Request
-from nmt_cli.config import CPU_BATCH_TOKENS
+from nmt_cli.checkpoint import save_checkpoint
+from nmt_cli.config import CPU_BATCH_TOKENS, Config, ModelConfig
 from nmt_cli.errors import NmtError
 from nmt_cli.export import export_ctranslate2
+from nmt_cli.models import build_model
+from nmt_cli.specials import EOS_ID
+from tests.test_translator import tiny_tokenizer
 
 pytest.importorskip("ctranslate2", reason="CTranslate2 is not installed (pip install 'nmt-cli[ctranslate2]')")
 pytestmark = pytest.mark.slow
@@ -182,3 +187,29 @@ def test_a_prefix_translates_alike_in_both_engines(trained_transformer, exports,
     same = [(a, b) for a, b in zip(by_torch, by_ctranslate2) if a.tokens == b.tokens]
     assert all(a.score == pytest.approx(b.score, abs=1e-2) for a, b in same)  # the prefix scored alike
     assert by_ctranslate2[0].tokens == exported.translate(sources[:1])[0].tokens  # no prefix: as before
+
+
+@pytest.mark.parametrize("beam", [1, 5])
+def test_blocked_eos_steps_are_scored_as_the_torch_engine_scores_them(tmp_path, beam: int) -> None:
+    """CTranslate2 blocks EOS before its softmax during ``decode.min_len`` steps (the other tokens'
+    probabilities renormalised), our search after it: the engine corrects each hypothesis's
+    ``log P`` by ``log(1 - p(EOS))`` of those steps. A random model whose output favours EOS
+    makes the difference large enough to see (about 1e-2 before the correction)."""
+    config = ModelConfig(d_model=32, heads=4, ffn_dim=64, encoder_layers=2, decoder_layers=2, dropout=0.0)
+    tokenizer = tiny_tokenizer()
+    torch.manual_seed(0)
+    model = build_model(config, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, True)
+    with torch.no_grad():
+        model.output_layer().weight[EOS_ID] *= 4  # EOS likely from the first step on
+    checkpoint = save_checkpoint(tmp_path / "run" / "checkpoints" / "step-00000001", model.state_dict(),
+                                 Config(model=config), tokenizer, {"step": 1})
+    exported = export_ctranslate2(checkpoint, tmp_path / "export", "float32")
+    texts = ["der mann sieht die katze", "ein hund läuft schnell im park", "die frau", "der", "katze hund"]
+    overrides = {"decode.beam_size": beam, "decode.max_len_a": 0, "decode.max_len_b": 30, "decode.min_len": 1}
+    ours = load_translator(checkpoint, overrides=overrides).translate(texts)
+    theirs = load_translator(exported, overrides=overrides).translate(texts)
+    assert [h.tokens for h in ours] == [h.tokens for h in theirs]
+    assert any(len(h.tokens) < 30 for h in ours)  # some end by EOS, not at the limit
+    for mine, other in zip(ours, theirs):
+        assert other.log_prob == pytest.approx(mine.log_prob, abs=1e-4)
+        assert [h.tokens for h in other.nbest] == [h.tokens for h in mine.nbest]

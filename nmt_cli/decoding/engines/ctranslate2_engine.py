@@ -17,7 +17,14 @@ directory written by ``nmt export``. How our search settings map onto CTranslate
   sentences are grouped by their limit, then batched by ``decode.max_tokens`` (the device's
   budget where it is 0, as in the torch engine) / ``decode.max_sentences`` within each
   group, so every sentence gets exactly its own limit.
-* ``decode.min_len``: CTranslate2's ``min_decoding_length`` (EOS blocked before it).
+* ``decode.min_len``: CTranslate2's ``min_decoding_length`` (EOS blocked before it). CTranslate2
+  blocks EOS before its softmax, so the tokens of those steps get renormalised probabilities,
+  ``p(y_t) / (1 - p(EOS))``; our search blocks EOS after it (as fairseq does) and counts
+  ``p(y_t)``. Each hypothesis's ``log P`` gets ``sum log(1 - p(EOS | y_<t))`` over those steps,
+  with ``log p(EOS | y_<t)`` from one ``score_batch`` call per batch (at the default
+  ``min_len`` of 1 one short query per sentence), so scores and rankings match ours. Above 1
+  the renormalisation also changes which beams CTranslate2 keeps (each parent beam has its own
+  ``p(EOS)``), so beam search may then find other hypotheses than ours.
 * A request's prefix is CTranslate2's ``target_prefix``; its sentence's limit is raised to
   the prefix's length, as in the torch engine, and its hypotheses' ``log P`` (the prefix's
   tokens and EOS counted, as ours) come from ``score_batch``.
@@ -34,6 +41,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import os
 import tempfile
 from typing import Any, Iterable, Iterator, Mapping, Sequence
@@ -142,9 +150,12 @@ class CTranslate2Translator:
                 min_decoding_length=min(self.decode.min_len, limit), max_input_length=0, return_scores=True,
                 return_attention=with_attention)))
         for batch, limit, pieces, prefixes, outcomes in pending:
-            for index, source_pieces, prefix, outcome in zip(batch, pieces, prefixes, outcomes):
-                results[index] = self._hypothesis(outcome.result(), source_pieces, limit, with_attention,
-                                                  rescore=prefix is not None)
+            outcomes = [outcome.result() for outcome in outcomes]
+            blocked = self._blocked_eos_mass(pieces, [outcome.hypotheses for outcome in outcomes],
+                                             min(self.decode.min_len, limit))
+            for index, source_pieces, prefix, outcome, eos_mass in zip(batch, pieces, prefixes, outcomes, blocked):
+                results[index] = self._hypothesis(outcome, source_pieces, limit, with_attention,
+                                                  rescore=prefix is not None, blocked_eos=eos_mass)
         return [dataclasses.replace(result, long_input=how) for result, (_, how) in zip(results, fitted)]
 
     def translate_stream(self, sentences: Iterable[Item], chunk_size: int = CHUNK_LINES,
@@ -187,14 +198,38 @@ class CTranslate2Translator:
     def _penalty(self) -> float:
         return 0.0 if self._beam() == 1 else VANISHING_PENALTY
 
+    def _blocked_eos_mass(self, sources: list[list[str]], hypotheses: list[list[list[str]]],
+                          steps: int) -> list[list[float]]:
+        """Per sentence and hypothesis, ``sum_{t < steps} log(1 - p(EOS | y_<t))``: what CTranslate2's
+        renormalisation of the first ``steps`` steps (EOS blocked before its softmax) added to
+        its ``log P``. Every distinct prefix is scored once, all in one ``score_batch`` call."""
+        if steps == 0:
+            return [[0.0] * len(hyps) for hyps in hypotheses]
+        queries: dict[tuple[int, tuple[str, ...]], int] = {}
+        for sentence, hyps in enumerate(hypotheses):
+            for pieces in hyps:
+                for step in range(min(steps, len(pieces) + 1)):
+                    queries.setdefault((sentence, tuple(pieces[:step])), len(queries))
+        scored = self._translator.score_batch([sources[sentence] for sentence, _ in queries],
+                                              [list(prefix) for _, prefix in queries], max_input_length=0)
+        eos = [float(scoring.log_probs[-1]) for scoring in scored]  # log p(EOS | prefix)
+        return [[sum(math.log1p(-math.exp(eos[queries[(sentence, tuple(pieces[:step]))]]))
+                     for step in range(min(steps, len(pieces) + 1)))
+                 for pieces in hyps]
+                for sentence, hyps in enumerate(hypotheses)]
+
     def _hypothesis(self, result: Any, source_pieces: list[str], limit: int, with_attention: bool,
-                    rescore: bool = False) -> Hypothesis:
+                    rescore: bool = False, blocked_eos: Sequence[float] = ()) -> Hypothesis:
         """Re-rank CTranslate2's hypotheses by the GNMT score; the best with the n-best list.
 
         ``rescore`` (a sentence with a prefix): take every hypothesis's ``log P`` from
-        ``score_batch``, which counts the prefix's tokens and EOS as our search does."""
+        ``score_batch``, which counts the prefix's tokens and EOS as our search does.
+        ``blocked_eos``: each hypothesis's correction for the steps where EOS was blocked
+        (:meth:`_blocked_eos_mass`)."""
         log_probs = [float(score) * max(len(pieces), 1) ** self._penalty()
                      for score, pieces in zip(result.scores, result.hypotheses)]
+        if blocked_eos:
+            log_probs = [log_prob + mass for log_prob, mass in zip(log_probs, blocked_eos)]
         # a hypothesis cut at the limit has no EOS: score_batch adds log p(EOS | y), as our search
         # does when it forces EOS there
         rescored = [number for number, pieces in enumerate(result.hypotheses) if rescore or len(pieces) == limit]
