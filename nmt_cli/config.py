@@ -381,7 +381,8 @@ class TrainConfig(Validated):
         above=0,
     )
     compile: bool = setting(
-        False, "torch.compile the model; off by default because on CPU it trained slower (README)",
+        False, "torch.compile the model before training (off by default: whether it pays depends on the model and "
+        "the device, and it adds compile time to every start)",
     )
     seed: int = setting(1)
     num_threads: int = setting(0, "torch CPU threads (0 = torch's default)", at_least=0)
