@@ -78,8 +78,9 @@ def test_recipe_runs_every_stage(name: str, hub_root: Path, tmp_path: Path, requ
     references = (out / "data" / f"test.{manifest['tgt_lang']}").read_text(encoding="utf-8").splitlines()
     hypotheses = (out / f"test.hyp.{manifest['tgt_lang']}").read_text(encoding="utf-8").splitlines()
     assert len(hypotheses) == len(source) == len(references) > 0
-    # three steps translate badly: the check is that the reported BLEU is the BLEU of the written outputs
-    assert summary["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hypotheses, [references]).score, abs=0.01)
+    # three steps translate badly: the check is that the reported BLEU (to one decimal) is the BLEU of the
+    # written outputs
+    assert summary["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hypotheses, [references]).score, abs=0.05)
     assert (out / "run" / "config.yaml").is_file() and (out / "run" / "learning_curve.png").is_file()
     assert sorted((out / "align").glob("*.png")) or sorted((out / "align").glob("heatmaps/*.png"))
     summary_md = (out / "summary.md").read_text(encoding="utf-8")
