@@ -23,7 +23,6 @@ from nmt_cli.training.progress import read_metrics
 from tests.test_trainer import QUICK, TINY_TRANSFORMER
 
 
-@OBJECTIVES.register("test_teacher_nll")
 class TeacherNll(CrossEntropyObjective):
     """The cross-entropy objective, logging a frozen teacher's NLL of the same batch as ``teacher_nll``
     (the seam a distillation objective uses; its loss is the plain one)."""
@@ -51,6 +50,15 @@ class TeacherNll(CrossEntropyObjective):
         return LossTerms(terms.loss, terms.nll, {"teacher_nll": teacher_nll})
 
 
+@pytest.fixture
+def teacher_objective():
+    """:class:`TeacherNll` registered as ``test_teacher_nll`` for one test only: an entry left in the
+    registry would show in every later config check and in the generated config reference."""
+    OBJECTIVES.register("test_teacher_nll")(TeacherNll)
+    yield TeacherNll
+    OBJECTIVES._entries.pop("test_teacher_nll")
+
+
 def test_auto_is_guided_alignment_exactly_when_a_weight_is_set():
     assert Config().train.objective == "auto" and Config().train.objective_name == "cross_entropy"
     old = Config.from_dict({"train": {"alignment_weight": 0.05}, "model": {"alignment_layer": 0}})  # no objective
@@ -69,7 +77,8 @@ def test_auto_is_guided_alignment_exactly_when_a_weight_is_set():
         Config().with_overrides({"train.objective": "distil"})
 
 
-def test_an_objective_brings_a_frozen_teacher_and_logs_its_own_term(tiny_prepared, tmp_path, monkeypatch):
+def test_an_objective_brings_a_frozen_teacher_and_logs_its_own_term(tiny_prepared, tmp_path, monkeypatch,
+                                                                    teacher_objective):
     settings = {**QUICK, **TINY_TRANSFORMER, "model.dropout": 0.3, "train.max_steps": 4, "train.log_every": 2,
                 "train.valid_every": 0, "train.early_stop_metric": "loss"}
     train(Config().with_overrides(settings), tiny_prepared, tmp_path / "teacher", stream=io.StringIO())
