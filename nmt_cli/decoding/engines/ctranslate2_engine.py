@@ -151,7 +151,9 @@ class CTranslate2Translator:
                 return_attention=with_attention)))
         for batch, limit, pieces, prefixes, outcomes in pending:
             outcomes = [outcome.result() for outcome in outcomes]
-            blocked = self._blocked_eos_mass(pieces, [outcome.hypotheses for outcome in outcomes],
+            # a sentence with a prefix is rescored whole by _hypothesis: no correction to query for it
+            blocked = self._blocked_eos_mass(pieces, [[] if prefix else outcome.hypotheses
+                                                      for prefix, outcome in zip(prefixes, outcomes)],
                                              min(self.decode.min_len, limit))
             for index, source_pieces, prefix, outcome, eos_mass in zip(batch, pieces, prefixes, outcomes, blocked):
                 results[index] = self._hypothesis(outcome, source_pieces, limit, with_attention,
@@ -203,13 +205,13 @@ class CTranslate2Translator:
         """Per sentence and hypothesis, ``sum_{t < steps} log(1 - p(EOS | y_<t))``: what CTranslate2's
         renormalisation of the first ``steps`` steps (EOS blocked before its softmax) added to
         its ``log P``. Every distinct prefix is scored once, all in one ``score_batch`` call."""
-        if steps == 0:
-            return [[0.0] * len(hyps) for hyps in hypotheses]
         queries: dict[tuple[int, tuple[str, ...]], int] = {}
         for sentence, hyps in enumerate(hypotheses):
             for pieces in hyps:
                 for step in range(min(steps, len(pieces) + 1)):
                     queries.setdefault((sentence, tuple(pieces[:step])), len(queries))
+        if not queries:  # min_len 0, or every sentence rescored whole
+            return [[0.0] * len(hyps) for hyps in hypotheses]
         scored = self._translator.score_batch([sources[sentence] for sentence, _ in queries],
                                               [list(prefix) for _, prefix in queries], max_input_length=0)
         eos = [float(scoring.log_probs[-1]) for scoring in scored]  # log p(EOS | prefix)
