@@ -479,6 +479,16 @@ class DecodeConfig(Validated):
         "error naming its line, translate its first tokens only, or give it an empty translation",
     )
 
+    no_repeat_ngram: int = setting(
+        0, "no n-gram of this many tokens may occur twice in an output (0 = no guard)", at_least=0)
+    repetition_penalty: float = setting(
+        1.0, "log-probabilities of tokens already in the output are multiplied by this, then renormalised "
+        "(1 = no penalty)", at_least=1.0)
+    on_unmet: str = choice(
+        "error", "error", "relax", "drop",
+        help="constraints (and prefix) longer than a sentence's output limit: stop with an error naming the "
+        "sentence, raise that sentence's limit to fit them, or drop the constraints that do not fit")
+
     def rules(self) -> list[str]:
         problems = []
         if self.nbest > self.beam_size:

@@ -20,6 +20,10 @@ class Hypothesis:
     :mod:`nmt_cli.alignment.reader` reads alignments from it. ``text`` is filled by the
     :class:`Translator`. ``long_input`` says what happened to a source longer than the
     model takes (``decode.on_long_line``): ``"truncated"``, ``"skipped"`` or ``""``.
+    ``token_log_probs`` holds ``log p(y_t | y_<t, x)`` of each output token and then of
+    EOS (``len(tokens) + 1`` entries; ``None`` where the engine gives no per-token scores).
+    ``constraints_met`` says, for each constraint of the request in order, whether the
+    output contains one of its alternatives.
     """
 
     tokens: list[int]
@@ -29,6 +33,8 @@ class Hypothesis:
     nbest: list["Hypothesis"] = field(default_factory=list)
     attention: np.ndarray | None = None
     long_input: str = ""
+    token_log_probs: list[float] | None = None
+    constraints_met: list[bool] = field(default_factory=list)
 
 
 __all__ = ["Hypothesis"]

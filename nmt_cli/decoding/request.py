@@ -11,11 +11,15 @@ entry in the JSONL reader (:mod:`nmt_cli.input_formats`) and a strategy that rea
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Sequence, Union
 
 from nmt_cli.tokenization import Tokenizer
 
-__all__ = ["Request"]
+__all__ = ["Constraint", "Request"]
+
+#: one lexical constraint: its alternatives (target piece-id sequences); any one of them in
+#: the output satisfies it (a glossary term with several translations)
+Constraint = tuple[tuple[int, ...], ...]
 
 
 @dataclass(frozen=True)
@@ -27,16 +31,27 @@ class Request:
     and counts their log-probabilities in the score (fairseq's ``prefix_tokens``).
     ``text``: the source as read, for outputs that quote it (alignment words); empty
     where the caller has ids only.
+    ``constraints``: phrases the translation must contain, each a :data:`Constraint`
+    (lexically constrained search, in any order).
+    ``avoid``: target piece-id sequences the translation must not contain.
     """
 
     source: Sequence[int]
     prefix: Sequence[int] = ()
     text: str = ""
+    constraints: tuple[Constraint, ...] = ()
+    avoid: tuple[tuple[int, ...], ...] = ()
 
     @classmethod
-    def from_text(cls, tokenizer: Tokenizer, text: str, prefix: str = "") -> "Request":
-        """The request for a source sentence and its target prefix; a blank sentence stays
-        empty (blank in, blank out), whatever else it asks."""
+    def from_text(cls, tokenizer: Tokenizer, text: str, prefix: str = "",
+                  constraints: Sequence[Union[str, Sequence[str]]] = (), avoid: Sequence[str] = ()) -> "Request":
+        """The request for a source sentence, its target prefix, its constraints (each a
+        phrase, or a list of alternative phrases) and the phrases to avoid; a blank
+        sentence stays empty (blank in, blank out), whatever else it asks."""
         if not text.strip():
             return cls(source=(), text=text)
-        return cls(source=tuple(tokenizer.encode_src(text)), prefix=tuple(tokenizer.encode_tgt(prefix)), text=text)
+        alternatives = [[phrase] if isinstance(phrase, str) else list(phrase) for phrase in constraints]
+        return cls(source=tuple(tokenizer.encode_src(text)), prefix=tuple(tokenizer.encode_tgt(prefix)), text=text,
+                   constraints=tuple(tuple(tuple(tokenizer.encode_tgt(phrase)) for phrase in options)
+                                     for options in alternatives),
+                   avoid=tuple(tuple(tokenizer.encode_tgt(phrase)) for phrase in avoid))
