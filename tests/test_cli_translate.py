@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 from click.testing import CliRunner
@@ -10,6 +11,7 @@ from click.testing import CliRunner
 from nmt_cli.cli import cli
 from nmt_cli.cli import translate as _translate_command  # noqa: F401  (registers `nmt translate`)
 from nmt_cli.decoding import Translator
+from nmt_cli.decoding.guards import degeneration
 from nmt_cli.pharaoh import parse_links
 from tests.test_translator import build_checkpoint
 
@@ -65,14 +67,22 @@ def test_jsonl_records_hold_text_score_tokens_and_nbest(checkpoint):
     assert result.exit_code == 0, result.output
     records = [json.loads(line) for line in result.stdout.splitlines()]
     assert len(records) == len(LINES)
-    for text, record in zip(LINES, records):
-        assert set(record) == {"text", "score", "tokens", "nbest"}
+    translator = Translator.from_checkpoint(checkpoint, overrides={"decode.beam_size": 3})
+    for text, record, hypothesis in zip(LINES, records, translator.translate(LINES)):
+        reason = degeneration(len(translator.tokenizer.encode_src(text)) if text.strip() else 0, hypothesis.tokens)
+        assert record.get("degenerate", "") == reason
         if text.strip():
+            assert set(record) - {"degenerate"} == {"text", "score", "tokens", "nbest", "confidence"}
             assert len(record["nbest"]) == 2 and record["nbest"][0]["text"] == record["text"]
             assert record["nbest"][0]["score"] >= record["nbest"][1]["score"]
             assert "".join(record["tokens"]).replace("\u2581", " ").strip() == record["text"]
+            per_token = hypothesis.log_prob / (len(hypothesis.tokens) + 1)
+            assert record["confidence"]["log_prob_per_token"] == pytest.approx(per_token)
+            if hypothesis.token_log_probs is not None:
+                assert record["confidence"]["min_token_prob"] == pytest.approx(math.exp(min(hypothesis.token_log_probs)))
         else:
-            assert record["text"] == "" and record["nbest"] == []
+            assert record == {"text": "", "score": 0.0, "tokens": [], "nbest": []}
+    assert any(record.get("degenerate") for record in records)  # random weights loop or run on
 
 
 def test_alignments_are_pharaoh_links_within_the_sentences(checkpoint, tmp_path):
@@ -138,7 +148,18 @@ def test_jsonl_input_records_translate_like_text_lines_and_a_prefix_starts_the_t
     ('{"text": 3}', "field 'text' must be a string, got a number"),
     ('{"text": "der mann", "prefix": ["the"]}', "field 'prefix' must be a string, got an array"),
     ('{"text": "der mann", "prefix": null}', "field 'prefix' must be a string, got null"),
-    ('{"text": "der mann", "glossary": {}}', "unknown field 'glossary'; the fields are text, prefix"),
+    ('{"text": "der mann", "glossary": {}}', "unknown field 'glossary'; the fields are text, prefix, constraints, avoid"),
+    ('{"text": "der mann", "constraints": "the man"}',
+     "field 'constraints' must be an array of phrases (strings, or arrays of alternative strings), got a string"),
+    ('{"text": "der mann", "constraints": ["man", ""]}', "field 'constraints[1]' is an empty string"),
+    ('{"text": "der mann", "constraints": [["man", " "]]}', "field 'constraints[0][1]' is an empty string"),
+    ('{"text": "der mann", "constraints": [[]]}',
+     "field 'constraints[0]' is an empty array (give at least one alternative)"),
+    ('{"text": "der mann", "constraints": [3]}',
+     "field 'constraints[0]' must be a string or an array of alternative strings, got a number"),
+    ('{"text": "der mann", "constraints": [[["man"]]]}', "field 'constraints[0][0]' must be a string, got an array"),
+    ('{"text": "der mann", "avoid": [["man"]]}', "field 'avoid[0]' must be a string, got an array"),
+    ('{"text": "der mann", "avoid": null}', "field 'avoid' must be an array of strings, got null"),
 ])
 def test_a_bad_jsonl_input_line_is_one_error_naming_file_and_line(checkpoint, tmp_path, line, problem):
     source = tmp_path / "in.jsonl"

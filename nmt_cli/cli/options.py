@@ -63,7 +63,7 @@ def model_options(func: Command) -> Command:
 
 
 def decode_options(func: Command) -> Command:
-    """``--beam --alpha --nbest --workers --on-long-line --engine --quantize --set decode.*`` and
+    """``--beam --alpha --nbest --workers --on-long-line --on-unmet --engine --quantize --set decode.*`` and
     :func:`model_options`.
 
     Adds ``engine``, ``quantize`` and ``overrides`` (``{"decode.beam_size": 4, ...}``,
@@ -79,6 +79,10 @@ def decode_options(func: Command) -> Command:
     @click.option("--on-long-line", type=click.Choice(["error", "truncate", "skip"]),
                   help="A source line longer than the model takes: stop naming it (default), translate its "
                        "first tokens, or give it an empty translation (decode.on_long_line).")
+    @click.option("--on-unmet", type=click.Choice(["error", "relax", "drop"]),
+                  help="Constraints (and prefix) longer than a sentence's output limit: stop naming its line "
+                       "(default), raise that sentence's limit to fit them, or drop the constraints that do not "
+                       "fit (decode.on_unmet).")
     @click.option("--engine", metavar="NAME", default="auto", show_default=True,
                   help="torch, ctranslate2, or auto: ctranslate2 for an `nmt export` directory, torch otherwise; "
                        "ctranslate2 on a checkpoint converts it first (pip install 'nmt-cli[ctranslate2]').")
@@ -89,11 +93,11 @@ def decode_options(func: Command) -> Command:
                   help="Any decoding setting, e.g. --set decode.max_len_b=50 (repeatable).")
     @model_options
     @functools.wraps(func)
-    def wrapper(*args: Any, beam, alpha, nbest, workers, on_long_line, engine, quantize, overrides,
+    def wrapper(*args: Any, beam, alpha, nbest, workers, on_long_line, on_unmet, engine, quantize, overrides,
                 translator_options, **kwargs: Any) -> Any:
         changes = parse_overrides(overrides)
         flags = (("beam_size", beam), ("alpha", alpha), ("nbest", nbest), ("workers", workers),
-                 ("on_long_line", on_long_line))
+                 ("on_long_line", on_long_line), ("on_unmet", on_unmet))
         changes.update({f"decode.{key}": value for key, value in flags if value is not None})
         options = {**translator_options, "engine": engine, "quantize": quantize, "overrides": changes}
         return func(*args, translator_options=options, **kwargs)
