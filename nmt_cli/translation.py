@@ -46,7 +46,7 @@ from nmt_cli.progress import Progress
 from nmt_cli.textio import CHUNK_LINES, STDIN, display_name, one_line
 
 __all__ = ["OutputOptions", "RETRY_GUARDS", "confidence", "constraints_met", "degenerate", "guarded",
-           "hypothesis_alignment", "output_record", "translate_file"]
+           "hypothesis_alignment", "output_signature", "output_record", "translate_file"]
 
 #: the repetition guards ``--retry-degenerate`` switches on where they are off
 RETRY_GUARDS = {"no_repeat_ngram": 3, "repetition_penalty": 1.2}
@@ -164,14 +164,24 @@ def guarded(translator: Translator) -> Translator | None:
     return translator.with_decode(overrides) if overrides else None
 
 
+def output_signature(translator: Translator, retry: Translator | None) -> str:
+    """The translator's signature, with the guards of a retry (:func:`guarded`) before the version."""
+    signature = translator.signature()
+    if retry is None:
+        return signature
+    settings = ",".join(f"{key}={getattr(retry.decode, key):g}" for key in RETRY_GUARDS)
+    head, _, version = signature.rpartition("|")
+    return f"{head}|retry:{settings}|{version}"
+
+
 def translate_file(translator: Translator, input_path: str | os.PathLike = STDIN,
                    output_path: str | os.PathLike = STDIN, options: OutputOptions = OutputOptions(),
                    progress: bool = True, input_format: str = "text", glossary: Glossary | None = None,
-                   retry_degenerate: bool = False) -> int:
+                   retry: Translator | None = None) -> int:
     """Translate ``input_path`` (``-``: stdin; ``input_format`` ``text`` or ``jsonl``) into
     ``output_path`` (``-``: stdout), with the terms of ``glossary`` as constraints; return the
-    line count. ``retry_degenerate``: decode degenerate lines again with the repetition
-    guards (:func:`guarded`), keeping the retry where it is not degenerate."""
+    line count. ``retry`` (``--retry-degenerate``, :func:`guarded`): decode the degenerate
+    lines again with it, keeping the retry where it is not degenerate."""
     reading = options.reading
     to_file = str(output_path) != STDIN and not writes_in_place(output_path)
     align_path = f"{output_path}.align" if reading is not None and options.format == "text" else None
@@ -180,7 +190,6 @@ def translate_file(translator: Translator, input_path: str | os.PathLike = STDIN
     input_name = display_name(input_path)
     counter = Progress("translate", unit="sentences", enabled=progress)
     long_lines, unmet = _LineWarnings(input_name), _LineWarnings(input_name)
-    retry = guarded(translator) if retry_degenerate else None
     with open_output(output_path, inputs=[input_path]) as out, \
             (open_output(align_path, inputs=[input_path]) if align_path else contextlib.nullcontext()) as align_out:
         inputs = _ReadAhead(read_inputs(input_path, input_format, translator.tokenizer, glossary))
@@ -207,7 +216,7 @@ def translate_file(translator: Translator, input_path: str | os.PathLike = STDIN
     long_lines.close()
     unmet.close()
     if to_file:
-        atomic_write_text(f"{output_path}.signature", translator.signature() + "\n")
+        atomic_write_text(f"{output_path}.signature", output_signature(translator, retry) + "\n")
     return counter.count
 
 

@@ -48,13 +48,14 @@ def translate(checkpoints, input_path, input_format, output_path, output_format,
         raise click.UsageError("--glossary-ignore-case needs --glossary FILE")
     from nmt_cli.decoding import load_translator
     from nmt_cli.glossary import read_glossary
-    from nmt_cli.translation import OutputOptions, translate_file
+    from nmt_cli.translation import OutputOptions, guarded, output_signature, translate_file
 
     glossary = read_glossary(glossary_path, glossary_ignore_case) if glossary_path is not None else None
     translator = load_translator(checkpoints, **translator_options)
     if output_format == "text" and translator.decode.nbest > 1:
         raise click.UsageError("--nbest above 1 needs --format jsonl (text output has one line per input line)")
-    click.echo(f"signature: {translator.signature()}", err=True)
+    retry = guarded(translator) if retry_degenerate else None
+    click.echo(f"signature: {output_signature(translator, retry)}", err=True)
     options = OutputOptions(format=output_format, reading=reading if alignments else None, chunk_size=chunk_size)
     translate_file(translator, input_path, output_path, options, input_format=input_format, glossary=glossary,
-                   retry_degenerate=retry_degenerate)
+                   retry=retry)
