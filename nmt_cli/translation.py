@@ -234,8 +234,8 @@ def _retry(retry: Translator, lines: list[Input], hypotheses: list[Hypothesis], 
     return set(flagged)
 
 
-def _warn(number: int, line: Input, hypothesis: Hypothesis, long_lines: "_LineWarnings",
-          unmet: "_LineWarnings") -> None:
+def _warn(number: int, line: Input, hypothesis: Hypothesis, long_lines: _LineWarnings,
+          unmet: _LineWarnings) -> None:
     """Report on stderr what happened to input line ``number``: cut or skipped as too long,
     constraints (``constraints[i]`` of its record, its glossary terms) its translation lacks."""
     if hypothesis.long_input:

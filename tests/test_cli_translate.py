@@ -79,7 +79,8 @@ def test_jsonl_records_hold_text_score_tokens_and_nbest(checkpoint):
             per_token = hypothesis.log_prob / (len(hypothesis.tokens) + 1)
             assert record["confidence"]["log_prob_per_token"] == pytest.approx(per_token)
             if hypothesis.token_log_probs is not None:
-                assert record["confidence"]["min_token_prob"] == pytest.approx(math.exp(min(hypothesis.token_log_probs)))
+                least = math.exp(min(hypothesis.token_log_probs))
+                assert record["confidence"]["min_token_prob"] == pytest.approx(least)
         else:
             assert record == {"text": "", "score": 0.0, "tokens": [], "nbest": []}
     assert any(record.get("degenerate") for record in records)  # random weights loop or run on
@@ -148,7 +149,8 @@ def test_jsonl_input_records_translate_like_text_lines_and_a_prefix_starts_the_t
     ('{"text": 3}', "field 'text' must be a string, got a number"),
     ('{"text": "der mann", "prefix": ["the"]}', "field 'prefix' must be a string, got an array"),
     ('{"text": "der mann", "prefix": null}', "field 'prefix' must be a string, got null"),
-    ('{"text": "der mann", "glossary": {}}', "unknown field 'glossary'; the fields are text, prefix, constraints, avoid"),
+    ('{"text": "der mann", "glossary": {}}',
+     "unknown field 'glossary'; the fields are text, prefix, constraints, avoid"),
     ('{"text": "der mann", "constraints": "the man"}',
      "field 'constraints' must be an array of phrases (strings, or arrays of alternative strings), got a string"),
     ('{"text": "der mann", "constraints": ["man", ""]}', "field 'constraints[1]' is an empty string"),

@@ -133,3 +133,25 @@ def test_page_shows_the_nbest_list_and_errors(browser, server_url):
     box.send_keys("5")
     browser.find_element(By.ID, "translate").click()
     wait.until(lambda driver: "n_best must be between 1 and beam_size (3)" in driver.find_element(By.ID, "status").text)
+
+
+def test_page_sends_terms_and_marks_which_the_translation_met(browser, server_url):
+    browser.get(server_url)
+    wait = WebDriverWait(browser, 30)
+    wait.until(lambda driver: driver.find_element(By.ID, "translate").is_enabled())
+    browser.find_element(By.ID, "source").send_keys(SENTENCE)
+    terms = browser.find_element(By.ID, "terms")
+    terms.send_keys("Tante = aunt\n\nKüchen = kitchens\nTante = auntie")
+    browser.find_element(By.ID, "translate").click()
+    items = wait.until(lambda driver: driver.find_elements(By.CSS_SELECTOR, "#results .terms li"))
+    glossary = [["Tante", "aunt"], ["Küchen", "kitchens"], ["Tante", "auntie"]]
+    expected = api_translation(server_url, SENTENCE, beam_size=2, glossary=glossary)["terms"]
+    assert [term["source"] for term in expected] == ["Tante", "Küchen"]
+    assert [(item.text, item.get_attribute("class")) for item in items] == [
+        (f"{'✓' if term['met'] else '✗'} {term['source']} → {' / '.join(term['target'])}",
+         "met" if term["met"] else "unmet") for term in expected]
+
+    terms.clear()  # a line that is not "source = target": the page names it and sends nothing
+    terms.send_keys("Tante aunt")
+    browser.find_element(By.ID, "translate").click()
+    wait.until(lambda driver: driver.find_element(By.ID, "status").text == 'terms line 1: expected "source = target"')

@@ -132,13 +132,15 @@ def _add_translation_routes(app: FastAPI, state: ServerState) -> None:
         texts = [body.text] if isinstance(body.text, str) else body.text
         if body.prefix is not None and isinstance(body.prefix, str) != isinstance(body.text, str):
             raise RequestError(422, "prefix must be a string when text is one, a list when text is a list")
-        prefixes = None if body.prefix is None else [body.prefix] if isinstance(body.prefix, str) else body.prefix
-        requests = service.requests(texts, "text", prefixes)
+        glossary = service.glossary(body.glossary, body.glossary_ignore_case) if body.glossary else None
+        inputs = service.requests(texts, "text", per_sentence(body.prefix, "prefix", body.text, ""),
+                                  constraints=per_sentence(body.constraints, "constraints", body.text, []),
+                                  avoid=per_sentence(body.avoid, "avoid", body.text, []), glossary=glossary)
         options = service.search_options(body.beam_size, body.n_best, body.alpha)
         request.state.sentences = len(texts)
-        translated = await service.translate(requests, options, with_attention=body.alignments)
-        records = [service.record(sentence, hypothesis, body.alignments)
-                   for sentence, hypothesis in zip(requests, translated.hypotheses)]
+        translated = await service.translate(inputs, options, with_attention=body.alignments)
+        records = [service.record(line, hypothesis, body.alignments)
+                   for line, hypothesis in zip(inputs, translated.hypotheses)]
         return {"translations": records, "signature": translated.signature}
 
     @app.post("/translate", response_model=LibreTranslateResponse, responses=ERRORS,
@@ -212,6 +214,18 @@ def _add_error_handlers(app: FastAPI) -> None:
     async def internal_error(request: Request, exc: Exception):
         LOGGER.exception("internal error on %s %s", request.method, request.url.path)
         return error(500, "internal error; see the server log")
+
+
+def per_sentence(value: Any, field: str, text: str | list[str], none: Any) -> list[Any] | None:
+    """A per-sentence field as one value per text: the value itself for one text, the items of
+    a list of one per sentence (``none`` where a sentence asks nothing) for a list of texts."""
+    if value is None or isinstance(text, str):
+        return None if value is None else [value]
+    if not isinstance(value, list) or len(value) != len(text):
+        given = f"{len(value)} entries" if isinstance(value, list) else "one value"
+        raise RequestError(422, f"{field} has {given} for {len(text)} sentences; send one per sentence "
+                                f"({json.dumps(none)} for none)")
+    return value
 
 
 def _check_languages(model: ServedModel, source: str, target: str, text_format: str) -> None:

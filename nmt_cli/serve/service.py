@@ -12,8 +12,9 @@ from typing import Any, NamedTuple, Sequence
 
 from nmt_cli.decoding.batching import batch_token_budget
 from nmt_cli.decoding.hypothesis import Hypothesis
-from nmt_cli.decoding.request import Request
 from nmt_cli.errors import NmtError
+from nmt_cli.glossary import Glossary
+from nmt_cli.input_formats import RECORD_FIELDS, Input, make_input
 from nmt_cli.serve.alignment import alignment_record
 from nmt_cli.serve.batcher import Job, MicroBatcher, QueueFull
 from nmt_cli.serve.model import ServedModel
@@ -58,9 +59,11 @@ class TranslationService:
         self.batcher.close()
 
     def requests(self, texts: Sequence[str], field: str, prefixes: Sequence[str] | None = None,
-                 allow_blank: bool = False) -> list[Request]:
-        """Each text as a :class:`Request`, with its prefix; :class:`RequestError` (4xx) naming the
-        first text or prefix that breaks a rule.
+                 allow_blank: bool = False, constraints: Sequence[Any] | None = None,
+                 avoid: Sequence[Any] | None = None, glossary: Glossary | None = None) -> list[Input]:
+        """Each text as an :class:`Input`, with its prefix, constraints, phrases to avoid (each
+        given one per text, or None) and the ``glossary``'s terms found in it;
+        :class:`RequestError` (4xx) naming the first value that breaks a rule.
 
         ``allow_blank``: blank lines among others are kept (they translate to blank lines).
         """
@@ -72,10 +75,7 @@ class TranslationService:
                                     "per request (--max-sentences)")
         if all(not text.strip() for text in texts):
             raise RequestError(422, f"{field} is empty: send at least one non-blank sentence")
-        if prefixes is not None and len(prefixes) != len(texts):
-            raise RequestError(422, f"prefix has {len(prefixes)} entries for {len(texts)} sentences; "
-                                    "send one per sentence (\"\" for none)")
-        requests = []
+        inputs = []
         for index, text in enumerate(texts):
             if allow_blank:
                 name = f"{field} line {index + 1}"
@@ -84,26 +84,75 @@ class TranslationService:
             if not allow_blank and not text.strip():
                 raise RequestError(422, f"{name} is empty")
             self._check_line(text, name)
+            suffix = "" if len(texts) == 1 else f"[{index}]"
             prefix = prefixes[index] if prefixes is not None else ""
-            self._check_line(prefix, "prefix" if len(texts) == 1 else f"prefix[{index}]")
-            request = Request.from_text(self.model.engine.tokenizer, text, prefix)
-            if len(request.source) > self.model.max_source_tokens:
-                raise RequestError(422, f"{name} is {len(request.source)} pieces long; the model takes at most "
-                                        f"{self.model.max_source_tokens}")
-            requests.append(request)
-        return requests
+            self._check_line(prefix, f"prefix{suffix}")
+            asked = {"constraints": constraints[index] if constraints is not None else [],
+                     "avoid": avoid[index] if avoid is not None else []}
+            for key, value in asked.items():
+                self._check_phrases(key, value, f"{key}{suffix}")
+            line = make_input(self.model.engine.tokenizer, glossary, text, prefix, **asked)
+            self._check_size(line, name)
+            inputs.append(line)
+        return inputs
+
+    def glossary(self, pairs: Sequence[tuple[str, str]], ignore_case: bool) -> Glossary:
+        """A request's glossary, each side stripped; :class:`RequestError` naming the first entry
+        that breaks a rule."""
+        if len(pairs) > self.settings.max_terms:
+            raise RequestError(413, f"glossary has {len(pairs)} entries; at most {self.settings.max_terms} per request")
+        entries = []
+        for index, pair in enumerate(pairs):
+            for side, value in zip(("source", "target"), pair):
+                if not value.strip():
+                    raise RequestError(422, f"glossary[{index}] has an empty {side} term")
+                self._check_phrase(value, f"glossary[{index}] {side} term")
+            entries.append((pair[0].strip(), pair[1].strip()))
+        return Glossary.from_pairs(entries, ignore_case)
+
+    def _check_phrases(self, field: str, value: Any, name: str) -> None:
+        """A sentence's ``constraints`` or ``avoid``: the shape of the JSONL field, each phrase
+        one line within ``max_term_chars``."""
+        where, problem = RECORD_FIELDS[field](value)
+        if problem:
+            raise RequestError(422, f"{name}{where} {problem}")
+        for index, item in enumerate(value):
+            if isinstance(item, str):
+                self._check_phrase(item, f"{name}[{index}]")
+            else:
+                for number, phrase in enumerate(item):
+                    self._check_phrase(phrase, f"{name}[{index}][{number}]")
+
+    def _check_size(self, line: Input, name: str) -> None:
+        """A sentence the model takes, asking for no more phrases than ``max_constraints``."""
+        request, limit = line.request, self.settings.max_constraints
+        if len(request.source) > self.model.max_source_tokens:
+            raise RequestError(422, f"{name} is {len(request.source)} pieces long; the model takes at most "
+                                    f"{self.model.max_source_tokens}")
+        phrases = sum(len(constraint) for constraint in request.constraints) + len(request.avoid)
+        if phrases > limit:
+            raise RequestError(413, f"{name} asks for {phrases} constraint and avoid phrases (alternatives and "
+                                    f"glossary matches counted); at most {limit} per sentence")
 
     def _check_line(self, text: str, name: str) -> None:
         """One line of text within the character limit."""
+        self._check_text(text, name, self.settings.max_chars, "per sentence (--max-chars)")
+
+    def _check_phrase(self, text: str, name: str) -> None:
+        """One term or phrase within ``max_term_chars``."""
+        self._check_text(text, name, self.settings.max_term_chars, "per term or phrase")
+
+    @staticmethod
+    def _check_text(text: str, name: str, limit: int, per: str) -> None:
+        """Text without a line break or a lone surrogate, at most ``limit`` characters."""
         try:
             text.encode("utf-8")
         except UnicodeEncodeError:  # JSON may escape a lone surrogate, which no tokenizer takes
             raise RequestError(422, f"{name} holds a lone surrogate (\\ud800-\\udfff), which is not text") from None
         if "\n" in text or "\r" in text:
             raise RequestError(422, f"{name} contains a line break; send one sentence per list item")
-        if len(text) > self.settings.max_chars:
-            raise RequestError(413, f"{name} has {len(text)} characters; at most {self.settings.max_chars} "
-                                    "per sentence (--max-chars)")
+        if len(text) > limit:
+            raise RequestError(413, f"{name} has {len(text)} characters; at most {limit} {per}")
 
     def largest_beam(self) -> int:
         """``--max-beam``, or the server's own beam when that is larger."""
@@ -126,15 +175,16 @@ class TranslationService:
             options["decode.alpha"] = float(alpha)
         return options
 
-    async def translate(self, requests: Sequence[Request], options: SearchOptions,
+    async def translate(self, inputs: Sequence[Input], options: SearchOptions,
                         with_attention: bool = False) -> Translated:
-        """Queue the requests for the next micro-batch of equal settings and wait for their hypotheses."""
+        """Queue the inputs' requests for the next micro-batch of equal settings and wait for their hypotheses."""
         try:
             engine = self.model.engine.with_decode(options)
         except NmtError as exc:
             raise RequestError(422, str(exc)) from None
         key = (tuple(sorted(options.items())), with_attention)
-        job = Job(list(requests), sum(len(request.source) for request in requests), key, engine, with_attention)
+        requests = [line.request for line in inputs]
+        job = Job(requests, sum(len(request.source) for request in requests), key, engine, with_attention)
         retry = {"Retry-After": str(self.settings.retry_after_s)}
         try:
             future = self.batcher.submit(job)
@@ -151,10 +201,10 @@ class TranslationService:
             raise RequestError(422, str(exc)) from None
         return Translated(hypotheses, engine.signature())
 
-    def record(self, request: Request, hypothesis: Hypothesis, with_alignment: bool) -> dict[str, Any]:
+    def record(self, line: Input, hypothesis: Hypothesis, with_alignment: bool) -> dict[str, Any]:
         """One translation as the API returns it (the fields of ``nmt translate --format jsonl``)."""
         translator = self.model.engine
-        record = output_record(request.text, hypothesis, translator)
+        record = output_record(line, hypothesis, translator)
         if with_alignment:
-            record["alignment"] = alignment_record(request.text, hypothesis, translator)
+            record["alignment"] = alignment_record(line.request.text, hypothesis, translator)
         return record

@@ -17,7 +17,9 @@ class ServeSettings:
     the checkpoint's ``decode.max_tokens``, or the device's budget where that is 0) is the
     source-token budget of one micro-batch; ``batch_wait_ms`` is the longest a micro-batch
     is held open for more sentences once the decoder is free, ``batch_idle_ms`` closes it
-    sooner when no sentence has arrived for that long.
+    sooner when no sentence has arrived for that long. ``max_terms`` bounds a request's
+    glossary entries, ``max_constraints`` the phrases one sentence asks for or avoids (each
+    alternative and each glossary match counted), ``max_term_chars`` each such phrase.
     """
 
     host: str = "127.0.0.1"
@@ -28,6 +30,9 @@ class ServeSettings:
     max_sentences: int = 64
     max_chars: int = 1000
     max_beam: int = 16
+    max_terms: int = 256
+    max_constraints: int = 32
+    max_term_chars: int = 200
     queue_size: int = 256
     max_connections: int = 1024
     request_timeout_s: float = 30.0
@@ -39,7 +44,9 @@ class ServeSettings:
 
     def __post_init__(self) -> None:
         positive = {"max_body_bytes": self.max_body_bytes, "max_sentences": self.max_sentences,
-                    "max_chars": self.max_chars, "max_beam": self.max_beam, "queue_size": self.queue_size,
+                    "max_chars": self.max_chars, "max_beam": self.max_beam, "max_terms": self.max_terms,
+                    "max_constraints": self.max_constraints, "max_term_chars": self.max_term_chars,
+                    "queue_size": self.queue_size,
                     "max_connections": self.max_connections,
                     "request_timeout_s": self.request_timeout_s, "retry_after_s": self.retry_after_s}
         for name, value in positive.items():

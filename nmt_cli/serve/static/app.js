@@ -1,4 +1,4 @@
-// The nmt serve page: send the lines to /v1/translate with alignments and draw each answer.
+// The nmt serve page: send the lines (and any terms) to /v1/translate with alignments and draw each answer.
 // No framework and no build step: plain DOM code.
 "use strict";
 
@@ -39,6 +39,18 @@ async function loadInfo() {
   $("#translate").disabled = false;
 }
 
+function glossary() {
+  // "source = target" lines as [source, target] pairs; throws naming the first line that is not one.
+  return $("#terms").value.split(/\r\n|\n|\r/).map((line, index) => [line, index + 1])
+    .filter(([line]) => line.trim())
+    .map(([line, number]) => {
+      const at = line.indexOf("=");
+      const pair = [line.slice(0, at).trim(), line.slice(at + 1).trim()];
+      if (at < 0 || !pair[0] || !pair[1]) throw new Error(`terms line ${number}: expected "source = target"`);
+      return pair;
+    });
+}
+
 async function translate() {
   const lines = $("#source").value.split(/\r\n|\n|\r/).map((line) => line.trim()).filter(Boolean);
   if (!lines.length) {
@@ -51,6 +63,13 @@ async function translate() {
     n_best: Number($("#nbest").value),
     alignments: true,
   };
+  try {
+    const terms = glossary();
+    if (terms.length) request.glossary = terms;
+  } catch (error) {
+    setStatus(error.message, true);
+    return;
+  }
   $("#translate").disabled = true;
   setStatus("Translating…");
   const started = performance.now();
@@ -104,12 +123,29 @@ function render(lines, translations) {
         list.append(item);
       }
     }
+    showTerms($(".terms", card), translation.terms || []);
+    if (translation.degenerate) {
+      $(".degenerate", card).hidden = false;
+      $(".degenerate", card).textContent = `This translation looks degenerate (${translation.degenerate}).`;
+    }
     drawHeatmap($(".heatmap", card), alignment);
     $(".links", card).textContent = alignment.links ? `links: ${alignment.links}` : "";
     connectHover(card, alignment);
     card.dataset.index = index;
     results.append(card);
   });
+}
+
+function showTerms(list, terms) {
+  // Each glossary term found in the sentence, marked by whether the translation holds one of its targets.
+  list.hidden = !terms.length;
+  for (const term of terms) {
+    const item = document.createElement("li");
+    item.className = term.met ? "met" : "unmet";
+    item.textContent = `${term.met ? "✓" : "✗"} ${term.source} → ${term.target.join(" / ")}`;
+    item.title = term.met ? "in the translation" : "not in the translation";
+    list.append(item);
+  }
 }
 
 function drawHeatmap(table, alignment) {
