@@ -102,7 +102,7 @@ def test_the_report_ranks_every_field_against_sacrebleus_sentence_chrf(dev):
 
     table = evaluate("--confidence", jsonl, "--ref", refs, "--confidence-field", "min_token_prob", "--flag-share", "0.2")
     assert table.exit_code == 0, table.output
-    assert "min_token_prob <= 0.02 (chosen on this set" in table.stdout
+    assert "min_token_prob <= 0.02 (chosen on this set, its lowest 20%" in table.stdout
     assert f"log_prob_per_token   {spearman(LOG_PROBS, chrf):+.3f}" in table.stdout
     assert "precision 1.000, recall 1.000 (a random flag: precision 0.200)" in table.stdout
 

@@ -224,10 +224,9 @@ def report_lines(report: ConfidenceReport) -> list[str]:
              f"{'field':<20} Spearman rho with sentence chrF"]
     for name, rho in report.correlations.items():
         lines.append(f"{name:<20} {'undefined (a constant side)' if rho is None else f'{rho:+.3f}'}")
-    chosen = ("chosen on this set to flag its lowest "
-              f"{flag.share:.0%}; choose it on a dev set and pass it with --threshold to report it on a test set"
+    chosen = (f"chosen on this set, its lowest {flag.share:.0%}; pass it with --threshold to report it on another set"
               if flag.chosen_on == "this set" else "given with --threshold")
-    lines += ["", f"flag: {flag.field} <= {flag.threshold:.6g} ({chosen})",
+    lines += ["", f"flag: {flag.field} <= {flag.threshold!r} ({chosen})",
               f"  flagged {flag.flagged} of {report.sentences} ({flag.flagged / report.sentences:.1%}); "
               f"worst {flag.share:.0%} by sentence chrF: {flag.worst}; both: {flag.hits}",
               f"  precision {_share(flag.precision)}, recall {_share(flag.recall)} "
