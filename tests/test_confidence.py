@@ -66,13 +66,16 @@ MIN_PROBS = [0.9, 0.3, 0.01, 0.2, 0.4, 0.5, 0.8, 0.02, 0.85, 0.6]
 
 
 def write_jsonl(path, texts, log_probs, min_probs=None):
+    """Records as nmt translate --format jsonl writes them; a None log-prob: a line it did not decode
+    (an empty line: empty text, no confidence)."""
     with path.open("w", encoding="utf-8") as out:
         for i, (text, value) in enumerate(zip(texts, log_probs)):
-            confidence = None if value is None else {"log_prob_per_token": value}
-            if confidence is not None and min_probs is not None:
-                confidence["min_token_prob"] = min_probs[i]
-            out.write(json.dumps({"text": text, "score": 0.0, "tokens": [], "nbest": [],
-                                  "confidence": confidence}) + "\n")
+            record = {"text": "" if value is None else text, "score": 0.0, "tokens": [], "nbest": []}
+            if value is not None:
+                record["confidence"] = {"log_prob_per_token": value}
+                if min_probs is not None:
+                    record["confidence"]["min_token_prob"] = min_probs[i]
+            out.write(json.dumps(record) + "\n")
     return path
 
 
@@ -123,13 +126,23 @@ def test_a_threshold_chosen_on_dev_is_applied_to_another_set(dev, tmp_path):
     assert "min_token_prob" not in json.loads(result.stdout)["correlations"]  # the test records lack it
 
 
-def test_records_without_a_confidence_are_left_out_and_counted(dev, tmp_path):
+def test_lines_not_decoded_are_left_out_and_counted(dev, tmp_path):
     _, refs = dev
     jsonl = write_jsonl(tmp_path / "blank.jsonl", HYPS, LOG_PROBS[:9] + [None])
     result = evaluate("--confidence", jsonl, "--ref", refs, "--json")
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
+    chrf = [sacrebleu.sentence_chrf(hyp, [ref]).score for hyp, ref in zip(HYPS[:9], REFS[:9])]
     assert report["sentences"] == 9 and report["left_out"] == 1
+    assert report["correlations"]["log_prob_per_token"] == pytest.approx(spearman(LOG_PROBS[:9], chrf))
+
+
+def test_a_field_the_engine_does_not_give_cannot_set_the_flag(dev, tmp_path):
+    _, refs = dev
+    jsonl = write_jsonl(tmp_path / "ct2.jsonl", HYPS, LOG_PROBS)  # no min_token_prob: no per-token scores
+    result = evaluate("--confidence", jsonl, "--ref", refs, "--confidence-field", "min_token_prob")
+    assert result.exit_code == 1
+    assert result.stderr == f"error: {jsonl}:1: missing field 'confidence.min_token_prob'\n"
 
 
 @pytest.mark.parametrize("line, problem", [
@@ -138,7 +151,10 @@ def test_records_without_a_confidence_are_left_out_and_counted(dev, tmp_path):
     ('{"confidence": {"log_prob_per_token": -1}}', "missing field 'text'"),
     ('{"text": "a"}', "missing field 'confidence'"),
     ('{"text": "a", "confidence": {"min_token_prob": 0.5}}', "missing field 'confidence.log_prob_per_token'"),
-    ('{"text": "a", "confidence": {"log_prob_per_token": "high"}}', "field 'confidence.log_prob_per_token' must be a number or null"),
+    ('{"text": "a", "confidence": {"log_prob_per_token": "high"}}',
+     "field 'confidence.log_prob_per_token' must be a number, got \"high\""),
+    ('{"text": "a", "confidence": {"log_prob_per_token": null}}',
+     "field 'confidence.log_prob_per_token' must be a number, got null"),
 ])
 def test_bad_records_are_one_line_errors_naming_file_and_line(dev, tmp_path, line, problem):
     good, refs = dev

@@ -10,8 +10,9 @@ its references with sentence chrF (sacreBLEU), and reports
   and applied here), with the flag's precision and recall against the same share of the
   set that is worst by chrF.
 
-A record whose confidence (or the chosen field of it) is ``null`` has no score to rank (an
-empty output), so it is left out and counted; a record that lacks the key is an error.
+``nmt translate`` writes no ``confidence`` for a line it did not decode (an empty line, or
+one skipped as too long), whose ``text`` is empty: such a record is left out and counted; a
+record with a text but no confidence is an error.
 """
 
 from __future__ import annotations
@@ -36,11 +37,13 @@ DEFAULT_FLAG_SHARE = 0.1
 
 @dataclass(frozen=True)
 class ConfidenceRecords:
-    """One JSONL file's outputs and confidences; ``values[field][i]`` is None where record i has none."""
+    """One JSONL file's outputs and confidences: ``texts`` has every record's, ``decoded`` the
+    positions of the records with a confidence, ``values[field][j]`` that of record ``decoded[j]``."""
 
     path: str
     texts: list[str]
-    values: dict[str, list[float | None]]
+    decoded: list[int]
+    values: dict[str, list[float]]
 
 
 @dataclass(frozen=True)
@@ -72,7 +75,7 @@ class ConfidenceReport:
     path: str
     references: list[str]
     sentences: int  # scored: records with a value of ``flag.field``
-    left_out: int  # records whose ``flag.field`` is null
+    left_out: int  # records without a confidence (lines nmt translate did not decode)
     chrf_signature: str
     correlations: dict[str, float | None]  # field -> Spearman's rho (None: undefined, a constant side)
     flag: Flag
@@ -84,14 +87,16 @@ class ConfidenceReport:
 def read_confidence_records(path: str | os.PathLike, field: str = DEFAULT_FIELD) -> ConfidenceRecords:
     """The ``text`` and ``confidence`` of every record of a ``nmt translate --format jsonl`` file.
 
-    Invalid JSON, a record that is not an object, a missing or non-string ``text``, a
-    missing ``confidence``, a confidence without ``field``, or a value that is neither a
-    number nor null fail with ``<file>:<line>: <problem>``. The other fields of
-    :data:`CONFIDENCE_FIELDS` are read where every record has them.
+    Invalid JSON, a record that is not an object, a missing or non-string ``text``, a text
+    without a ``confidence``, a confidence without ``field``, or a value that is not a number
+    fail with ``<file>:<line>: <problem>``. The other fields of :data:`CONFIDENCE_FIELDS` are
+    read where every record with a confidence has them (``min_token_prob`` needs an engine
+    that scores each token).
     """
     name = display_name(path)
     texts: list[str] = []
-    confidences: list[dict | None] = []
+    decoded: list[int] = []
+    confidences: list[tuple[int, dict]] = []  # (line number, confidence)
     for number, line in enumerate(iter_lines(path), start=1):
         try:
             record = json.loads(line)
@@ -101,28 +106,28 @@ def read_confidence_records(path: str | os.PathLike, field: str = DEFAULT_FIELD)
             raise InputError(name, "expected a JSON object, a record of nmt translate --format jsonl", number)
         if not isinstance(record.get("text"), str):
             raise InputError(name, "missing field 'text' (a string: the translation)", number)
-        if "confidence" not in record:
-            raise InputError(name, "missing field 'confidence' (nmt translate --format jsonl writes it)", number)
-        confidence = record["confidence"]
-        if confidence is not None and not isinstance(confidence, dict):
-            raise InputError(name, f"field 'confidence' must be an object with '{field}'", number)
-        if confidence is not None and field not in confidence:
-            raise InputError(name, f"missing field 'confidence.{field}'", number)
         texts.append(record["text"])
-        confidences.append(confidence)
+        if "confidence" not in record and not record["text"]:
+            continue  # a line nmt translate did not decode
+        confidence = record.get("confidence")
+        if not isinstance(confidence, dict):
+            raise InputError(name, f"missing field 'confidence' (an object with '{field}'), which nmt translate "
+                                   "--format jsonl writes for every line it decodes", number)
+        if field not in confidence:
+            raise InputError(name, f"missing field 'confidence.{field}'", number)
+        decoded.append(number - 1)
+        confidences.append((number, confidence))
     values = {}
     for other in dict.fromkeys([field, *CONFIDENCE_FIELDS]):
-        if all(confidence is None or other in confidence for confidence in confidences):
-            values[other] = [_number(confidence, other, name, number)
-                             for number, confidence in enumerate(confidences, start=1)]
-    return ConfidenceRecords(name, texts, values)
+        if all(other in confidence for _, confidence in confidences):
+            values[other] = [_number(confidence[other], other, name, number) for number, confidence in confidences]
+    return ConfidenceRecords(name, texts, decoded, values)
 
 
-def _number(confidence: dict | None, field: str, name: str, number: int) -> float | None:
-    value = None if confidence is None else confidence[field]
-    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value)):
-        raise InputError(name, f"field 'confidence.{field}' must be a number or null, got {value!r}", number)
-    return None if value is None else float(value)
+def _number(value, field: str, name: str, number: int) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        raise InputError(name, f"field 'confidence.{field}' must be a number, got {json.dumps(value)}", number)
+    return float(value)
 
 
 def average_ranks(values: Sequence[float]) -> np.ndarray:
@@ -188,11 +193,8 @@ def sentence_chrf(hypotheses: Sequence[str], references: Sequence[Sequence[str]]
 def confidence_report(records: ConfidenceRecords, references: Sequence[Sequence[str]], reference_paths: Sequence[str],
                       field: str = DEFAULT_FIELD, share: float = DEFAULT_FLAG_SHARE, threshold: float | None = None,
                       options: MetricOptions = MetricOptions()) -> ConfidenceReport:
-    """Correlate every field the records have with sentence chrF, and flag by ``field`` (see :class:`Flag`).
-
-    Only records with a value of ``field`` are scored; each other field is correlated over
-    the records that have a value of it too.
-    """
+    """Correlate every field the records have with sentence chrF, and flag by ``field`` (see :class:`Flag`);
+    only the records with a confidence are scored."""
     if field not in records.values:
         raise ValueError(f"{records.path} was read without confidence.{field}: read_confidence_records(path, field)")
     for path, stream in zip(reference_paths, references):
@@ -200,16 +202,13 @@ def confidence_report(records: ConfidenceRecords, references: Sequence[Sequence[
             line = min(len(stream), len(records.texts)) + 1
             raise InputError(records.path, f"has {len(records.texts)} records but {path} has {len(stream)} lines; "
                                            "they must pair line by line", line)
-    kept = [i for i, value in enumerate(records.values[field]) if value is not None]
+    kept = records.decoded
     if not kept:
-        raise NmtError(f"{records.path}: no record has a value of confidence.{field}; nothing to rank")
+        raise NmtError(f"{records.path}: no record has a confidence (every line is empty); nothing to rank")
     chrf, signature = sentence_chrf([records.texts[i] for i in kept], [[s[i] for i in kept] for s in references],
                                     options)
-    correlations = {}
-    for name, values in records.values.items():
-        pairs = [(values[i], score) for i, score in zip(kept, chrf) if values[i] is not None]
-        correlations[name] = spearman(*zip(*pairs)) if len(pairs) > 1 else None
-    flag = flag_quality([records.values[field][i] for i in kept], chrf, field, share, threshold)
+    correlations = {name: spearman(values, chrf) for name, values in records.values.items()}
+    flag = flag_quality(records.values[field], chrf, field, share, threshold)
     return ConfidenceReport(records.path, list(reference_paths), len(kept), len(records.texts) - len(kept),
                             signature, correlations, flag)
 
