@@ -169,8 +169,9 @@ def main() -> None:
                         help="the terminology dev set (dev.de, dev.en, dev.terms.{proper,random}.jsonl)")
     parser.add_argument("--beams", default=",".join(map(str, BEAMS)), help="comma list of beam sizes")
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda or auto")
+    parser.add_argument("--threads", type=int, default=THREADS, help="torch CPU threads")
     args = parser.parse_args()
-    torch.set_num_threads(THREADS)
+    torch.set_num_threads(args.threads)
     repeats = repeats_of(args)
     beams = [int(beam) for beam in args.beams.split(",")]
     model = args.model
@@ -198,7 +199,7 @@ def main() -> None:
     unspellable = {name: sum(not spellable(translator.tokenizer, term) for line in lines for term in line.terms[name])
                    for name in LISTS}
     report.notes += [
-        f"Measured at commit {made['commit']} on {made['machine']}, {THREADS} torch threads, device "
+        f"Measured at commit {made['commit']} on {made['machine']}, {args.threads} torch thread(s), device "
         f"{translator.device}, {made['utc']}.",
         f"Model: {translator.signature()} (the beam is each row's; decode.on_unmet relax: a sentence whose "
         "constraints are longer than its output limit gets the limit raised to fit them).",

@@ -18,9 +18,9 @@ def test_quick_terminology_bench_reports_every_row_and_constraints_place_the_ter
     if not (shared_data / "terminology-deen" / "dev.terms.proper.jsonl").is_file():
         pytest.skip(f"{shared_data / 'terminology-deen'} is missing")
     report_path = tmp_path / "terminology.json"
-    done = subprocess.run([sys.executable, str(REPO / "bench" / "terminology.py"), "--quick", "--model",
-                           str(tiny_trained_run), "--beams", "2,3", "--work", str(tmp_path), "--json", str(report_path)],
-                          capture_output=True, text=True, cwd=REPO, timeout=600)
+    command = [sys.executable, str(REPO / "bench" / "terminology.py"), "--quick", "--model", str(tiny_trained_run),
+               "--beams", "2,3", "--threads", "1", "--work", str(tmp_path), "--json", str(report_path)]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "| terms given | beam |" in done.stdout
     report = json.loads(report_path.read_text())

@@ -103,7 +103,8 @@ def test_the_report_ranks_every_field_against_sacrebleus_sentence_chrf(dev):
     assert flag["threshold"] == -2.0 and flag["flagged"] == 2 and flag["worst"] == 2
     assert flag["precision"] == 1.0 and flag["recall"] == 1.0  # sentences 2 and 7 are also the worst by chrF
 
-    table = evaluate("--confidence", jsonl, "--ref", refs, "--confidence-field", "min_token_prob", "--flag-share", "0.2")
+    table = evaluate("--confidence", jsonl, "--ref", refs, "--confidence-field", "min_token_prob",
+                     "--flag-share", "0.2")
     assert table.exit_code == 0, table.output
     assert "min_token_prob <= 0.02 (chosen on this set, its lowest 20%" in table.stdout
     assert f"log_prob_per_token   {spearman(LOG_PROBS, chrf):+.3f}" in table.stdout

@@ -149,7 +149,8 @@ def evaluate_confidence(path: str, ref_paths: tuple[str, ...], field: str, share
     records = read_confidence_records(path, field)
     references = [read_lines(ref) for ref in ref_paths]
     report = confidence_report(records, references, ref_paths, field, share, threshold, options)
-    click.echo(json.dumps(report.to_dict(), ensure_ascii=False, indent=2) if as_json else "\n".join(report_lines(report)))
+    text = json.dumps(report.to_dict(), ensure_ascii=False, indent=2) if as_json else "\n".join(report_lines(report))
+    click.echo(text)
 
 
 __all__ = ["evaluate"]
