@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from nmt_cli.alignment.extract import forced_attention
 from nmt_cli.alignment.reader import (AttentionReading, SentenceAlignment, default_full_context, default_shift,
                                       read_alignment)
-from nmt_cli.decoding import Hypothesis, LongInputError, Translator
+from nmt_cli.decoding import Hypothesis, SentenceError, Translator
 from nmt_cli.errors import InputError, NmtError
 from nmt_cli.fileio import atomic_write_text, open_output, writes_in_place
 from nmt_cli.input_formats import read_requests
@@ -147,7 +147,7 @@ class _LongLines:
     def named(self, pairs):
         try:
             yield from pairs
-        except LongInputError as exc:
+        except SentenceError as exc:
             raise InputError(self.input_name, exc.problem, exc.index + 1) from None
 
     def note(self, line: int, hypothesis: Hypothesis) -> None:
