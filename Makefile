@@ -24,13 +24,15 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $@
 
+# the suite runs in TEST_WORKERS pytest-xdist processes, a file's tests in one of them
+TEST_WORKERS ?= 2
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # the quick loop: every test but those marked slow (training in subprocesses, recipes, benchmarks,
 # the guides' runnable blocks); make test runs them all, and CI runs make test
 test-fast: install
-	$(BIN)/python -m pytest -q -m 'not slow'
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m 'not slow'
 
 # docs/config.md, the config reference, written from the config classes (tests/test_docs.py checks it)
 config-doc: install

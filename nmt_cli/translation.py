@@ -34,7 +34,8 @@ from nmt_cli.alignment.extract import forced_attention
 from nmt_cli.alignment.reader import (AttentionReading, SentenceAlignment, default_full_context, default_shift,
                                       read_alignment)
 from nmt_cli.config import DecodeConfig
-from nmt_cli.decoding import Hypothesis, LongInputError, Translator
+from nmt_cli.decoding import Hypothesis, SentenceError, Translator
+from nmt_cli.decoding.constraints import constraints_met
 from nmt_cli.decoding.guards import degeneration
 from nmt_cli.decoding.request import Request
 from nmt_cli.errors import InputError, NmtError
@@ -45,7 +46,7 @@ from nmt_cli.pharaoh import format_links
 from nmt_cli.progress import Progress
 from nmt_cli.textio import CHUNK_LINES, STDIN, display_name, one_line
 
-__all__ = ["OutputOptions", "RETRY_GUARDS", "confidence", "constraints_met", "degenerate", "guarded",
+__all__ = ["OutputOptions", "RETRY_GUARDS", "confidence", "degenerate", "guarded",
            "hypothesis_alignment", "output_signature", "output_record", "translate_file"]
 
 #: the repetition guards ``--retry-degenerate`` switches on where they are off
@@ -98,7 +99,8 @@ def output_record(line: Input, hypothesis: Hypothesis, translator: Translator,
                   reading: AttentionReading | None = None, retried: bool = False) -> dict:
     """The JSONL record: ``text, score, tokens`` (target pieces), ``nbest``; for a decoded
     line ``confidence``, and ``degenerate`` (why the output looks broken) when it does;
-    ``constraints_met`` and ``terms`` for a line with constraints or glossary terms;
+    ``constraints_met`` and ``terms`` for a line with constraints or glossary terms (read off
+    the output pieces, so for any engine);
     ``retried`` for a line decoded again; with a ``reading``, ``alignment`` (Pharaoh links)."""
 
     def entry(hyp: Hypothesis) -> dict:
@@ -114,7 +116,7 @@ def output_record(line: Input, hypothesis: Hypothesis, translator: Translator,
     reason = degenerate(request, hypothesis)
     if reason:
         record["degenerate"] = reason
-    met = constraints_met(request, hypothesis)
+    met = constraints_met(request.constraints, hypothesis.tokens)
     own = len(request.constraints) - len(line.terms)
     if own:
         record["constraints_met"] = met[:own]
@@ -141,17 +143,6 @@ def degenerate(request: Request, hypothesis: Hypothesis) -> str:
     """Why the translation looks degenerate (:func:`~nmt_cli.decoding.guards.degeneration`),
     or ``""``; a line cut or skipped as too long is not judged (``long_input`` says so)."""
     return "" if hypothesis.long_input else degeneration(len(request.source), hypothesis.tokens)
-
-
-def constraints_met(request: Request, hypothesis: Hypothesis) -> list[bool]:
-    """For each constraint of ``request``, whether the output holds one of its alternatives,
-    read off the output's pieces (so for any engine, searching with constraints or not)."""
-    tokens = tuple(hypothesis.tokens)
-
-    def holds(phrase: tuple[int, ...]) -> bool:
-        return any(tokens[start:start + len(phrase)] == phrase for start in range(len(tokens) - len(phrase) + 1))
-
-    return [any(holds(tuple(phrase)) for phrase in constraint) for constraint in request.constraints]
 
 
 def guarded(translator: Translator) -> Translator | None:
@@ -243,7 +234,8 @@ def _warn(number: int, line: Input, hypothesis: Hypothesis, long_lines: _LineWar
                         f"lines longer than the model takes were {hypothesis.long_input}")
     own = len(line.request.constraints) - len(line.terms)
     names = [f"constraints[{index}]" for index in range(own)] + [f"term {term.source!r}" for term in line.terms]
-    missed = [name for name, met in zip(names, constraints_met(line.request, hypothesis)) if not met]
+    met = constraints_met(line.request.constraints, hypothesis.tokens)
+    missed = [name for name, name_met in zip(names, met) if not name_met]
     if missed:
         unmet.warn(number, f"not met: {', '.join(missed)}", "lines have constraints that were not met")
 
@@ -277,7 +269,7 @@ def _named_errors(pairs, input_name: str):
     """``pairs``, with an input the search refuses named by its line."""
     try:
         yield from pairs
-    except LongInputError as exc:
+    except SentenceError as exc:
         raise InputError(input_name, exc.problem, exc.index + 1) from None
 
 

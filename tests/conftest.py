@@ -1,15 +1,22 @@
-"""Shared fixtures: the real data in ../shared/data, single-threaded torch on the CPU, temp dirs."""
+"""Shared fixtures: the real data in ../shared/data, single-threaded torch on the CPU, temp dirs.
+
+``make test`` runs the suite in two pytest-xdist workers (``--dist loadfile``: a file's tests,
+and its module fixtures, stay in one worker); the session fixtures that train a model are
+built once for both workers (:func:`built_once`).
+"""
 
 from __future__ import annotations
 
 import io
 import os
+import shutil
 import signal
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pytest
 import torch
+from filelock import FileLock
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("NMT_SHARED_DATA", REPO.parent / "shared" / "data"))
@@ -41,6 +48,28 @@ def cuda_as_auto(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", CUDA_IS_AVAILABLE)
 
 
+def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], None]) -> Path:
+    """A directory filled by ``build(directory)`` once per test session.
+
+    Under pytest-xdist the workers share the session's temporary root: the first to get
+    the lock builds the directory, the others wait for it and reuse it (the fixtures
+    that train a model would otherwise train once per worker). Users only read it.
+    """
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        directory = tmp_path_factory.mktemp(name)
+        build(directory)
+        return directory
+    directory = tmp_path_factory.getbasetemp().parent / name  # the session's root, above the workers' own
+    done = directory / ".built"
+    with FileLock(f"{directory}.lock"):
+        if not done.exists():
+            shutil.rmtree(directory, ignore_errors=True)  # a worker that failed half-way left it
+            directory.mkdir()
+            build(directory)
+            done.touch()
+    return directory
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     """``../shared/data``; tests that need it skip with the reason when it is absent."""
@@ -64,9 +93,8 @@ def tiny_prepared(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "data.source": "synthetic", "data.synthetic_train_size": 400, "data.synthetic_valid_size": 30,
         "data.synthetic_test_size": 10, "data.vocab_size": 300,
     })
-    out = tmp_path_factory.mktemp("prepared") / "synthetic"
-    prepare(config, out, progress=False)
-    return out
+    root = built_once(tmp_path_factory, "prepared", lambda root: prepare(config, root / "synthetic", progress=False))
+    return root / "synthetic"
 
 
 @pytest.fixture(scope="session")
@@ -89,9 +117,11 @@ def trained_transformer(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path,
         "train.log_every": 400, "train.valid_every": 800, "train.valid_bleu": False,
         "train.early_stop_metric": "loss", "train.keep_last": 2, "train.num_threads": 1, "train.seed": 1,
     })
-    root = tmp_path_factory.mktemp("trained")
-    prepare(config, root / "data", progress=False)
-    train(config, root / "data", root / "run", stream=io.StringIO())
+    def build(root: Path) -> None:
+        prepare(config, root / "data", progress=False)
+        train(config, root / "data", root / "run", stream=io.StringIO())
+
+    root = built_once(tmp_path_factory, "trained-transformer", build)
     return root / "run", root / "data"
 
 
@@ -101,8 +131,6 @@ def tiny_trained_run(tiny_prepared: Path, tmp_path_factory: pytest.TempPathFacto
 
     Learned positions with ``max_positions`` 128, so a source of about 100 pieces is too long for it.
     """
-    import io
-
     from nmt_cli.config import Config
     from nmt_cli.training.trainer import train
 
@@ -113,6 +141,6 @@ def tiny_trained_run(tiny_prepared: Path, tmp_path_factory: pytest.TempPathFacto
         "train.valid_every": 0, "train.early_stop_metric": "loss", "train.log_every": 100, "train.num_threads": 1,
         "decode.beam_size": 2,
     })
-    run = tmp_path_factory.mktemp("trained") / "run"
-    train(config, tiny_prepared, run, stream=io.StringIO())
-    return run
+    root = built_once(tmp_path_factory, "tiny-trained",
+                      lambda root: train(config, tiny_prepared, root / "run", stream=io.StringIO()))
+    return root / "run"

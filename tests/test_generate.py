@@ -442,7 +442,7 @@ def test_decode_search_names_a_registered_strategy_and_auto_keeps_todays_choice(
     for search, beam, expected in [("auto", 1, [A, C]), ("greedy", 2, [A, C]), ("auto", 2, [B]),
                                    ("beam", 2, [B]), ("beam", 1, [A, C])]:
         assert generate(model, [[1]], decode_config(search=search, beam_size=beam))[0].tokens == expected, search
-    with pytest.raises(ConfigError, match=r"decode.search.*'nucleus' is not one of: auto, beam, greedy"):
+    with pytest.raises(ConfigError, match=r"decode.search.*'nucleus' is not one of: auto, beam, constrained, greedy"):
         decode_config(search="nucleus")
     with pytest.raises(ConfigError, match="decode.search"):
         decode_config(search="beam", sampling="top_k")

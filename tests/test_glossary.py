@@ -13,7 +13,7 @@ from nmt_cli.decoding import Translator
 from nmt_cli.errors import InputError
 from nmt_cli.glossary import Glossary, Term, read_glossary
 from nmt_cli.input_formats import make_input
-from nmt_cli.translation import constraints_met, degenerate, guarded
+from nmt_cli.translation import degenerate, guarded
 from tests.test_translator import build_checkpoint
 
 LINES = ["der mann sieht die katze", "", "ein hund läuft schnell im park", "frau"]
@@ -127,7 +127,7 @@ def test_records_list_the_terms_found_and_whether_each_was_met(checkpoint, tmp_p
     for text, record in zip(LINES, records):
         line = make_input(translator.tokenizer, loaded, text)
         (hypothesis,) = translator.translate([line.request])
-        assert [term["met"] for term in record.get("terms", [])] == constraints_met(line.request, hypothesis)
+        assert [term["met"] for term in record.get("terms", [])] == hypothesis.constraints_met
         assert "constraints_met" not in record  # the record's own constraints: none here
     unmet = [line for line in result.stderr.splitlines() if line.startswith("warning: <stdin>:")]
     expected = [f"warning: <stdin>:{number}: not met: " + ", ".join(

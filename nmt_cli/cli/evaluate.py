@@ -2,7 +2,9 @@
 
 Prints each score as sacreBLEU does (``name|signature = score``); ``--json`` prints one
 JSON object instead. ``--baseline`` adds a paired bootstrap test against another
-system's output, with its p-value.
+system's output, with its p-value. ``--confidence`` instead reads ``nmt translate
+--format jsonl`` records and says how well their confidence predicts sentence chrF
+(:mod:`nmt_cli.evaluation.confidence`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from sacrebleu.metrics import BLEU
 from nmt_cli.cli import cli
 from nmt_cli.cli.options import checkpoints_option, decode_options
 from nmt_cli.evaluation import BootstrapResult, MetricOptions, corpus_scores, paired_bootstrap, parse_metrics
+from nmt_cli.evaluation.confidence import (CONFIDENCE_FIELDS, DEFAULT_FIELD, DEFAULT_FLAG_SHARE, confidence_report,
+                                           read_confidence_records, report_lines)
 from nmt_cli.fileio import atomic_write_text
 from nmt_cli.textio import check_same_length, one_line, read_lines, read_parallel
 
@@ -48,13 +52,39 @@ def bootstrap_lines(results: list[BootstrapResult], baseline_path: str, samples:
               help="sacreBLEU tokenizer for BLEU [default: sacreBLEU's, 13a].")
 @click.option("--baseline", "baseline_path", type=FILE, help="Another system's output: paired bootstrap test.")
 @click.option("--bootstrap-samples", type=click.IntRange(min=1), default=1000, show_default=True)
+@click.option("--confidence", "confidence_path", type=FILE,
+              help="Records of nmt translate --format jsonl: how well their confidence predicts sentence chrF "
+              "against --ref (Spearman's rho, and a flag for the worst sentences with its precision and recall).")
+@click.option("--confidence-field", type=click.Choice(CONFIDENCE_FIELDS), default=DEFAULT_FIELD, show_default=True,
+              help="With --confidence: the confidence that sets the flag.")
+@click.option("--flag-share", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=DEFAULT_FLAG_SHARE,
+              show_default=True, help="With --confidence: the share of sentences the flag is for (the worst by chrF).")
+@click.option("--threshold", type=float, default=None,
+              help="With --confidence: flag confidence <= this (chosen on a dev set) instead of choosing it here.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @decode_options
 def evaluate(hyp_path, ref_paths, checkpoints, prepared_dir, split, output_path, metric_spec, chrf_plus, lowercase,
-             tokenize, baseline_path, bootstrap_samples, as_json, translator_options) -> None:
-    """Score translations with sacreBLEU (BLEU, chrF, TER)."""
+             tokenize, baseline_path, bootstrap_samples, confidence_path, confidence_field, flag_share, threshold,
+             as_json, translator_options) -> None:
+    """Score translations with sacreBLEU (BLEU, chrF, TER).
+
+    With --confidence: how well each translation's confidence (nmt translate --format jsonl)
+    predicts its sentence chrF, and a threshold that flags the worst ones (docs/confidence.md).
+
+    \b
+    nmt evaluate --hyp out.en --ref test.en
+    nmt evaluate --checkpoint run/ --data prepared/ --split test
+    nmt evaluate --confidence dev.jsonl --ref dev.en         # choose a threshold on dev
+    nmt evaluate --confidence test.jsonl --ref test.en --threshold -1.25
+    """
     metrics = parse_metrics(metric_spec)
     options = MetricOptions(chrf_plus=chrf_plus, lowercase=lowercase, tokenize=tokenize)
+    if confidence_path:
+        evaluate_confidence(confidence_path, ref_paths, confidence_field, flag_share, threshold, options, as_json)
+        return
+    confidence_only = [name for name in ("confidence_field", "flag_share", "threshold") if given(name)]
+    if confidence_only:
+        raise click.UsageError(f"--{confidence_only[0].replace('_', '-')} goes with --confidence")
     report: dict = {}
     if checkpoints or prepared_dir:
         if not (checkpoints and prepared_dir) or hyp_path or ref_paths:
@@ -97,6 +127,30 @@ def evaluate(hyp_path, ref_paths, checkpoints, prepared_dir, split, output_path,
         click.echo(score.text)
     if bootstrap:
         click.echo("\n".join(bootstrap_lines(bootstrap, baseline_path, bootstrap_samples)))
+
+
+def given(parameter: str) -> bool:
+    """Whether the command line set ``parameter`` (not its default)."""
+    source = click.get_current_context().get_parameter_source(parameter)
+    return source not in (None, click.core.ParameterSource.DEFAULT)
+
+
+def evaluate_confidence(path: str, ref_paths: tuple[str, ...], field: str, share: float, threshold: float | None,
+                        options: MetricOptions, as_json: bool) -> None:
+    """``--confidence``: the records against ``--ref``; no other mode's options."""
+    others = [name for name in ("hyp_path", "checkpoints", "prepared_dir", "output_path", "metric_spec", "tokenize",
+                                "baseline_path", "bootstrap_samples") if given(name)]
+    if others:
+        option = {"hyp_path": "hyp", "checkpoints": "checkpoint", "prepared_dir": "data", "output_path": "output",
+                  "metric_spec": "metrics", "baseline_path": "baseline"}.get(others[0], others[0].replace("_", "-"))
+        raise click.UsageError(f"--{option} does not go with --confidence (which scores sentence chrF against --ref)")
+    if not ref_paths:
+        raise click.UsageError("--confidence needs --ref (the references its records translate)")
+    records = read_confidence_records(path, field)
+    references = [read_lines(ref) for ref in ref_paths]
+    report = confidence_report(records, references, ref_paths, field, share, threshold, options)
+    text = json.dumps(report.to_dict(), ensure_ascii=False, indent=2) if as_json else "\n".join(report_lines(report))
+    click.echo(text)
 
 
 __all__ = ["evaluate"]

@@ -9,12 +9,17 @@ hidden states, a Transformer key/value cache, the linear-attention sums ``S`` an
 :data:`~nmt_cli.registry.SEARCH_STRATEGIES`) decides which rows go on, and rows of
 finished sentences leave the batch so later steps cost less. Each sentence is a
 :class:`~nmt_cli.decoding.request.Request`; the strategy reads its per-sentence fields.
+Before the search, :func:`fit_constraints` applies ``decode.on_unmet`` to sentences whose
+prefix and constraints cannot fit their output limit; after it, every hypothesis of a
+sentence with constraints says which it contains (``Hypothesis.constraints_met``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
+import math
 from dataclasses import dataclass
 from typing import Iterator, Sequence, Union
 
@@ -24,8 +29,9 @@ from torch import Tensor
 
 from nmt_cli.config import DecodeConfig
 from nmt_cli.decoding.batching import batch_token_budget, pad_sources, token_budget_batches
+from nmt_cli.decoding.constraints import constraints_met, shortest_length
 from nmt_cli.decoding.hypothesis import Hypothesis
-from nmt_cli.decoding.request import Request
+from nmt_cli.decoding.request import Request, UnfitConstraintsError
 from nmt_cli.decoding.search import max_output_lengths
 from nmt_cli.decoding.strategies.base import Finished, Search
 from nmt_cli.decoding.workers import WorkerPool, map_in_processes
@@ -98,9 +104,14 @@ def generate(
     (:func:`decoding_workers` of this model), kept by the caller from call to call.
     Sampling seeds a generator per batch (:func:`decode_task`), so outputs never depend on
     the worker count.
+
+    Constraints that cannot fit a sentence's output limit follow ``decode.on_unmet``
+    (:func:`fit_constraints`; ``error`` raises :class:`~nmt_cli.decoding.request.UnfitConstraintsError`
+    naming the sentence's index in ``sources``).
     """
     device = model_device(model) if device is None else torch.device(device)
-    requests = [as_request(source) for source in sources]
+    asked = [as_request(source) for source in sources]
+    requests = fit_constraints(asked, decode, model.max_target_length)
     results: list[Hypothesis] = [Hypothesis(tokens=[], score=0.0, log_prob=0.0) for _ in requests]
     nonempty = [i for i, request in enumerate(requests) if len(request.source) > 0]
     lengths = [len(requests[i].source) for i in nonempty]
@@ -120,7 +131,61 @@ def generate(
     for indices, hypotheses in zip(batches, decoded):
         for index, hypothesis in zip(indices, hypotheses):
             results[index] = hypothesis
-    return results
+    return [_with_constraints_met(result, request.constraints) if request.constraints else result
+            for result, request in zip(results, asked)]
+
+
+def output_limit(request: Request, decode: DecodeConfig, max_target_length: int | None) -> int:
+    """A sentence's output limit before constraints, as :func:`decode_batch` sets it:
+    ``floor(a * |x| + b)`` (at least 1), raised to its prefix's length, within the model's."""
+    limit = max(math.floor(decode.max_len_a * len(request.source) + decode.max_len_b), 1, len(request.prefix))
+    return limit if max_target_length is None else min(limit, max_target_length)
+
+
+def needed_length(request: Request) -> int:
+    """Output tokens a sentence's prefix and constraints take at least (each constraint's
+    shortest alternative, none overlapping)."""
+    return len(request.prefix) + sum(shortest_length(constraint) for constraint in request.constraints)
+
+
+def fit_constraints(requests: Sequence[Request], decode: DecodeConfig, max_target_length: int | None) -> list[Request]:
+    """The requests to search, after ``decode.on_unmet`` for those whose prefix and constraints
+    need more tokens than their output limit (:func:`needed_length`, :func:`output_limit`).
+
+    ``error`` raises :class:`UnfitConstraintsError` with the request's index; ``relax``
+    keeps the request (:func:`decode_batch` raises its limit to fit) unless it needs more
+    than the model's longest output, which is an error; ``drop`` keeps the constraints that
+    fit, in order, and leaves the rest out of the search (their ``constraints_met`` then
+    says only whether the output happens to contain them).
+    """
+    fitted = []
+    for index, request in enumerate(requests):
+        needed = needed_length(request)
+        limit = output_limit(request, decode, max_target_length)
+        if not request.constraints or not request.source or needed <= limit:
+            fitted.append(request)
+        elif decode.on_unmet == "drop":
+            kept, room = [], limit - min(len(request.prefix), limit)
+            for constraint in request.constraints:
+                if shortest_length(constraint) <= room:
+                    kept.append(constraint)
+                    room -= shortest_length(constraint)
+            fitted.append(dataclasses.replace(request, constraints=tuple(kept)))
+        elif decode.on_unmet == "relax" and (max_target_length is None or needed <= max_target_length):
+            fitted.append(request)
+        elif decode.on_unmet == "relax":
+            raise UnfitConstraintsError(index, needed, max_target_length, model_limit=True)
+        else:
+            raise UnfitConstraintsError(index, needed, limit)
+    return fitted
+
+
+def _with_constraints_met(hypothesis: Hypothesis, constraints) -> Hypothesis:
+    """``hypothesis`` and its n-best entries, each saying which ``constraints`` its output contains."""
+    nbest = [dataclasses.replace(entry, constraints_met=constraints_met(constraints, entry.tokens))
+             for entry in hypothesis.nbest]
+    return dataclasses.replace(hypothesis, constraints_met=constraints_met(constraints, hypothesis.tokens),
+                               nbest=nbest)
 
 
 @contextlib.contextmanager
@@ -144,15 +209,15 @@ def decode_batch(
 ) -> list[Hypothesis]:
     """Search one padded batch of non-empty requests; hypotheses in the order given.
 
-    A sentence's output limit is ``a * |x| + b``, raised to its prefix's length, and never
-    past the model's last position.
+    A sentence's output limit is ``a * |x| + b``, raised to what its prefix and constraints
+    need (:func:`needed_length`), and never past the model's last position.
     """
     src, src_mask = pad_sources([request.source for request in requests], device)  # (B, S)
     src_lengths = src_mask.sum(dim=1)  # (B,)
     max_lens = max_output_lengths(src_lengths, decode.max_len_a, decode.max_len_b)  # (B,)
-    if any(len(request.prefix) for request in requests):
-        prefix_lengths = torch.tensor([len(request.prefix) for request in requests], device=max_lens.device)
-        max_lens = torch.maximum(max_lens, prefix_lengths)
+    if any(request.prefix or request.constraints for request in requests):
+        needed = torch.tensor([needed_length(request) for request in requests], device=max_lens.device)
+        max_lens = torch.maximum(max_lens, needed)
     if model.max_target_length is not None:  # never step past the model's last position
         max_lens = max_lens.clamp(max=model.max_target_length)
     search = make_search(requests, max_lens, decode, need_attention, generator)
@@ -198,6 +263,7 @@ def _hypothesis(nbest: list[Finished], src_length: int, attention_shape: tuple[i
             tokens=hyp.tokens,
             score=hyp.score,
             log_prob=hyp.log_prob,
+            token_log_probs=hyp.token_log_probs,
             **_attention_arrays(hyp.attention, src_length, attention_shape),
         )
         for hyp in nbest
@@ -209,6 +275,7 @@ def _hypothesis(nbest: list[Finished], src_length: int, attention_shape: tuple[i
         log_prob=best.log_prob,
         nbest=entries,
         attention=best.attention,
+        token_log_probs=best.token_log_probs,
     )
 
 
@@ -223,4 +290,5 @@ def _attention_arrays(steps: list[Tensor] | None, src_length: int, shape: tuple[
     return {"attention": heads}
 
 
-__all__ = ["Source", "as_request", "generate", "decode_batch", "run_search", "make_search"]
+__all__ = ["Source", "as_request", "generate", "decode_batch", "fit_constraints", "needed_length", "output_limit",
+           "run_search", "make_search"]

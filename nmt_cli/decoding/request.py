@@ -13,9 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence, Union
 
+from nmt_cli.errors import NmtError
 from nmt_cli.tokenization import Tokenizer
 
-__all__ = ["Constraint", "Request"]
+__all__ = ["Constraint", "Request", "SentenceError", "UnfitConstraintsError"]
 
 #: one lexical constraint: its alternatives (target piece-id sequences); any one of them in
 #: the output satisfies it (a glossary term with several translations)
@@ -55,3 +56,35 @@ class Request:
                    constraints=tuple(tuple(tuple(tokenizer.encode_tgt(phrase)) for phrase in options)
                                      for options in alternatives),
                    avoid=tuple(tuple(tokenizer.encode_tgt(phrase)) for phrase in avoid))
+
+
+class SentenceError(NmtError):
+    """A problem of input sentence ``index`` (0-based): ``problem`` says what, and a reader of
+    files names the sentence's file and line (:mod:`nmt_cli.translation`)."""
+
+    def __init__(self, index: int, problem: str):
+        self.index, self.problem = index, problem
+        super().__init__(f"input {index + 1}: {problem}")
+
+    def at(self, index: int) -> "SentenceError":
+        """The same error for input ``index`` (a chunk's sentence numbered within the whole stream)."""
+        moved = type(self).__new__(type(self))
+        moved.__dict__.update(self.__dict__)
+        moved.index, moved.args = index, (f"input {index + 1}: {self.problem}",)
+        return moved
+
+
+class UnfitConstraintsError(SentenceError):
+    """Input ``index``'s prefix and constraints need ``needed`` output tokens, more than its
+    output limit ``limit`` (``decode.on_unmet: error``), or than the model's longest output
+    (``model_limit``: any ``on_unmet``, even ``relax``)."""
+
+    def __init__(self, index: int, needed: int, limit: int, model_limit: bool = False):
+        self.needed, self.limit, self.model_limit = needed, limit, model_limit
+        if model_limit:
+            problem = (f"its prefix and constraints need {needed} output tokens, more than the model's longest "
+                       f"output ({limit}, model.max_positions); decode.on_unmet drop leaves out what does not fit")
+        else:
+            problem = (f"its prefix and constraints need {needed} output tokens, more than its output limit "
+                       f"({limit}); decode.on_unmet relax raises the limit, drop leaves out what does not fit")
+        super().__init__(index, problem)

@@ -8,7 +8,10 @@ strategies in :mod:`nmt_cli.decoding.strategies` combine them:
 * :func:`force_tokens_`: a row's next token fixed in advance (a target prefix);
 * :func:`beam_step`: extend every hypothesis by every token and keep the best candidates;
 * :func:`length_penalty`: the GNMT normaliser ``lp(y) = ((5 + |y|) / 6) ** alpha``;
-* :func:`greedy_tokens` and :func:`sample_tokens` (temperature, top-k, top-p).
+* :func:`greedy_tokens` and :func:`sample_tokens` (temperature, top-k, top-p);
+* the guards, which read each row's output so far (a (N, t) token tensor):
+  :func:`penalise_repeats` (``decode.repetition_penalty``), :func:`repeated_ngram_mask`
+  (``decode.no_repeat_ngram``) and :func:`phrase_end_mask` (a request's ``avoid``).
 """
 
 from __future__ import annotations
@@ -162,6 +165,54 @@ def sample_tokens(
     return torch.multinomial(probs, 1, generator=generator).squeeze(1)
 
 
+def penalise_repeats(log_probs: Tensor, outputs: Tensor, penalty: float) -> Tensor:
+    """``log_softmax(where(v in y_<t, penalty * log p(v), log p(v)))`` per row.
+
+    A log-probability is at most 0, so ``penalty > 1`` makes every token already in the
+    row's output less likely, and the renormalisation hands that mass to the others.
+    ``log_probs`` (N, V), ``outputs`` (N, t) the tokens each row holds; returns (N, V).
+    """
+    seen = torch.zeros_like(log_probs, dtype=torch.bool).scatter_(1, outputs, True)  # (N, V)
+    return torch.where(seen, log_probs * penalty, log_probs).log_softmax(dim=-1)
+
+
+def repeated_ngram_mask(outputs: Tensor, n: int, vocab: int) -> Tensor:
+    """(N, V) True for each token that would make an n-gram occur twice in its row (fairseq's
+    ``no_repeat_ngram_size``): the tokens that followed an earlier occurrence of the row's
+    last ``n - 1`` tokens. ``outputs`` (N, t); all False while ``t < n``."""
+    rows, length = outputs.shape
+    mask = torch.zeros((rows, vocab + 1), dtype=torch.bool, device=outputs.device)  # column V: no token
+    if length < n:
+        return mask[:, :vocab]
+    grams = outputs.unfold(1, n, 1)  # (N, t - n + 1, n), every n-gram of each row
+    tail = outputs[:, length - n + 1:]  # (N, n - 1), the row's last n - 1 tokens
+    seen_before = (grams[:, :, :-1] == tail[:, None, :]).all(dim=-1)  # (N, t - n + 1)
+    mask.scatter_(1, grams[:, :, -1].masked_fill(~seen_before, vocab), True)
+    return mask[:, :vocab]
+
+
+def phrase_end_mask(outputs: Tensor, heads: Tensor, last: Tensor, owner: Tensor, row_owner: Tensor,
+                    vocab: int) -> Tensor:
+    """(N, V) True for the last token of each phrase whose other tokens end the row's output.
+
+    Blocking those tokens keeps every phrase out of the output (a request's ``avoid``).
+    The batch's M phrases: ``heads`` (M, W) all but their last token, right-aligned and
+    padded on the left with -1 (any token), ``last`` (M,) their last token, ``owner``
+    (M,) the sentence each belongs to; ``row_owner`` (N,) each row's sentence and
+    ``outputs`` (N, t) its tokens.
+    """
+    rows, length = outputs.shape
+    width = heads.size(1)
+    if length < width:  # short outputs: -2 matches no token, and -1 in heads matches anything
+        outputs = torch.nn.functional.pad(outputs, (width - length, 0), value=-2)
+    tail = outputs[:, outputs.size(1) - width:]  # (N, W)
+    ends = ((tail[:, None, :] == heads[None]) | (heads[None] < 0)).all(dim=-1)  # (N, M)
+    ends &= row_owner[:, None] == owner[None, :]
+    mask = torch.zeros((rows, vocab + 1), dtype=torch.bool, device=outputs.device)
+    mask.scatter_(1, last[None, :].expand(rows, -1).masked_fill(~ends, vocab), True)
+    return mask[:, :vocab]
+
+
 __all__ = [
     "length_penalty",
     "max_output_lengths",
@@ -172,4 +223,7 @@ __all__ = [
     "top_k_filter",
     "top_p_filter",
     "sample_tokens",
+    "penalise_repeats",
+    "repeated_ngram_mask",
+    "phrase_end_mask",
 ]

@@ -24,7 +24,7 @@ from nmt_cli.config import Config, DecodeConfig
 from nmt_cli.decoding.ensemble import Ensemble
 from nmt_cli.decoding.generator import decoding_workers, generate
 from nmt_cli.decoding.hypothesis import Hypothesis
-from nmt_cli.decoding.request import Request
+from nmt_cli.decoding.request import Request, SentenceError
 from nmt_cli.decoding.scoring import PairScore, score_pairs
 from nmt_cli.decoding.workers import WorkerPool
 from nmt_cli.device import is_auto, resolve_device
@@ -53,17 +53,13 @@ def averaged_label(averaged: Sequence[str]) -> str | None:
     return f"{len(names)}:{names[0]}..{names[-1]}"
 
 
-class LongInputError(NmtError):
+class LongInputError(SentenceError):
     """Input ``index`` (0-based) has more source tokens than the model takes."""
 
     def __init__(self, index: int, length: int, limit: int):
-        self.index, self.length, self.limit = index, length, limit
-        super().__init__(f"input {index + 1}: {self.problem}")
-
-    @property
-    def problem(self) -> str:
-        return (f"{self.length} source tokens, more than the model takes ({self.limit}, model.max_positions); "
-                "--on-long-line truncate or skip translates such lines (decode.on_long_line)")
+        self.length, self.limit = length, limit
+        super().__init__(index, f"{length} source tokens, more than the model takes ({limit}, model.max_positions); "
+                         "--on-long-line truncate or skip translates such lines (decode.on_long_line)")
 
 
 class Translator:
@@ -281,7 +277,7 @@ def stream_in_chunks(
     with_attention: bool,
 ) -> Iterator[tuple[Item, Hypothesis]]:
     """``(sentence, hypothesis)`` pairs in input order, calling ``translate`` on ``chunk_size``
-    sentences at a time; a too-long input is numbered within the whole stream."""
+    sentences at a time; an input's error (:class:`SentenceError`) is numbered within the whole stream."""
     chunk: list[Item] = []
     done = 0
     for sentence in sentences:
@@ -298,8 +294,8 @@ def _translate_chunk(translate: Callable[[Sequence[Item], bool], list[Hypothesis
                      with_attention: bool) -> list[Hypothesis]:
     try:
         return translate(chunk, with_attention)
-    except LongInputError as exc:
-        raise LongInputError(offset + exc.index, exc.length, exc.limit) from None
+    except SentenceError as exc:
+        raise exc.at(offset + exc.index) from None
 
 
 __all__ = ["LongInputError", "Sentence", "Translator", "apply_decode_overrides", "as_requests", "averaged_label",

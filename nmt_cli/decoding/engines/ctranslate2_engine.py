@@ -35,6 +35,14 @@ directory written by ``nmt export``. How our search settings map onto CTranslate
   its heads, the default reading of :mod:`nmt_cli.alignment.reader`; a hypothesis carries
   it as (1, 1, T, S), so other ``--layer/--heads`` readings are refused.
 * Sampling (``decode.sampling``) is not offered: CTranslate2 draws from another random stream.
+* Per-token scores: every returned hypothesis (the n-best entries) is scored in one
+  ``score_batch`` call per batch, a teacher-forced pass that costs a fraction of the beam
+  search, and carries its ``log p`` per token and EOS in ``token_log_probs``.
+* Constraints and phrases to avoid (a request's ``constraints`` / ``avoid``) are refused
+  with a one-line error naming ``--engine torch``: CTranslate2 has no constrained search,
+  and its ``suppress_sequences`` apply to a whole batch, not to one sentence. So are the
+  repetition guards: CTranslate2's ``repetition_penalty`` divides logits (CTRL's), not
+  log-probabilities, and its ``no_repeat_ngram_size`` is not checked to match ours.
 """
 
 from __future__ import annotations
@@ -138,6 +146,9 @@ class CTranslate2Translator:
         fitted = fit_requests(as_requests(self.tokenizer, sentences), self.record.positions,
                               self.decode.on_long_line)
         requests = [request for request, _ in fitted]
+        if any(request.constraints or request.avoid for request in requests):
+            raise NmtError("constraints and phrases to avoid are not supported by the ctranslate2 engine; "
+                           "use --engine torch")
         results = [Hypothesis(tokens=[], score=0.0, log_prob=0.0) for _ in requests]
         pending = []
         beam = self._beam()
@@ -158,6 +169,7 @@ class CTranslate2Translator:
             for index, source_pieces, prefix, outcome, eos_mass in zip(batch, pieces, prefixes, outcomes, blocked):
                 results[index] = self._hypothesis(outcome, source_pieces, limit, with_attention,
                                                   rescore=prefix is not None, blocked_eos=eos_mass)
+            self._add_token_log_probs([results[index] for index in batch], pieces)
         return [dataclasses.replace(result, long_input=how) for result, (_, how) in zip(results, fitted)]
 
     def translate_stream(self, sentences: Iterable[Item], chunk_size: int = CHUNK_LINES,
@@ -219,6 +231,18 @@ class CTranslate2Translator:
                      for step in range(min(steps, len(pieces) + 1)))
                  for pieces in hyps]
                 for sentence, hyps in enumerate(hypotheses)]
+
+    def _add_token_log_probs(self, hypotheses: list[Hypothesis], sources: list[list[str]]) -> None:
+        """Fill each n-best entry's ``token_log_probs`` (the best's too), one ``score_batch`` call
+        for the batch; ``sources`` are the hypotheses' source pieces."""
+        entries = [(entry, pieces) for hypothesis, pieces in zip(hypotheses, sources) for entry in hypothesis.nbest]
+        scored = self._translator.score_batch([pieces for _, pieces in entries],
+                                              [self.tokenizer.tgt_pieces(entry.tokens) for entry, _ in entries],
+                                              max_input_length=0)
+        for (entry, _), scoring in zip(entries, scored):
+            entry.token_log_probs = [float(value) for value in scoring.log_probs]  # each token, then EOS
+        for hypothesis in hypotheses:
+            hypothesis.token_log_probs = hypothesis.nbest[0].token_log_probs
 
     def _hypothesis(self, result: Any, source_pieces: list[str], limit: int, with_attention: bool,
                     rescore: bool = False, blocked_eos: Sequence[float] = ()) -> Hypothesis:
@@ -290,6 +314,9 @@ def _check_supported(decode: DecodeConfig) -> DecodeConfig:
     if decode.search not in SEARCHES:
         raise NmtError(f"decode.search {decode.search} is not supported by the ctranslate2 engine "
                        f"({', '.join(SEARCHES)}); use --engine torch")
+    if decode.repetition_penalty != 1.0 or decode.no_repeat_ngram > 0:
+        raise NmtError("decode.repetition_penalty and decode.no_repeat_ngram are not supported by the ctranslate2 "
+                       "engine; use --engine torch")
     return decode
 
 

@@ -1,0 +1,36 @@
+"""bench/terminology.py --quick on the tiny trained run: it runs, and constrained search puts the terms in."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_quick_terminology_bench_reports_every_row_and_constraints_place_the_terms(
+        tiny_trained_run: Path, shared_data: Path, tmp_path: Path) -> None:
+    if not (shared_data / "terminology-deen" / "dev.terms.proper.jsonl").is_file():
+        pytest.skip(f"{shared_data / 'terminology-deen'} is missing")
+    report_path = tmp_path / "terminology.json"
+    command = [sys.executable, str(REPO / "bench" / "terminology.py"), "--quick", "--model", str(tiny_trained_run),
+               "--beams", "2,3", "--threads", "1", "--work", str(tmp_path), "--json", str(report_path)]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "| terms given | beam |" in done.stdout
+    report = json.loads(report_path.read_text())
+    rows = [dict(zip(report["columns"], row)) for row in report["rows"]]
+    assert [(row["terms given"], row["beam"]) for row in rows] == [
+        (mode, beam) for beam in ("2", "3") for mode in ("none", "proper", "random")]
+    assert report["notes"][0].startswith("Measured at commit ")
+    for row in rows:
+        if row["terms given"] == "none":
+            assert row["time vs no terms"] == "-"
+        else:  # the quick lines' terms are all spellable: the search must place each one
+            assert row["time vs no terms"].endswith("x")
+            assert float(row[f"{row['terms given']}: success"].rstrip("%")) >= 99.0, row
