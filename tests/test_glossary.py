@@ -12,8 +12,10 @@ from nmt_cli.cli import translate as _translate_command  # noqa: F401  (register
 from nmt_cli.decoding import Translator
 from nmt_cli.errors import InputError
 from nmt_cli.glossary import Glossary, Term, read_glossary
-from nmt_cli.input_formats import make_input
-from nmt_cli.translation import degenerate, guarded
+from nmt_cli.decoding.hypothesis import Hypothesis
+from nmt_cli.decoding.request import Request
+from nmt_cli.input_formats import Input, make_input
+from nmt_cli.translation import _retry, degenerate, guarded
 from tests.test_translator import build_checkpoint
 
 LINES = ["der mann sieht die katze", "", "ein hund läuft schnell im park", "frau"]
@@ -113,7 +115,7 @@ def test_a_glossary_that_matches_nothing_changes_nothing(checkpoint, tmp_path):
         assert "warning" not in with_glossary.stderr
 
 
-def test_records_list_the_terms_found_and_whether_each_was_met(checkpoint, tmp_path):
+def test_the_terms_found_are_in_the_translation_and_the_records_say_so(checkpoint, tmp_path):
     glossary = tmp_path / "terms.tsv"
     glossary.write_text("HUND\tdog\nhund\thound\nkatze\tcat\nPark\tpark\n", encoding="utf-8")
     result = run("--checkpoint", str(checkpoint), "--format", "jsonl", "--glossary", str(glossary),
@@ -129,11 +131,33 @@ def test_records_list_the_terms_found_and_whether_each_was_met(checkpoint, tmp_p
         (hypothesis,) = translator.translate([line.request])
         assert [term["met"] for term in record.get("terms", [])] == hypothesis.constraints_met
         assert "constraints_met" not in record  # the record's own constraints: none here
-    unmet = [line for line in result.stderr.splitlines() if line.startswith("warning: <stdin>:")]
-    expected = [f"warning: <stdin>:{number}: not met: " + ", ".join(
-        f"term {term['source']!r}" for term in record["terms"] if not term["met"])
-        for number, record in enumerate(records, start=1) if not all(term["met"] for term in record.get("terms", []))]
-    assert unmet == expected
+    terms = [term for record in records for term in record.get("terms", [])]
+    assert all(term["met"] for term in terms)  # the constrained search put every term in
+    for record in records:
+        for term in record.get("terms", []):
+            assert any(target in record["text"] for target in term["target"])
+    assert "warning" not in result.stderr
+
+
+def test_constraints_that_do_not_fit_stop_at_their_line_unless_relaxed_or_dropped(checkpoint, tmp_path):
+    source = tmp_path / "in.jsonl"
+    long = "a phrase far longer than the output limit of this short line"
+    records = [{"text": "frau"}] + [{"text": "ein hund", "constraints": ["dog", long]}] * 7
+    source.write_text("".join(json.dumps(record) + "\n" for record in records), encoding="utf-8")
+    options = ("--checkpoint", str(checkpoint), "--input", str(source), "--input-format", "jsonl", "--format", "jsonl")
+    stopped = run(*options, "--output", str(tmp_path / "out"))
+    assert stopped.exit_code == 1 and not (tmp_path / "out").exists()
+    assert stopped.stderr.splitlines()[-1].startswith(f"error: {source}:2: its prefix and constraints need ")
+    relaxed = run(*options, "--on-unmet", "relax")
+    assert relaxed.exit_code == 0, relaxed.output
+    assert [json.loads(line).get("constraints_met") for line in relaxed.stdout.splitlines()] == [None] + [[True] * 2] * 7
+    dropped = run(*options, "--on-unmet", "drop")
+    assert dropped.exit_code == 0, dropped.output
+    assert [json.loads(line).get("constraints_met") for line in dropped.stdout.splitlines()] == [None] + [
+        [True, False]] * 7
+    warnings = [line for line in dropped.stderr.splitlines() if line.startswith("warning:")]
+    assert warnings == [f"warning: {source}:{number}: not met: constraints[1]" for number in range(2, 7)] + [
+        "warning: 7 lines have constraints that were not met"]
 
 
 def test_the_glossarys_terms_follow_a_records_own_constraints(checkpoint, tmp_path):
@@ -180,6 +204,7 @@ def test_retry_degenerate_replaces_a_degenerate_line_by_a_guarded_decode_that_is
         kept = guarded_one if flagged and not degenerate(request, guarded_one) else plain
         assert record["text"] == kept.text and record.get("retried", False) == flagged
         assert record.get("degenerate", "") == degenerate(request, kept)
+    assert any(record.get("retried") and "degenerate" not in record for record in records)  # a retry kept
     text = run("--checkpoint", str(checkpoint), "--retry-degenerate", input=INPUT)
     assert text.stdout.splitlines() == [record["text"] for record in records]
     assert "|retry:no_repeat_ngram=3,repetition_penalty=1.2|version:" in text.stderr
@@ -190,3 +215,15 @@ def test_retry_keeps_a_guard_the_user_set_and_is_off_when_both_are_set(checkpoin
     retry = guarded(translator)
     assert retry.decode.no_repeat_ngram == 2 and retry.decode.repetition_penalty == 1.2
     assert guarded(retry) is None
+
+
+def test_a_retry_that_is_degenerate_too_leaves_the_first_translation():
+    class Looping:  # a retry translator whose every output loops
+        def translate(self, requests, with_attention):
+            return [Hypothesis(tokens=[7] * 8, score=-1.0, log_prob=-1.0) for _ in requests]
+
+    lines = [Input(Request(source=(4, 5, 6, 7, 8))), Input(Request(source=(4, 5, 6, 7)))]
+    first = [Hypothesis(tokens=[9], score=-2.0, log_prob=-2.0), Hypothesis(tokens=[4, 5, 6], score=-3.0, log_prob=-3.0)]
+    hypotheses = list(first)
+    assert _retry(Looping(), lines, hypotheses, False) == {0}  # too short: retried, the retry loops
+    assert hypotheses == first
