@@ -115,6 +115,16 @@ def test_a_glossary_that_matches_nothing_changes_nothing(checkpoint, tmp_path):
         assert "warning" not in with_glossary.stderr
 
 
+@pytest.mark.parametrize("beam", ["1", "2"])
+def test_a_term_in_one_line_leaves_the_other_lines_of_its_batch_as_they_were(checkpoint, tmp_path, beam):
+    glossary = tmp_path / "terms.tsv"
+    glossary.write_text("katze\tcat\n", encoding="utf-8")
+    options = ("--checkpoint", str(checkpoint), "--format", "jsonl", "--beam", beam)
+    plain = run(*options, input=INPUT).stdout.splitlines()
+    with_glossary = run(*options, "--glossary", str(glossary), input=INPUT).stdout.splitlines()
+    assert with_glossary[1:] == plain[1:] and with_glossary[0] != plain[0]
+
+
 def test_the_terms_found_are_in_the_translation_and_the_records_say_so(checkpoint, tmp_path):
     glossary = tmp_path / "terms.tsv"
     glossary.write_text("HUND\tdog\nhund\thound\nkatze\tcat\nPark\tpark\n", encoding="utf-8")
