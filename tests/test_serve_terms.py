@@ -58,15 +58,20 @@ def test_a_glossary_gives_the_records_nmt_translate_gives(client, tiny_trained_r
     assert [term["source"] for term in ignoring[0]["terms"]] == ["TANTE"]
 
 
-def test_constraints_and_avoid_per_sentence_give_the_records_of_jsonl_input(client, tiny_trained_run):
+def test_constraints_and_avoid_per_sentence_give_the_records_of_jsonl_input(client, served, tiny_trained_run):
     constraints = [["cat", ["cow", "cattle"]], [], [], ["waiters"]]
-    avoid = [[], ["the"], [], []]
+    first_word = answer(client, text=SENTENCES[1])[0]["text"].split()[0]
+    avoid = [[], [first_word], [], []]
     records = [json.dumps({"text": text, "constraints": wanted, "avoid": unwanted})
                for text, wanted, unwanted in zip(SENTENCES, constraints, avoid)]
     expected = cli_jsonl(tiny_trained_run, records, "--input-format", "jsonl", "--beam", "2")
     translations = answer(client, text=SENTENCES, constraints=constraints, avoid=avoid)
     assert [{key: t[key] for key in RECORD_FIELDS} for t in translations] == [cli_fields(r) for r in expected]
     assert [t["constraints_met"] for t in translations] == [[True, True], None, None, [True]]
+    tokenizer = served.engine.tokenizer
+    avoided = tuple(tokenizer.tgt_pieces(tokenizer.encode_tgt(first_word)))
+    pieces = translations[1]["tokens"]
+    assert avoided not in {tuple(pieces[start:start + len(avoided)]) for start in range(len(pieces))}
     single = answer(client, text=SENTENCES[0], constraints=constraints[0])
     assert single[0]["tokens"] == translations[0]["tokens"]
 
