@@ -455,7 +455,8 @@ class DecodeConfig(Validated):
     nbest: int = setting(1, "hypotheses returned per sentence (at most beam_size)", at_least=1)
     search: str = registered(
         SEARCH_STRATEGIES, "auto",
-        "search strategy; auto: sampling when decode.sampling is set, greedy at beam_size 1, else beam")
+        "search strategy; auto: constrained for a batch with constraints, else sampling when decode.sampling is set, "
+        "greedy at beam_size 1, else beam")
     sampling: str = choice(
         "none", "none", "top_k", "top_p",
         help="none: no sampling; top_k / top_p: draw beam_size samples (decode.search auto or sampling)",

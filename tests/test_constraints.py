@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nmt_cli.config import DecodeConfig
-from nmt_cli.decoding.constraints import (ConstraintTable, advance, all_met, constraints_met, contains, met_units,
-                                          next_tokens)
+from nmt_cli.decoding.constraints import (ConstraintTable, advance, all_met, constraints_met, contains, initial_state,
+                                          met_units, next_tokens)
 from nmt_cli.decoding.ensemble import Ensemble
 from nmt_cli.decoding.generator import generate
 from nmt_cli.decoding.request import Request, UnfitConstraintsError
@@ -43,23 +43,21 @@ def longest_match(tokens: list[int], phrase: tuple[int, ...]) -> int:
 def test_tracking_agrees_with_brute_force_on_every_prefix_of_an_output(constraints, tokens):
     table = ConstraintTable.build([constraints], torch.device("cpu"))
     alternatives = [alt for constraint in constraints for alt in constraint]
-    count = table.lengths.size(1)
+    owners = [number for number, constraint in enumerate(constraints) for _ in constraint]
     sentence = torch.zeros((), dtype=torch.long)
-    progress = torch.zeros(count, dtype=torch.long)
-    matched = torch.zeros(count, dtype=torch.bool)
+    progress, matched = initial_state(table, sentence)
     for t in range(len(tokens) + 1):
         output = tokens[:t]
         met = constraints_met(constraints, output)
         assert bool(all_met(table, sentence, matched)) == all(met)
         for p, alt in enumerate(alternatives):
-            assert bool(matched[p]) == contains(output, alt)
+            assert bool(matched[p]) == met[owners[p]]
             assert int(progress[p]) == longest_match(output, alt), (output, alt)
         expected_units = sum(max(map(len, c)) if m else min(max(map(len, c)) - 1,
                                                               max(longest_match(output, a) for a in c))
                              for c, m in zip(constraints, met))
         assert int(met_units(table, sentence, progress, matched)) == expected_units
         upcoming = next_tokens(table, sentence, progress, matched).tolist()
-        owners = [number for number, constraint in enumerate(constraints) for _ in constraint]
         for p, alt in enumerate(alternatives):
             assert upcoming[p] == (-1 if met[owners[p]] else alt[int(progress[p])])
         if t < len(tokens):
@@ -68,7 +66,7 @@ def test_tracking_agrees_with_brute_force_on_every_prefix_of_an_output(constrain
 
 def test_a_phrase_whose_prefix_is_its_suffix_keeps_its_partial_match():
     table = ConstraintTable.build([[((A, A, B),)]], torch.device("cpu"))
-    progress, matched = torch.zeros(1, dtype=torch.long), torch.zeros(1, dtype=torch.bool)
+    progress, matched = initial_state(table, torch.tensor(0))
     seen = []
     for token in (A, A, A, B):  # "a a a b" contains "a a b": after "a a a" the match is still 2 long
         progress, matched = advance(table, torch.tensor(0), progress, matched, torch.tensor(token))

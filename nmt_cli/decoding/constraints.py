@@ -5,7 +5,8 @@ with alternatives (any one satisfies it). :class:`ConstraintTable` holds a batch
 alternatives as padded tensors; a hypothesis's state is, for every alternative, its
 *progress* (the length of the longest prefix of the alternative that ends its output:
 a Knuth-Morris-Pratt automaton state, so a phrase whose prefix is also its suffix, "a a b"
-after "a a a", keeps its partial match) and whether it has been *matched* once.
+after "a a a", keeps its partial match) and whether its constraint is *matched* (met by it
+or by another alternative).
 :func:`advance` moves the state by one token, :func:`next_tokens` names the tokens that
 extend unmet constraints (the candidates dynamic beam allocation adds, Post & Vilar
 2018) and :func:`met_units` counts the "constraint tokens met" that choose a hypothesis's
@@ -22,8 +23,8 @@ from torch import Tensor
 
 from nmt_cli.decoding.request import Constraint
 
-__all__ = ["ConstraintTable", "advance", "all_met", "constraints_met", "contains", "met_units", "next_tokens",
-           "shortest_length"]
+__all__ = ["ConstraintTable", "advance", "all_met", "constraints_met", "contains", "initial_state", "met_units",
+           "next_tokens", "shortest_length"]
 
 
 def contains(tokens: Sequence[int], phrase: Sequence[int]) -> bool:
@@ -90,14 +91,21 @@ class ConstraintTable:
                    units.to(device), units.sum(dim=1).to(device))
 
 
+def initial_state(table: ConstraintTable, sentence: Tensor) -> tuple[Tensor, Tensor]:
+    """``(progress, matched)`` (..., P) of an empty output; missing alternatives count as matched."""
+    lengths = table.lengths[sentence]  # (..., P)
+    return torch.zeros_like(lengths), lengths == 0
+
+
 def advance(table: ConstraintTable, sentence: Tensor, progress: Tensor, matched: Tensor,
             token: Tensor) -> tuple[Tensor, Tensor]:
     """The state after appending ``token``: ``(progress, matched)`` of the same shapes.
 
-    For any leading shape (...): ``sentence`` (...) the table row, ``progress`` (..., P) and
-    ``matched`` (..., P) bool the state before, ``token`` (...) the token appended. The KMP
-    step: the new progress is ``j + 1`` for the longest border ``j`` of the current match
-    whose next token is ``token`` (0 if none); reaching the alternative's length matches it.
+    For any leading shape (...): ``sentence`` (...) the table row (or a shape that broadcasts
+    to it), ``progress`` (..., P) and ``matched`` (..., P) bool the state before, ``token`` (...)
+    the token appended. The KMP step: the new progress is ``j + 1`` for the longest border
+    ``j`` of the current match whose next token is ``token`` (0 if none). Reaching an
+    alternative's length meets its constraint: every alternative of it is then ``matched``.
     """
     phrases = table.phrases[sentence]  # (..., P, L)
     count = phrases.size(-2)
@@ -105,12 +113,9 @@ def advance(table: ConstraintTable, sentence: Tensor, progress: Tensor, matched:
     extends = falls_back & (phrases == token[..., None, None])  # (..., P, L)
     positions = torch.arange(1, phrases.size(-1) + 1, device=token.device)  # (L,)
     progress = (extends * positions).amax(dim=-1)  # (..., P)
-    return progress, matched | (progress == table.lengths[sentence]) & (progress > 0)
-
-
-def _constraint_met(table: ConstraintTable, sentence: Tensor, matched: Tensor) -> Tensor:
-    """(..., C) whether each constraint has a matched alternative."""
-    return (matched[..., :, None] & table.owner[sentence]).any(dim=-2)
+    complete = progress == table.lengths[sentence]  # (..., P); missing alternatives (length 0) are matched anyway
+    met = (complete[..., :, None] & table.owner[sentence]).any(dim=-2)  # (..., C)
+    return progress, matched | (table.owner[sentence] & met[..., None, :]).any(dim=-1)
 
 
 def met_units(table: ConstraintTable, sentence: Tensor, progress: Tensor, matched: Tensor) -> Tensor:
@@ -120,16 +125,14 @@ def met_units(table: ConstraintTable, sentence: Tensor, progress: Tensor, matche
     alternative, at most ``units - 1``. ``sentence`` (...), ``progress``/``matched`` (..., P).
     """
     owner = table.owner[sentence]  # (..., P, C)
-    units = table.units[sentence]  # (..., C)
-    partial = (progress[..., :, None] * owner).amax(dim=-2)  # (..., C)
-    met = _constraint_met(table, sentence, matched)  # (..., C)
-    return torch.where(met, units, partial.minimum((units - 1).clamp(min=0))).sum(dim=-1)
+    units = (owner * table.units[sentence][..., None, :]).amax(dim=-1)  # (..., P) its constraint's units
+    per_alternative = torch.where(matched, units, progress.minimum(units - 1))  # (..., P); missing ones: 0
+    return (per_alternative[..., :, None] * owner).amax(dim=-2).sum(dim=-1)
 
 
 def all_met(table: ConstraintTable, sentence: Tensor, matched: Tensor) -> Tensor:
     """(...) True where every constraint of the sentence is met (a sentence without any: True)."""
-    has = table.owner[sentence].any(dim=-2)  # (..., C) which constraint slots exist
-    return (_constraint_met(table, sentence, matched) | ~has).all(dim=-1)
+    return matched.all(dim=-1)
 
 
 def next_tokens(table: ConstraintTable, sentence: Tensor, progress: Tensor, matched: Tensor) -> Tensor:
@@ -140,7 +143,4 @@ def next_tokens(table: ConstraintTable, sentence: Tensor, progress: Tensor, matc
     """
     phrases = table.phrases[sentence]  # (..., P, L)
     upcoming = phrases.gather(-1, progress.clamp(max=phrases.size(-1) - 1)[..., None]).squeeze(-1)  # (..., P)
-    met = _constraint_met(table, sentence, matched)  # (..., C)
-    alternative_met = (table.owner[sentence] & met[..., None, :]).any(dim=-1)  # (..., P)
-    return upcoming.masked_fill(alternative_met | (progress >= table.lengths[sentence]), -1)
-
+    return upcoming.masked_fill(matched, -1)

@@ -242,6 +242,12 @@ def signature_parts(decode: DecodeConfig, checkpoint: str, step: int | str, aver
         parts.append(f"search:{decode.search}")
     if decode.on_long_line != "error":
         parts.append(f"long:{decode.on_long_line}")
+    if decode.no_repeat_ngram:
+        parts.append(f"no_repeat_ngram:{decode.no_repeat_ngram}")
+    if decode.repetition_penalty != 1.0:
+        parts.append(f"repetition_penalty:{decode.repetition_penalty:g}")
+    if decode.on_unmet != "error":  # it changes only the outputs of sentences with constraints
+        parts.append(f"unmet:{decode.on_unmet}")
     if decode.sampling != "none":
         limit = f"top_k:{decode.top_k}" if decode.sampling == "top_k" else f"top_p:{decode.top_p:g}"
         parts += [f"sampling:{decode.sampling}", limit, f"temperature:{decode.temperature:g}", f"seed:{decode.seed}"]

@@ -43,6 +43,7 @@ class BeamSearch(Search):
         self.block_prefixes = self.prefixes
         self.max_lens = max_lens  # (N,): one row per sentence until the first step expands them
         self.scores = torch.zeros((len(max_lens), 1), dtype=torch.float64, device=max_lens.device)  # (A, width)
+        self._row_sentences: tuple[tuple[int, int], Tensor] | None = None  # (blocks, width) and each row's sentence
         if self.reads_outputs:
             self.outputs = torch.zeros((len(max_lens), 0), dtype=torch.long, device=max_lens.device)  # (N, 0)
 
@@ -50,7 +51,12 @@ class BeamSearch(Search):
         return None
 
     def row_sentences(self) -> Tensor:
-        return torch.tensor(self.active, device=self.scores.device).repeat_interleave(self.scores.size(1))
+        # blocks only ever leave and the width changes once: (blocks, width) names the rows
+        shape = (len(self.active), self.scores.size(1))
+        if self._row_sentences is None or self._row_sentences[0] != shape:
+            rows = torch.tensor(self.active, device=self.scores.device).repeat_interleave(shape[1])  # (N,)
+            self._row_sentences = shape, rows
+        return self._row_sentences[1]
 
     def candidates(self, log_probs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """The 2K extensions of each sentence's beams that may go on, in order of preference:

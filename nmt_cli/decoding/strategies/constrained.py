@@ -32,7 +32,8 @@ import torch
 from torch import Tensor
 
 from nmt_cli.config import DecodeConfig
-from nmt_cli.decoding.constraints import ConstraintTable, advance, all_met, constraints_met, met_units, next_tokens
+from nmt_cli.decoding.constraints import (ConstraintTable, advance, all_met, constraints_met, initial_state, met_units,
+                                          next_tokens)
 from nmt_cli.decoding.request import Request
 from nmt_cli.decoding.search import NEG_INF
 from nmt_cli.decoding.strategies.base import Finished
@@ -80,9 +81,8 @@ class ConstrainedSearch(BeamSearch):
         device = max_lens.device
         self.table = ConstraintTable.build([request.constraints for request in requests], device)
         self.top_bank = int(self.table.total.max())
-        count = self.table.lengths.size(1)
-        self.progress = torch.zeros((len(requests), count), dtype=torch.long, device=device)  # (N, P)
-        self.matched = torch.zeros((len(requests), count), dtype=torch.bool, device=device)  # (N, P)
+        #: (N, P) each row's constraint state, one row per sentence until the first step expands them
+        self.progress, self.matched = initial_state(self.table, torch.arange(len(requests), device=device))
         #: the constraint state of each of the 2K candidates of the step (A, 2K, P) twice
         self._cand_state: tuple[Tensor, Tensor] | None = None
 
@@ -119,12 +119,13 @@ class ConstrainedSearch(BeamSearch):
         tokens = tokens.masked_fill(torch.isneginf(scores), EOS_ID)  # impossible candidates: never fed on
 
         rows = beams + width * torch.arange(active, device=beams.device)[:, None]  # (A, C')
+        block_sentences = sentences.view(active, width)[:, :1]  # (A, 1): every candidate of a block shares it
         parent_progress, parent_matched = self.progress[rows], self.matched[rows]  # (A, C', P)
-        progress, matched = advance(self.table, sentences[rows], parent_progress, parent_matched, tokens)
+        progress, matched = advance(self.table, block_sentences, parent_progress, parent_matched, tokens)
         ends = (tokens == EOS_ID)[..., None]  # an ending candidate keeps its state
         progress = torch.where(ends, parent_progress, progress)
         matched = torch.where(ends, parent_matched, matched)
-        banks = met_units(self.table, sentences[rows], progress, matched)  # (A, C')
+        banks = met_units(self.table, block_sentences, progress, matched)  # (A, C')
 
         chosen = stripe_order(scores, banks, self.top_bank)[:, :2 * self.beam]  # (A, 2K)
         take = chosen[..., None].expand(-1, -1, progress.size(-1))  # (A, 2K, P)
