@@ -184,11 +184,13 @@ def translate_file(translator: Translator, input_path: str | os.PathLike = STDIN
     with open_output(output_path, inputs=[input_path]) as out, \
             (open_output(align_path, inputs=[input_path]) if align_path else contextlib.nullcontext()) as align_out:
         inputs = _ReadAhead(read_inputs(input_path, input_format, translator.tokenizer, glossary))
-        pairs = translator.translate_stream(inputs.requests(), options.chunk_size, with_attention=reading is not None)
+        pairs = translator.translate_stream(inputs.requests(), options.chunk_size, with_attention=reading is not None,
+                                            token_scores=options.format == "jsonl")
         for chunk in _chunks(_named_errors(pairs, input_name), options.chunk_size):
             lines = [inputs.take() for _ in chunk]
             hypotheses = [hypothesis for _, hypothesis in chunk]
-            retried = _retry(retry, lines, hypotheses, reading is not None) if retry is not None else set()
+            retried = (_retry(retry, lines, hypotheses, reading is not None, options.format == "jsonl")
+                       if retry is not None else set())
             for index, (line, hypothesis) in enumerate(zip(lines, hypotheses)):
                 source = line.request.text
                 if options.format == "jsonl":
@@ -211,14 +213,15 @@ def translate_file(translator: Translator, input_path: str | os.PathLike = STDIN
     return counter.count
 
 
-def _retry(retry: Translator, lines: list[Input], hypotheses: list[Hypothesis], with_attention: bool) -> set[int]:
+def _retry(retry: Translator, lines: list[Input], hypotheses: list[Hypothesis], with_attention: bool,
+           token_scores: bool) -> set[int]:
     """Decode the degenerate lines of a chunk again with ``retry``; a retry that is not
     degenerate replaces the first translation in ``hypotheses``. The positions retried."""
     flagged = [index for index, (line, hypothesis) in enumerate(zip(lines, hypotheses))
                if degenerate(line.request, hypothesis)]
     if not flagged:
         return set()
-    again = retry.translate([lines[index].request for index in flagged], with_attention)
+    again = retry.translate([lines[index].request for index in flagged], with_attention, token_scores)
     for index, hypothesis in zip(flagged, again):
         if not degenerate(lines[index].request, hypothesis):
             hypotheses[index] = hypothesis

@@ -262,7 +262,9 @@ def test_the_ctranslate2_engine_refuses_constraints_and_guards_and_scores_each_t
     for key, value in (("decode.repetition_penalty", 1.5), ("decode.no_repeat_ngram", 2)):
         with pytest.raises(NmtError, match="--engine torch"):
             engine.with_decode({key: value})
-    for hypothesis in engine.translate(["a cat sees the dog", "the waiter", ""]):
+    sentences = ["a cat sees the dog", "the waiter", ""]
+    assert all(hypothesis.token_log_probs is None for hypothesis in engine.translate(sentences))  # not asked for
+    for hypothesis in engine.translate(sentences, token_scores=True):
         for entry in hypothesis.nbest:
             assert len(entry.token_log_probs) == len(entry.tokens) + 1
             assert sum(entry.token_log_probs) == pytest.approx(entry.log_prob, abs=1e-3)

@@ -229,11 +229,11 @@ def test_retry_keeps_a_guard_the_user_set_and_is_off_when_both_are_set(checkpoin
 
 def test_a_retry_that_is_degenerate_too_leaves_the_first_translation():
     class Looping:  # a retry translator whose every output loops
-        def translate(self, requests, with_attention):
+        def translate(self, requests, with_attention, token_scores):
             return [Hypothesis(tokens=[7] * 8, score=-1.0, log_prob=-1.0) for _ in requests]
 
     lines = [Input(Request(source=(4, 5, 6, 7, 8))), Input(Request(source=(4, 5, 6, 7)))]
     first = [Hypothesis(tokens=[9], score=-2.0, log_prob=-2.0), Hypothesis(tokens=[4, 5, 6], score=-3.0, log_prob=-3.0)]
     hypotheses = list(first)
-    assert _retry(Looping(), lines, hypotheses, False) == {0}  # too short: retried, the retry loops
+    assert _retry(Looping(), lines, hypotheses, False, False) == {0}  # too short: retried, the retry loops
     assert hypotheses == first

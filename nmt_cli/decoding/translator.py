@@ -151,11 +151,14 @@ class Translator:
         variant.decode = apply_decode_overrides(self.decode, overrides)
         return variant
 
-    def translate(self, sentences: Sequence[Sentence], with_attention: bool = False) -> list[Hypothesis]:
+    def translate(self, sentences: Sequence[Sentence], with_attention: bool = False,
+                  token_scores: bool = False) -> list[Hypothesis]:
         """One hypothesis per sentence (a text or a :class:`Request`), in order; blank texts give
         empty translations, and a request's prefix starts its translation.
 
-        Characters the SentencePiece model does not know become its unknown token.
+        Characters the SentencePiece model does not know become its unknown token. The search
+        keeps every token's log-probability at no cost, so ``token_scores`` (which asks an
+        engine for ``Hypothesis.token_log_probs``) changes nothing here.
         """
         requests = as_requests(self.tokenizer, sentences)
         fitted = fit_requests(requests, self.model.max_source_length, self.decode.on_long_line)
@@ -191,13 +194,14 @@ class Translator:
             return score_pairs(self.model, pairs, self.device, batch_size)
 
     def translate_stream(
-        self, sentences: Iterable[Item], chunk_size: int = CHUNK_LINES, with_attention: bool = False
+        self, sentences: Iterable[Item], chunk_size: int = CHUNK_LINES, with_attention: bool = False,
+        token_scores: bool = False,
     ) -> Iterator[tuple[Item, Hypothesis]]:
         """``(sentence, hypothesis)`` pairs in input order, translating ``chunk_size`` sentences at a time.
 
         Only one chunk is held in memory, so inputs of any size stream through.
         """
-        return stream_in_chunks(self.translate, sentences, chunk_size, with_attention)
+        return stream_in_chunks(self.translate, sentences, chunk_size, with_attention, token_scores)
 
     def signature(self) -> str:
         """Every setting that changes the output, sacreBLEU-style ``key:value|...``."""
@@ -279,8 +283,8 @@ def fit_requests(requests: Sequence[Request], limit: int | None, on_long_line: s
 
 
 def stream_in_chunks(
-    translate: Callable[[Sequence[Item], bool], list[Hypothesis]], sentences: Iterable[Item], chunk_size: int,
-    with_attention: bool,
+    translate: Callable[[Sequence[Item], bool, bool], list[Hypothesis]], sentences: Iterable[Item], chunk_size: int,
+    with_attention: bool, token_scores: bool,
 ) -> Iterator[tuple[Item, Hypothesis]]:
     """``(sentence, hypothesis)`` pairs in input order, calling ``translate`` on ``chunk_size``
     sentences at a time; an input's error (:class:`SentenceError`) is numbered within the whole stream."""
@@ -289,17 +293,17 @@ def stream_in_chunks(
     for sentence in sentences:
         chunk.append(sentence)
         if len(chunk) == chunk_size:
-            yield from zip(chunk, _translate_chunk(translate, chunk, done, with_attention))
+            yield from zip(chunk, _translate_chunk(translate, chunk, done, with_attention, token_scores))
             done += len(chunk)
             chunk = []
     if chunk:
-        yield from zip(chunk, _translate_chunk(translate, chunk, done, with_attention))
+        yield from zip(chunk, _translate_chunk(translate, chunk, done, with_attention, token_scores))
 
 
-def _translate_chunk(translate: Callable[[Sequence[Item], bool], list[Hypothesis]], chunk: list[Item], offset: int,
-                     with_attention: bool) -> list[Hypothesis]:
+def _translate_chunk(translate: Callable[[Sequence[Item], bool, bool], list[Hypothesis]], chunk: list[Item],
+                     offset: int, with_attention: bool, token_scores: bool) -> list[Hypothesis]:
     try:
-        return translate(chunk, with_attention)
+        return translate(chunk, with_attention, token_scores)
     except SentenceError as exc:
         raise exc.at(offset + exc.index) from None
 

@@ -172,7 +172,8 @@ class MicroBatcher:
         """One engine call for all sentences of ``jobs``; each job gets its own hypotheses back."""
         sentences = [sentence for job in jobs for sentence in job.sentences]
         try:
-            hypotheses: list[Hypothesis] = jobs[0].engine.translate(sentences, with_attention=jobs[0].with_attention)
+            hypotheses: list[Hypothesis] = jobs[0].engine.translate(sentences, with_attention=jobs[0].with_attention,
+                                                                        token_scores=True)
         except Exception as exc:  # the requests report it; the worker goes on
             self._note_free(0)
             for job in jobs:

@@ -31,7 +31,8 @@ class Engine(Protocol):
     tokenizer: Tokenizer
     device: torch.device
 
-    def translate(self, sentences: Sequence[str | Request], with_attention: bool = False) -> list[Hypothesis]: ...
+    def translate(self, sentences: Sequence[str | Request], with_attention: bool = False,
+                  token_scores: bool = False) -> list[Hypothesis]: ...
 
     def with_decode(self, overrides: Mapping[str, Any]) -> "Engine": ...
 

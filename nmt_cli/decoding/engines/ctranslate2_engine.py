@@ -35,9 +35,10 @@ directory written by ``nmt export``. How our search settings map onto CTranslate
   its heads, the default reading of :mod:`nmt_cli.alignment.reader`; a hypothesis carries
   it as (1, 1, T, S), so other ``--layer/--heads`` readings are refused.
 * Sampling (``decode.sampling``) is not offered: CTranslate2 draws from another random stream.
-* Per-token scores: every returned hypothesis (the n-best entries) is scored in one
-  ``score_batch`` call per batch, a teacher-forced pass that costs a fraction of the beam
-  search, and carries its ``log p`` per token and EOS in ``token_log_probs``.
+* Per-token scores, when the caller asks for them (``token_scores``: JSONL records, the
+  service): every returned hypothesis (the n-best entries) is scored in one ``score_batch``
+  call per batch, a teacher-forced pass, and carries its ``log p`` per token and EOS in
+  ``token_log_probs``. Plain text output skips that pass, so speed tables time the search alone.
 * Constraints and phrases to avoid (a request's ``constraints`` / ``avoid``) are refused
   with a one-line error naming ``--engine torch``: CTranslate2 has no constrained search,
   and its ``suppress_sequences`` apply to a whole batch, not to one sentence. So are the
@@ -140,7 +141,8 @@ class CTranslate2Translator:
         variant.decode = _check_supported(apply_decode_overrides(self.decode, overrides))
         return variant
 
-    def translate(self, sentences: Sequence[Sentence], with_attention: bool = False) -> list[Hypothesis]:
+    def translate(self, sentences: Sequence[Sentence], with_attention: bool = False,
+                  token_scores: bool = False) -> list[Hypothesis]:
         """One hypothesis per sentence (a text or a :class:`Request`), in order; blank texts give
         empty translations, and a request's prefix starts its translation."""
         fitted = fit_requests(as_requests(self.tokenizer, sentences), self.record.positions,
@@ -169,13 +171,15 @@ class CTranslate2Translator:
             for index, source_pieces, prefix, outcome, eos_mass in zip(batch, pieces, prefixes, outcomes, blocked):
                 results[index] = self._hypothesis(outcome, source_pieces, limit, with_attention,
                                                   rescore=prefix is not None, blocked_eos=eos_mass)
-            self._add_token_log_probs([results[index] for index in batch], pieces)
+            if token_scores:
+                self._add_token_log_probs([results[index] for index in batch], pieces)
         return [dataclasses.replace(result, long_input=how) for result, (_, how) in zip(results, fitted)]
 
     def translate_stream(self, sentences: Iterable[Item], chunk_size: int = CHUNK_LINES,
-                         with_attention: bool = False) -> Iterator[tuple[Item, Hypothesis]]:
+                         with_attention: bool = False, token_scores: bool = False
+                         ) -> Iterator[tuple[Item, Hypothesis]]:
         """``(sentence, hypothesis)`` pairs in input order, ``chunk_size`` sentences at a time."""
-        return stream_in_chunks(self.translate, sentences, chunk_size, with_attention)
+        return stream_in_chunks(self.translate, sentences, chunk_size, with_attention, token_scores)
 
     def signature(self) -> str:
         """The Translator's signature fields plus the engine and its compute type."""
