@@ -326,7 +326,8 @@ def measured_at(argv: Sequence[str] | None = None) -> dict[str, str | bool | Non
     command a report was made, so every section says where it came from."""
     commit, clean = git_commit()
     cpu, extensions, cores = cpu_model(), vector_extensions(), str(os.cpu_count())
-    return {"commit": commit, "clean": clean, "utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    # "commit" stays what `git describe --dirty` says (scripts quote it in their notes); "clean" says it outright
+    return {"commit": commit if clean is not False else f"{commit}-dirty", "clean": clean, "utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "machine": f"{cpu} ({extensions}), {cores} cores", "cpu": cpu, "vector_extensions": extensions,
             "cores": cores, "gpu": gpu_description(), "command": script_command(argv)}
 

@@ -223,7 +223,7 @@ def test_a_report_records_the_tree_the_machine_and_its_command_without_where_fil
     monkeypatch.setattr(common, "git_commit", lambda: ("abc1234", False))
     made = common.measured_at([str(common.BENCH_DIR / "align_quality.py"), "--json", "/tmp/x.json", "--work=/tmp/w",
                                "--steps", "10000"])
-    assert made["commit"] == "abc1234" and made["clean"] is False
+    assert made["commit"] == "abc1234-dirty" and made["clean"] is False
     assert made["command"] == "python bench/align_quality.py --steps 10000"
     assert made["cores"] and made["cpu"] and made["vector_extensions"] and made["gpu"]
     assert made["machine"] == f"{made['cpu']} ({made['vector_extensions']}), {made['cores']} cores"
