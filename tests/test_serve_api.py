@@ -295,7 +295,7 @@ def test_a_full_queue_answers_503_with_retry_after_and_recovers(gated, submitted
     model, engine = gated
     with serving(model, queue_size=2, max_sentences=2, batch_wait_ms=0) as client, ThreadPoolExecutor(2) as pool:
         running = pool.submit(client.post, "/v1/translate", json={"text": "Hund"})
-        assert engine.entered.wait(10)  # the decoder holds it, the queue is empty
+        assert engine.entered.wait(60)  # the decoder holds it, the queue is empty
         assert client.get("/health").status_code == 200  # decoding runs off the event loop
         waiting = pool.submit(client.post, "/v1/translate", json={"text": ["Hund", "Katze"]})
         submitted(2)
@@ -317,7 +317,7 @@ def test_a_request_that_waits_too_long_gets_503_and_its_sentences_are_dropped(ga
     model, engine = gated
     with serving(model, request_timeout_s=2, batch_wait_ms=0) as client, ThreadPoolExecutor(1) as pool:
         first = pool.submit(client.post, "/v1/translate", json={"text": "Hund"})
-        assert engine.entered.wait(10)
+        assert engine.entered.wait(60)
         late = client.post("/v1/translate", json={"text": "Katze"})  # queued behind the blocked decode call
         assert late.status_code == 503 and "did not finish within 2 s" in late.json()["error"]
         assert late.headers["retry-after"] == "1"

@@ -79,7 +79,7 @@ class ManualClock:
             with condition:
                 condition.notify_all()
 
-    def settled(self, timeout: float = 10) -> float | None:
+    def settled(self, timeout: float = 60) -> float | None:
         """Wait until the worker waits again; the clock time it waits for (None: for a job)."""
         with self._watch:
             assert self._watch.wait_for(lambda: self._waiting, timeout), "the worker never came back to wait"
@@ -87,7 +87,7 @@ class ManualClock:
 
 
 def texts_of(future) -> list[str]:
-    return [hypothesis.text for hypothesis in future.result(10)]
+    return [hypothesis.text for hypothesis in future.result(60)]
 
 
 def blocked(batcher: MicroBatcher, calls: list) -> threading.Event:
@@ -95,7 +95,7 @@ def blocked(batcher: MicroBatcher, calls: list) -> threading.Event:
     gate = threading.Event()
     engine = RecordingEngine("blocker", calls, gate)
     batcher.submit(Job(["first"], 1, "blocker", engine))
-    assert engine.entered.wait(10)
+    assert engine.entered.wait(60)
     return gate
 
 
@@ -134,7 +134,7 @@ def test_without_batching_every_job_is_its_own_decode_call():
     futures = [batcher.submit(Job([name], 1, "k", engine)) for name in "abc"]
     gate.set()
     for future in futures:
-        future.result(10)
+        future.result(60)
     batcher.close()
     assert [texts for _, texts in calls[1:]] == [["a"], ["b"], ["c"]]
 
@@ -198,7 +198,7 @@ def test_an_engine_error_goes_to_the_requests_of_that_call_and_the_worker_goes_o
     batcher = MicroBatcher(capacity=10, budget_tokens=1000, wait_s=0.0)
     failed = batcher.submit(Job(["x"], 1, "bad", Failing()))
     with pytest.raises(NmtError, match="sequence too long"):
-        failed.result(10)
+        failed.result(60)
     assert texts_of(batcher.submit(Job(["y"], 1, "k", RecordingEngine("e", calls)))) == ["Y"]
     batcher.close()
 
@@ -211,7 +211,7 @@ def test_close_decodes_what_is_queued_first():
     assert clock.settled() == 5.0 and not future.done()
     closer = threading.Thread(target=batcher.close)
     closer.start()
-    closer.join(10)
+    closer.join(60)
     assert not closer.is_alive()  # close does not sit out the wait: no time has passed
     assert texts_of(future) == ["LATE"] and clock.time == 0.0
 
@@ -227,7 +227,7 @@ def test_a_batch_waits_for_arrivals_after_the_decoder_is_free_even_when_its_olde
     blocker = batcher.submit(Job(["first"], 1, "k", blocking))
     assert clock.settled() == 0.25  # alone: it waits the idle gap
     clock.advance(0.25)
-    assert blocking.entered.wait(10)
+    assert blocking.entered.wait(60)
     old = batcher.submit(Job(["old"], 1, "k", RecordingEngine("e", calls)))
     clock.advance(0.5)  # old is now older than wait_s
     gate.set()
