@@ -13,8 +13,11 @@ Conventions for every script in ``bench/`` (``run_all.py`` relies on them):
        "notes": ["one sentence per note", ...], "versions": {"torch": "2.13.0+cpu", ...}}
 
   Cells are strings (already formatted) so the table reads the same everywhere.
-  ``run_all.py`` renders every script's JSON into ``BENCHMARKS.md``, with the machine
-  description from :func:`machine_description`. Build it with :class:`Report`.
+  ``run_all.py`` renders every script's JSON into ``BENCHMARKS.md``. Build it with :class:`Report`.
+* Every report records where it was measured (:func:`measured_at`: commit and whether the
+  tree was clean, CPU model, cores, vector extensions, GPU, time, the script's command), and
+  every section, printed or in ``BENCHMARKS.md``, starts with the same header block saying
+  so (:func:`section_header`).
 * A peer that cannot be installed keeps its row, with the reason in place of the figures.
 * Two CPU threads for every toolkit (:data:`THREADS`), set through the environment of
   every subprocess (:func:`thread_env`).
@@ -29,7 +32,9 @@ import shutil
 import statistics
 import subprocess
 import sys
+import shlex
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -249,33 +254,118 @@ class Report:
             raise ValueError(f"row has {len(cells)} cells for {len(self.columns)} columns")
         self.rows.append([str(cell) for cell in cells])
 
-    def to_markdown(self) -> str:
-        parts = [f"## {self.heading}", "", markdown_table(self.columns, self.rows)]
+    def to_markdown(self, made: dict | None = None, outcome: str = "", regenerate: str = "") -> str:
+        """The section: heading, :func:`section_header` (``made``: a :func:`measured_at` record,
+        this process's when None), table and notes."""
+        made = measured_at() if made is None else made
+        parts = [f"## {self.heading}", "", *section_header(self.script, self.variant, made, outcome, regenerate),
+                 "", markdown_table(self.columns, self.rows)]
         if self.notes:
             parts += [""] + [f"- {note}" for note in self.notes]
         return "\n".join(parts) + "\n"
 
-    def to_json(self) -> dict:
+    def to_json(self, made: dict | None = None) -> dict:
         return {"script": self.script, "title": self.title, "variant": self.variant, "quick": self.quick,
                 "columns": self.columns, "rows": self.rows, "notes": self.notes,
-                "versions": self.versions, "measured_at": measured_at()}
+                "versions": self.versions, "measured_at": measured_at() if made is None else made}
 
     def emit(self, json_path: Path | None) -> None:
         """Print the markdown table; write the JSON report when asked."""
-        print(self.to_markdown(), flush=True)
+        made = measured_at()
+        print(self.to_markdown(made), flush=True)
         if json_path is not None:
-            atomic_write_json(json_path, self.to_json())
+            atomic_write_json(json_path, self.to_json(made))
 
 
-def measured_at() -> dict[str, str]:
-    """When, at which commit and on which machine a report was made, so every section says where it came from."""
+def git_commit() -> tuple[str, bool | None]:
+    """HEAD's short hash and whether the tracked files were clean (``git describe --dirty``);
+    None for the second when this is not a git checkout."""
     try:
-        commit = subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty"],
-                                capture_output=True, text=True, check=True).stdout.strip()
+        described = subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty"],
+                                   capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
-        commit = "unknown (not a git checkout)"
-    machine = f"{cpu_model()} ({vector_extensions()}), {os.cpu_count()} cores"
-    return {"commit": commit, "utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": machine}
+        return "unknown (not a git checkout)", None
+    return described.removesuffix("-dirty"), not described.endswith("-dirty")
+
+
+def gpu_description() -> str:
+    """The GPUs torch sees, e.g. ``NVIDIA H100 80GB HBM3 x 1``, or ``none``."""
+    try:
+        import torch
+    except ImportError:
+        return "not recorded (torch is not installed)"
+    if not torch.cuda.is_available():
+        return "none"
+    names = Counter(torch.cuda.get_device_name(index) for index in range(torch.cuda.device_count()))
+    return ", ".join(f"{name} x {count}" for name, count in names.items())
+
+
+#: options of a bench script that say where its files go, not what it measures
+PLACE_OPTIONS = ("--json", "--work")
+
+
+def script_command(argv: Sequence[str] | None = None) -> str:
+    """This script's command line as a user would type it: ``python bench/NAME.py OPTIONS``,
+    less :data:`PLACE_OPTIONS` and their values."""
+    argv = list(sys.argv if argv is None else argv)
+    kept, skip = [], False
+    for arg in argv[1:]:
+        if skip:
+            skip = False
+        elif arg in PLACE_OPTIONS:
+            skip = True
+        elif not arg.startswith(tuple(f"{option}=" for option in PLACE_OPTIONS)):
+            kept.append(arg)
+    script = Path(argv[0]).resolve() if argv else BENCH_DIR / "unknown.py"
+    name = script.relative_to(REPO) if script.is_relative_to(REPO) else script
+    return shlex.join(["python", str(name), *kept])
+
+
+def measured_at(argv: Sequence[str] | None = None) -> dict[str, str | bool | None]:
+    """When, at which commit (and whether the tree was clean), on which machine and by which
+    command a report was made, so every section says where it came from."""
+    commit, clean = git_commit()
+    cpu, extensions, cores = cpu_model(), vector_extensions(), str(os.cpu_count())
+    # "commit" stays what `git describe --dirty` says (scripts quote it in their notes); "clean" says it outright
+    return {"commit": commit if clean is not False else f"{commit}-dirty", "clean": clean, "utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "machine": f"{cpu} ({extensions}), {cores} cores", "cpu": cpu, "vector_extensions": extensions,
+            "cores": cores, "gpu": gpu_description(), "command": script_command(argv)}
+
+
+def commit_text(made: dict) -> str:
+    """``abc1234 (clean tree)``, ``abc1234 with uncommitted changes (git describe --dirty)``; older
+    reports recorded ``abc1234-dirty`` in the commit itself, and only a clean tree without it."""
+    commit = str(made.get("commit") or "")
+    if not commit:
+        return "not recorded"
+    if commit.startswith("unknown"):
+        return commit
+    dirty = made.get("clean") is False or commit.endswith("-dirty")
+    commit = commit.removesuffix("-dirty")
+    return (f"{commit} with uncommitted changes (`git describe --dirty`): the tree was not that commit"
+            if dirty else f"{commit} (clean tree)")
+
+
+def machine_text(made: dict) -> str:
+    """CPU model (vector extensions), cores; GPU."""
+    return f"{made.get('machine') or 'not recorded'}; GPU: {made.get('gpu') or 'not recorded'}"
+
+
+def section_header(script: str, variant: str, made: dict, outcome: str = "", regenerate: str = "") -> list[str]:
+    """The block every section starts with: the script (and variant), when, and as items the
+    commit, the machine, the command that made the report and the one that regenerates the section.
+
+    Its first line starts `` `bench/NAME.py` `` (`` (VARIANT)``), which ``run_all.py`` reads
+    back to know whose section it is."""
+    mark = f" ({variant})" if variant else ""
+    when = f"measured {made['utc']}" if made.get("utc") else "time not recorded"
+    lines = [f"`bench/{script}.py`{mark}, {', '.join(filter(None, [outcome, when]))}:", "",
+             f"- commit: {commit_text(made)}", f"- machine: {machine_text(made)}"]
+    if made.get("command"):
+        lines.append(f"- made by: `{made['command']}`")
+    if regenerate:
+        lines.append(f"- regenerate: `{regenerate}`")
+    return lines
 
 
 def cpu_model() -> str:

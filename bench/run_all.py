@@ -1,25 +1,40 @@
 """Run every bench script and write ``BENCHMARKS.md`` (generated, never edited by hand).
 
 Installs the peers first (idempotent; a failed install is recorded and its rows say so),
-then runs each script with ``--json`` and renders the reports under a header with the
-machine description and versions. A script that fails gets a section with its log tail
-instead of its table. ``make bench`` runs this with no options. With ``--scripts`` naming a
-few, the sections of the others are carried over from the existing file, each marked with
-the machine that file's header named, so one script's new run never drops the rest. A
-script's report run at other settings than its default (its ``variant``, such as
-``align_quality --steps 10000``) has a section of its own beside the default one: a new
-run replaces only the section of its own variant.
+then runs each script with ``--json`` and renders the reports. Every section starts with
+the same header block (:func:`common.section_header`): the commit and whether the tree was
+clean, the machine (CPU model, vector extensions, cores, GPU), the command that made the
+report and the ``run_all.py`` command that regenerates the section. A script that fails
+gets a section with its log tail instead of its table. ``make bench`` runs this with no options.
+
+Sections are made in parts: with ``--scripts`` naming a few (one section each), the sections
+of the others are carried over from the existing file as they are, each with its own header,
+so one script's new run never drops the rest. Options a section needs beyond the shared
+ones (:data:`PASS_THROUGH`: ``--steps``, ``--seeds``, ``--corpora`` ... of align_quality) are
+passed on to the scripts that take them. A script's report run at other settings than its
+default (its ``variant``, such as ``align_quality --steps 10000``) has a section of its own
+beside the default one: a new run replaces only the section of its own variant.
+
+A long section is resumable: stop it and run the same command again. align_quality with
+``--reuse-models`` keeps every finished model under ``--work`` and resumes an unfinished
+training; translate_speed (and serve_load, which uses its model) trains its models once
+per ``--work`` and decodes again; train_speed times fresh training runs and starts over.
+``--reuse`` takes a script's report from ``<work>/results/<script>.json`` instead of
+running it (finish an interrupted page without redoing the sections already made).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
+import shlex
 import sys
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from common import (BENCH_DIR, REPO, Report, bench_arguments, machine_description, markdown_table, project_version,
+from common import (BENCH_DIR, REPO, Report, bench_arguments, markdown_table, measured_at, project_version,
                     run_measured, tail)
 from peers.install import PEERS, availability, install, install_record
 
@@ -31,6 +46,53 @@ SCRIPTS = ("train_speed", "translate_speed", "engine_ratio", "decode_profile", "
            "align_quality", "serve_load", "terminology")
 
 
+@dataclass(frozen=True)
+class PassThrough:
+    """An option of some scripts that ``run_all.py`` takes and passes on to them as it is."""
+
+    option: str
+    scripts: tuple[str, ...]
+    help: str
+    flag: bool = False  # takes no value
+
+
+#: the options a section may need beyond --quick, --repeats and --work, one line each
+PASS_THROUGH = (
+    PassThrough("--steps", ("align_quality",), "training steps of every model (a variant: a section of its own)"),
+    PassThrough("--seeds", ("align_quality",), "guided models per direction (N > 1 adds the ensemble rows)"),
+    PassThrough("--corpora", ("align_quality",), "comma list of the corpora to align"),
+    PassThrough("--systems", ("align_quality",), "comma list of the nmt-cli aligners to run"),
+    PassThrough("--device", ("align_quality",), "where nmt-cli trains, aligns and translates (cpu, cuda)"),
+    PassThrough("--reuse-models", ("align_quality",), "keep and resume the models under --work", flag=True),
+    PassThrough("--models", ("train_speed",), "comma list of the model shapes to train"),
+    PassThrough("--peers", ("train_speed", "translate_speed"), "all, none, or a comma list of peer toolkits"),
+)
+#: options every script takes and run_all passes on
+SHARED = ("--quick", "--repeats")
+
+
+def passed_through(args: argparse.Namespace, script: str) -> list[str]:
+    """The pass-through options given to run_all that ``script`` takes, as its command line."""
+    options = []
+    for entry in PASS_THROUGH:
+        value = getattr(args, entry.option[2:].replace("-", "_"))
+        if script in entry.scripts and value not in (None, False):
+            options += [entry.option] if entry.flag else [entry.option, str(value)]
+    return options
+
+
+def regenerate_command(script: str, command: str) -> str:
+    """The run_all command that makes ``script``'s section again, from the command that made its
+    report (``python bench/NAME.py OPTIONS``); a script run with an option run_all does not pass on
+    is run as it was, then rendered with ``--reuse``."""
+    words = shlex.split(command)[2:] if command else []
+    known = {*SHARED, *(entry.option for entry in PASS_THROUGH if script in entry.scripts)}
+    if all(word in known for word in words if word.startswith("--")):
+        return shlex.join(["python", "bench/run_all.py", "--scripts", script, *words])
+    return (f"{command} --json bench/.work/results/{script}.json && "
+            f"python bench/run_all.py --scripts {script} --reuse")
+
+
 def run_script(name: str, args, results: Path) -> tuple[dict | None, str]:
     """Run ``bench/<name>.py`` with the shared options; (its JSON report or None, log tail)."""
     json_path = results / f"{name}.json"
@@ -40,14 +102,18 @@ def run_script(name: str, args, results: Path) -> tuple[dict | None, str]:
         command.append("--quick")
     if args.repeats is not None:
         command += ["--repeats", args.repeats]
+    command += passed_through(args, name)
     measured = run_measured(command, results / f"{name}.log", cwd=REPO)
     if measured.returncode != 0 or not json_path.is_file():
         return None, f"exit status {measured.returncode} after {measured.seconds:.0f} s:\n{tail(measured.log, 25)}"
     return json.loads(json_path.read_text()), f"{measured.seconds:.0f} s"
 
 
-#: the line that ends a section: ``_`bench/NAME.py` (VARIANT), outcome; provenance_``
-MARKER = re.compile(r"^_`bench/(\w+)\.py`(?: \(([^)]*)\))?,")
+#: the line of a section that names its script: the first of its header, `` `bench/NAME.py` (VARIANT), ...:``
+#: (:func:`common.section_header`), or in pages written before it, the last: ``_`bench/NAME.py` (VARIANT), ..._``
+MARKER = re.compile(r"^_?`bench/(\w+)\.py`(?: \(([^)]*)\))?[,:]")
+#: a header's machine item: a section that has one needs no mark of the page's Machine table
+MACHINE_ITEM = re.compile(r"^- machine: ", re.MULTILINE)
 
 
 def section_key(script: str, variant: str = "") -> str:
@@ -61,8 +127,9 @@ def script_of(key: str) -> str:
 
 
 def earlier_sections(path: Path) -> dict[str, str]:
-    """The sections of an earlier ``BENCHMARKS.md`` by :func:`section_key`, each marked with the
-    CPU its Machine table named (the file's header is replaced by this run's)."""
+    """The sections of an earlier ``BENCHMARKS.md`` by :func:`section_key`, as they are; one
+    without a header naming its machine (written before sections had one) is marked with the
+    CPU the file's Machine table named."""
     if not path.is_file():
         return {}
     text = path.read_text(encoding="utf-8")
@@ -71,7 +138,8 @@ def earlier_sections(path: Path) -> dict[str, str]:
     for block in text.split("\n## ")[1:]:
         marker = next((found for line in block.splitlines() if (found := MARKER.match(line))), None)
         if marker is not None:
-            note = "" if CARRIED in block else f"\n\n{CARRIED}, whose Machine table named: {cpu}._"
+            marked = CARRIED in block or MACHINE_ITEM.search(block)
+            note = "" if marked else f"\n\n{CARRIED}, whose Machine table named: {cpu}._"
             sections[section_key(marker.group(1), marker.group(2) or "")] = "## " + block.rstrip() + note + "\n"
     return sections
 
@@ -82,16 +150,17 @@ def render(reports: dict[str, tuple[dict | None, str]], quick: bool, options: li
     ``carried`` are earlier sections (:func:`earlier_sections`); those this run did not make again stay."""
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     command = " ".join(["python bench/run_all.py", *options])
+    made_now = [name for name in SCRIPTS if name in reports]
     lines = ["# Benchmarks", "",
-             f"Generated by `{command}`{'' if options else ' (`make bench`)'} on {stamp}; do not edit by hand.",
-             "Each table's notes say how its figures were made (medians of repeated runs, or as stated); "
-             "every ratio compares systems measured in the same run of the same script. Each section names "
-             "the commit and machine that produced it; the Machine table below is this run's.",
+             f"Written by `bench/run_all.py`; its last run, `{command}`{'' if options else ' (`make bench`)'} on "
+             f"{stamp}, made the sections of {', '.join(made_now) or 'no script'} and carried the others over "
+             "unchanged. Sections were measured at different commits, on different machines: each starts with "
+             "its own commit (and whether the tree was clean), machine, the command that made it and the "
+             "command that regenerates it. Each table's notes say how its figures were made; a ratio compares "
+             "rows of its own table.",
              ""]
     if quick:
         lines += ["**Quick mode: tiny data and a few steps; these figures only show that the scripts run.**", ""]
-    machine = machine_description()
-    lines += ["## Machine", "", markdown_table(["", ""], [[key, value] for key, value in machine.items()]), ""]
     versions = [["nmt-cli", project_version()]]
     for peer in PEERS:
         record = install_record(peer)
@@ -100,7 +169,10 @@ def render(reports: dict[str, tuple[dict | None, str]], quick: bool, options: li
                              + f" (installed in {record['seconds']} s)"])
         else:
             versions.append([PEERS[peer].label, availability(peer)[1]])
-    lines += ["## Versions", "", markdown_table(["toolkit", "versions"], versions), ""]
+    lines += ["## Versions", "",
+              f"The peer toolkits as installed for the last run ({stamp}, {measured_at()['machine']}); "
+              "a section made earlier names its peers' versions in its rows.", "",
+              markdown_table(["toolkit", "versions"], versions), ""]
     for name in SCRIPTS:  # one order whichever sections this run made: a partial run does not reshuffle the page
         sections = {}  # section_key -> markdown, the script's default section first
         if name in reports:
@@ -110,11 +182,11 @@ def render(reports: dict[str, tuple[dict | None, str]], quick: bool, options: li
                                             "", "```", *outcome.splitlines()[1:], "```", ""])
             else:
                 variant = report.get("variant", "")
+                made = report.get("measured_at", {})
                 rendered = Report(report["script"], report["title"], report["columns"], rows=report["rows"],
-                                  notes=report["notes"], variant=variant).to_markdown()
-                mark = f" ({variant})" if variant else ""
-                sections[section_key(name, variant)] = "\n".join(
-                    [rendered, f"_`bench/{name}.py`{mark}, {outcome}; {provenance(report)}_", ""])
+                                  notes=report["notes"], variant=variant).to_markdown(
+                    made, outcome, regenerate_command(name, made.get("command", "")))
+                sections[section_key(name, variant)] = rendered
         for key, text in carried.items():  # the sections of this script that this run did not make again
             if script_of(key) == name:
                 sections.setdefault(key, text)
@@ -122,29 +194,31 @@ def render(reports: dict[str, tuple[dict | None, str]], quick: bool, options: li
     left_out = [name for name in SCRIPTS if name not in reports and name not in map(script_of, carried)]
     if left_out:
         lines += ["## Not in this run", "",
-                  *(f"- `bench/{name}.py`: run `python bench/{name}.py` or `make bench`" for name in left_out), ""]
+                  *(f"- `bench/{name}.py`: `python bench/run_all.py --scripts {name}`" for name in left_out), ""]
     return "\n".join(lines)
 
 
-def provenance(report: dict) -> str:
-    """``commit X, machine Y, UTC time`` of one report (older reports may lack the machine)."""
-    made = report.get("measured_at", {})
-    return (f"commit {made.get('commit', 'not recorded')}, {made.get('machine', 'machine not recorded')}, "
-            f"{made.get('utc', 'time not recorded')}")
-
-
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = bench_arguments(__doc__.splitlines()[0])
     parser.add_argument("--scripts", default=",".join(SCRIPTS), help=f"comma list of {', '.join(SCRIPTS)}")
     parser.add_argument("--out", type=Path, default=REPO / "BENCHMARKS.md", help="the markdown file to write")
     parser.add_argument("--reuse", action="store_true",
                         help="take a script's report from an earlier run's <work>/results/<script>.json "
                              "when there is one (finish an interrupted run without redoing the rest)")
-    args = parser.parse_args()
+    for entry in PASS_THROUGH:
+        if entry.flag:
+            parser.add_argument(entry.option, action="store_true", help=f"{', '.join(entry.scripts)}: {entry.help}")
+        else:
+            parser.add_argument(entry.option, default=None, help=f"{', '.join(entry.scripts)}: {entry.help}")
+    args = parser.parse_args(argv)
     names = args.scripts.split(",")
     unknown = [name for name in names if name not in SCRIPTS]
     if unknown:
         parser.error(f"--scripts: unknown script {unknown[0]!r} (choose from {', '.join(SCRIPTS)})")
+    for entry in PASS_THROUGH:
+        if getattr(args, entry.option[2:].replace("-", "_")) not in (None, False) and \
+                not set(entry.scripts) & set(names):
+            parser.error(f"{entry.option} is for {', '.join(entry.scripts)}, which --scripts does not name")
     results = args.work / "results"
     results.mkdir(parents=True, exist_ok=True)
     reused = {}
@@ -166,7 +240,7 @@ def main() -> None:
         reports[name] = run_script(name, args, results)
         print(f"  {reports[name][1].splitlines()[0]}", flush=True)
     carried = {} if args.quick else earlier_sections(args.out)
-    atomic_write_text(args.out, render(reports, args.quick, sys.argv[1:], carried))
+    atomic_write_text(args.out, render(reports, args.quick, sys.argv[1:] if argv is None else argv, carried))
     if args.json is not None:
         atomic_write_text(args.json, json.dumps({name: report for name, (report, _) in reports.items()}, indent=2))
     print(f"wrote {args.out}")

@@ -191,7 +191,7 @@ def test_run_all_renders_benchmarks_md_and_reuses_an_earlier_report(work: Path) 
     first = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=600)
     assert first.returncode == 0, first.stderr[-3000:]
     page = out.read_text(encoding="utf-8")
-    for heading in ("# Benchmarks", "## Machine", "## Versions", "Quick mode"):
+    for heading in ("# Benchmarks", "## Versions", "Quick mode", "- commit: ", "- machine: ", "- regenerate: "):
         assert heading in page
     report = json.loads((work / "results" / "prepare_scale.json").read_text())
     rows = rows_by(report, "pairs")
@@ -201,7 +201,8 @@ def test_run_all_renders_benchmarks_md_and_reuses_an_earlier_report(work: Path) 
     assert "reusing" in again.stdout
     reused = out.read_text(encoding="utf-8")
     made = report["measured_at"]
-    assert f"report of an earlier run; commit {made['commit']}, {made['machine']}, {made['utc']}" in reused
-    assert "vector extensions" in page and "Every figure is the median" not in page
+    assert f"`bench/prepare_scale.py`, report of an earlier run, measured {made['utc']}:" in reused
+    assert f"- machine: {made['machine']}; GPU: {made['gpu']}" in reused and made["vector_extensions"] in reused
+    assert "Every figure is the median" not in page
     table = [line for line in page.splitlines() if line.startswith("| 20,000")]
     assert table and table == [line for line in reused.splitlines() if line.startswith("| 20,000")]

@@ -1,5 +1,7 @@
-"""``bench/run_all.py``: a run of a few scripts carries the other sections over, marked with
-the machine that measured them, and never stacks a second mark on a section."""
+"""``bench/run_all.py``: a run of a few scripts carries the other sections over as they are
+(older ones marked with the machine of their page, never twice), every section starts with the
+header naming its commit, machine and regenerating command, and the options a long section
+needs are passed on to the scripts that take them. No benchmark runs here."""
 
 from __future__ import annotations
 
@@ -67,7 +69,9 @@ def test_a_run_of_reused_reports_installs_no_peer(tmp_path: Path, monkeypatch) -
                                       "--out", str(tmp_path / "BENCHMARKS.md")])
     run_all.main()
     assert installed == []
-    assert "report of an earlier run; commit abc, Old CPU, then" in (tmp_path / "BENCHMARKS.md").read_text()
+    page = (tmp_path / "BENCHMARKS.md").read_text()
+    assert "`bench/prepare_scale.py`, report of an earlier run, measured then:" in page
+    assert "- commit: abc (clean tree)\n- machine: Old CPU; GPU: not recorded" in page
 
 
 def test_each_variant_of_a_script_keeps_its_own_section(tmp_path: Path, monkeypatch) -> None:
@@ -112,7 +116,7 @@ _`bench/align_quality.py` (10,000 training steps), 30 s; commit abc_
     text = out.read_text(encoding="utf-8")
     assert "| 2k |" in text and "| new 10k |" in text and "old 10k" not in text
     assert text.index("## Word alignment\n") < text.index("## Word alignment, 10,000 training steps\n")
-    assert "_`bench/align_quality.py` (10,000 training steps), report of an earlier run; commit def" in text
+    assert "`bench/align_quality.py` (10,000 training steps), report of an earlier run, measured now:" in text
     assert text.count("## Training speed") == 1 and text.count("## Word alignment\n") == 1
     again = earlier_sections(out)  # and the page reads back the same sections
     assert "| new 10k |" in again["align_quality (10,000 training steps)"] and "| 2k |" in again["align_quality"]
@@ -126,3 +130,102 @@ def test_a_ratio_shows_the_spread_of_the_runs_made_side_by_side():
     assert fmt_ratio_spread([4.0, 8.0], [5.0, 10.0]) == "0.80x (0.80-0.80x)"
     assert fmt_ratio_spread([5.0], [10.0]) == "0.50x"  # one run: no spread to show
     assert fmt_ratio_spread([5.0], []) == "-" and fmt_ratio_spread([], [1.0]) == "-"
+
+
+def a_report(script: str = "align_quality", command: str = "", **made) -> dict:
+    return {"script": script, "title": "Word alignment", "variant": "", "columns": ["d"], "rows": [["1"]],
+            "notes": ["how"], "quick": False,
+            "measured_at": {"commit": "abc1234", "clean": True, "utc": "2026-11-27 09:48 UTC",
+                            "machine": "AMD EPYC (AVX2, AVX-512), 2 cores", "gpu": "none", "command": command, **made}}
+
+
+def test_the_options_a_long_section_needs_are_passed_on_to_the_scripts_that_take_them(tmp_path, monkeypatch):
+    import json
+
+    import pytest
+    import run_all
+    from common import Measured
+
+    commands = []
+
+    def fake_run_measured(command, log, cwd=None, **kwargs):
+        commands.append([str(part) for part in command])
+        json_path = Path(commands[-1][commands[-1].index("--json") + 1])
+        script = Path(commands[-1][1]).stem
+        json_path.write_text(json.dumps(a_report(script, f"python bench/{script}.py")))
+        return Measured(0, 1.0, 10.0, log)
+
+    monkeypatch.setattr(run_all, "run_measured", fake_run_measured)
+    monkeypatch.setattr(run_all, "install", lambda peer: None)
+    out = tmp_path / "BENCHMARKS.md"
+    run_all.main(["--scripts", "align_quality,train_speed", "--work", str(tmp_path), "--out", str(out),
+                  "--steps", "10000", "--seeds", "2", "--corpora", "multi30k+tatoeba", "--reuse-models",
+                  "--device", "cuda", "--models", "rnn", "--repeats", "15"])
+    by_script = {Path(command[1]).stem: command[2:] for command in commands}
+    align = by_script["align_quality"]
+    assert align[align.index("--steps") + 1] == "10000" and align[align.index("--seeds") + 1] == "2"
+    assert align[align.index("--corpora") + 1] == "multi30k+tatoeba" and "--reuse-models" in align
+    assert align[align.index("--device") + 1] == "cuda" and align[align.index("--repeats") + 1] == "15"
+    assert "--models" not in align  # train_speed's, not align_quality's
+    train = by_script["train_speed"]
+    assert train[train.index("--models") + 1] == "rnn" and "--steps" not in train and "--reuse-models" not in train
+    with pytest.raises(SystemExit):  # an option for none of the scripts named is an error, not ignored
+        run_all.main(["--scripts", "train_speed", "--work", str(tmp_path), "--out", str(out), "--steps", "5"])
+
+
+def test_the_regenerating_command_is_a_run_all_command_when_run_all_passes_every_option():
+    from run_all import regenerate_command
+
+    made_by = "python bench/align_quality.py --steps 10000 --seeds 2 --reuse-models --repeats 15"
+    assert regenerate_command("align_quality", made_by) == \
+        "python bench/run_all.py --scripts align_quality --steps 10000 --seeds 2 --reuse-models --repeats 15"
+    assert regenerate_command("train_speed", "python bench/train_speed.py") == \
+        "python bench/run_all.py --scripts train_speed"
+    # an option run_all does not pass on: the script as it was run, then rendered from its report
+    assert regenerate_command("translate_speed", "python bench/translate_speed.py --beams 5") == \
+        ("python bench/translate_speed.py --beams 5 --json bench/.work/results/translate_speed.json && "
+         "python bench/run_all.py --scripts translate_speed --reuse")
+
+
+def test_every_section_starts_with_its_commit_machine_and_commands(tmp_path, monkeypatch):
+    import json
+
+    import run_all
+
+    (tmp_path / "results").mkdir()
+    made_by = "python bench/align_quality.py --steps 10000 --reuse-models"
+    report = a_report(command=made_by, clean=False, gpu="NVIDIA H100 80GB HBM3 x 1")
+    report["variant"] = "10,000 training steps"
+    (tmp_path / "results" / "align_quality.json").write_text(json.dumps(report))
+    monkeypatch.setattr(run_all, "install", lambda peer: None)
+    out = tmp_path / "BENCHMARKS.md"
+    run_all.main(["--scripts", "align_quality", "--reuse", "--work", str(tmp_path), "--out", str(out)])
+    page = out.read_text(encoding="utf-8")
+    section = page[page.index("## Word alignment, 10,000 training steps"):]
+    assert section.splitlines()[2:9] == [
+        "`bench/align_quality.py` (10,000 training steps), report of an earlier run, measured 2026-11-27 09:48 UTC:",
+        "",
+        "- commit: abc1234 with uncommitted changes (`git describe --dirty`): the tree was not that commit",
+        "- machine: AMD EPYC (AVX2, AVX-512), 2 cores; GPU: NVIDIA H100 80GB HBM3 x 1",
+        f"- made by: `{made_by}`",
+        "- regenerate: `python bench/run_all.py --scripts align_quality --steps 10000 --reuse-models`",
+        ""]
+    # the page's own header claims only what holds for every section: no Machine table of one run
+    assert "## Machine" not in page and "Sections were measured at different commits, on different machines" in page
+    again = run_all.earlier_sections(out)  # read back as it is, with no carried-over mark added
+    assert list(again) == ["align_quality (10,000 training steps)"]
+    assert run_all.CARRIED not in again["align_quality (10,000 training steps)"]
+
+
+def test_a_report_records_the_tree_the_machine_and_its_command_without_where_files_go(monkeypatch):
+    import common
+
+    monkeypatch.setattr(common, "git_commit", lambda: ("abc1234", False))
+    made = common.measured_at([str(common.BENCH_DIR / "align_quality.py"), "--json", "/tmp/x.json", "--work=/tmp/w",
+                               "--steps", "10000"])
+    assert made["commit"] == "abc1234-dirty" and made["clean"] is False
+    assert made["command"] == "python bench/align_quality.py --steps 10000"
+    assert made["cores"] and made["cpu"] and made["vector_extensions"] and made["gpu"]
+    assert made["machine"] == f"{made['cpu']} ({made['vector_extensions']}), {made['cores']} cores"
+    assert common.commit_text({"commit": "abc-dirty"}).startswith("abc with uncommitted changes")
+    assert common.commit_text({"commit": "abc"}) == "abc (clean tree)" and common.commit_text({}) == "not recorded"

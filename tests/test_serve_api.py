@@ -6,10 +6,9 @@ import contextlib
 import json
 import logging
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import pytest
@@ -24,6 +23,7 @@ from nmt_cli.cli import serve as _serve_command  # noqa: E402, F401  (registers 
 from nmt_cli.cli import translate as _translate_command  # noqa: E402, F401  (registers `nmt translate`)
 from nmt_cli.decoding import Translator  # noqa: E402
 from nmt_cli.serve.app import create_app  # noqa: E402
+from nmt_cli.serve.batcher import MicroBatcher  # noqa: E402
 from nmt_cli.serve.model import ServedModel, load_served_model  # noqa: E402
 from nmt_cli.serve.settings import ServeSettings  # noqa: E402
 
@@ -46,11 +46,12 @@ def serving(served: ServedModel, **settings) -> Iterator[TestClient]:
 
 
 def wait_until_ready(client: TestClient) -> None:
-    for _ in range(200):
-        if client.get("/health").status_code == 200:
-            return
-        time.sleep(0.02)
-    raise AssertionError("the server never became ready")
+    """Wait for the app's loading thread itself to finish (started when the client entered), then check."""
+    for thread in threading.enumerate():
+        if thread.name == "nmt-serve-load":
+            thread.join(60)
+            assert not thread.is_alive(), "the model is still loading after 60 s"
+    assert client.get("/health").status_code == 200, client.get("/health").text
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +71,7 @@ def test_health_is_ready_only_once_the_model_is_loaded(served):
     release = threading.Event()
 
     def slow_load() -> ServedModel:
-        release.wait(10)
+        release.wait(60)
         return served
 
     with TestClient(create_app(slow_load, ServeSettings())) as client:
@@ -131,11 +132,12 @@ def test_a_string_gives_one_translation_and_no_alignment_unless_asked(client, ti
     assert translation[0]["text"] == Translator.from_checkpoint(tiny_trained_run).translate([SENTENCES[1]])[0].text
 
 
-def test_concurrent_requests_are_batched_and_each_gets_its_own_translation(served, tiny_trained_run):
+def test_concurrent_requests_are_batched_and_each_gets_its_own_translation(gated, submitted, tiny_trained_run):
+    model, engine = gated
     translator = Translator.from_checkpoint(tiny_trained_run)
     expected_beam2 = [h.text for h in translator.translate(SENTENCES)]
     expected_greedy = [h.text for h in translator.with_decode({"decode.beam_size": 1}).translate(SENTENCES)]
-    with serving(served, batch_wait_ms=300, batch_idle_ms=300) as client:
+    with serving(model, batch_wait_ms=0) as client:
         def ask(index: int) -> tuple[int, str]:
             beam = 1 if index % 2 else 2
             response = client.post("/v1/translate", json={"text": SENTENCES[index // 2], "beam_size": beam})
@@ -143,7 +145,10 @@ def test_concurrent_requests_are_batched_and_each_gets_its_own_translation(serve
             return index, response.json()["translations"][0]["text"]
 
         with ThreadPoolExecutor(8) as pool:
-            answers = dict(pool.map(ask, range(8)))
+            asked = pool.map(ask, range(8))
+            submitted(8)  # every request queued (the decoder holds the first): they arrived together
+            engine.gate.set()
+            answers = dict(asked)
         metrics = client.get("/metrics").text
     for index, text in answers.items():
         expected = expected_greedy if index % 2 else expected_beam2
@@ -236,18 +241,23 @@ def test_unknown_paths_and_methods_are_json_errors_and_the_server_still_answers(
 class GatedEngine:
     """The real engine, except that decoding waits until the test opens ``gate``; records what it decodes."""
 
-    def __init__(self, engine, gate: threading.Event, entered: threading.Event, decoded: list[str]):
+    def __init__(self, engine, gate: threading.Event, entered: threading.Event, decoded: list[str],
+                 finished: threading.Event | None = None):
         self.engine, self.gate, self.entered, self.decoded = engine, gate, entered, decoded
+        self.finished = finished or threading.Event()  # set when a decode call has returned
         self.decode, self.tokenizer, self.device = engine.decode, engine.tokenizer, engine.device
 
     def translate(self, texts, with_attention=False):
         self.entered.set()
-        self.gate.wait(10)
+        self.gate.wait(60)  # a bound against a hung test, not a timing: every test opens the gate
         self.decoded.extend(texts)
-        return self.engine.translate(texts, with_attention)
+        try:
+            return self.engine.translate(texts, with_attention)
+        finally:
+            self.finished.set()
 
     def with_decode(self, overrides):
-        return GatedEngine(self.engine.with_decode(overrides), self.gate, self.entered, self.decoded)
+        return GatedEngine(self.engine.with_decode(overrides), self.gate, self.entered, self.decoded, self.finished)
 
     def signature(self):
         return self.engine.signature()
@@ -259,15 +269,37 @@ def gated(served: ServedModel) -> tuple[ServedModel, GatedEngine]:
     return ServedModel(engine, served.src_lang, served.tgt_lang, served.max_source_tokens), engine
 
 
-def test_a_full_queue_answers_503_with_retry_after_and_recovers(gated):
+@pytest.fixture
+def submitted(monkeypatch: pytest.MonkeyPatch) -> Callable[[int], None]:
+    """``submitted(n)`` waits until the service's batcher has queued ``n`` jobs: the state itself, not a sleep."""
+    count, changed = [0], threading.Condition()
+    submit = MicroBatcher.submit
+
+    def counted(batcher: MicroBatcher, job):
+        future = submit(batcher, job)
+        with changed:
+            count[0] += 1
+            changed.notify_all()
+        return future
+
+    monkeypatch.setattr(MicroBatcher, "submit", counted)
+
+    def wait_for(jobs: int) -> None:
+        with changed:
+            assert changed.wait_for(lambda: count[0] >= jobs, 60), f"{count[0]} of {jobs} jobs were queued"
+
+    return wait_for
+
+
+def test_a_full_queue_answers_503_with_retry_after_and_recovers(gated, submitted):
     model, engine = gated
     with serving(model, queue_size=2, max_sentences=2, batch_wait_ms=0) as client, ThreadPoolExecutor(2) as pool:
         running = pool.submit(client.post, "/v1/translate", json={"text": "Hund"})
-        assert engine.entered.wait(10)  # the decoder holds it, the queue is empty
+        assert engine.entered.wait(60)  # the decoder holds it, the queue is empty
         assert client.get("/health").status_code == 200  # decoding runs off the event loop
         waiting = pool.submit(client.post, "/v1/translate", json={"text": ["Hund", "Katze"]})
-        while queued(client) < 2:  # now the queue is full
-            time.sleep(0.01)
+        submitted(2)
+        assert queued(client) == 2  # now the queue is full
         refused = client.post("/v1/translate", json={"text": "Kuh"})
         assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
         assert "server busy: 2 sentences are queued (limit 2)" in refused.json()["error"]
@@ -283,14 +315,16 @@ def queued(client: TestClient) -> float:
 
 def test_a_request_that_waits_too_long_gets_503_and_its_sentences_are_dropped(gated):
     model, engine = gated
-    with serving(model, request_timeout_s=0.3, batch_wait_ms=0) as client, ThreadPoolExecutor(1) as pool:
+    with serving(model, request_timeout_s=2, batch_wait_ms=0) as client, ThreadPoolExecutor(1) as pool:
         first = pool.submit(client.post, "/v1/translate", json={"text": "Hund"})
-        assert engine.entered.wait(10)
+        assert engine.entered.wait(60)
         late = client.post("/v1/translate", json={"text": "Katze"})  # queued behind the blocked decode call
-        assert late.status_code == 503 and "did not finish within 0.3 s" in late.json()["error"]
+        assert late.status_code == 503 and "did not finish within 2 s" in late.json()["error"]
         assert late.headers["retry-after"] == "1"
         assert first.result().status_code == 503
         engine.gate.set()
+        assert engine.finished.wait(60)  # the decode call nobody waits for any more ends; then one sentence of
+        # the tiny model must take less than the 2 s timeout, which even a busy machine gives it many times over
         assert client.post("/v1/translate", json={"text": "Kuh"}).status_code == 200
         assert [request.text for request in engine.decoded] == ["Hund", "Kuh"] and queued(client) == 0
 

@@ -1,9 +1,12 @@
-"""Micro-batching of `nmt serve`: grouping by settings, token budget, waiting, bounds, cancellation."""
+"""Micro-batching of `nmt serve`: grouping by settings, token budget, waiting, bounds, cancellation.
+
+The waiting rules run on a :class:`ManualClock`: time moves only when a test advances it, and
+the test waits until the worker has acted on what it did, so no test depends on how fast a busy
+machine runs the worker thread."""
 
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
@@ -22,13 +25,69 @@ class RecordingEngine:
     def translate(self, texts, with_attention=False):
         self.entered.set()
         if self.gate is not None:
-            self.gate.wait(10)
+            self.gate.wait(60)  # a bound against a hung test, not a timing: every test opens the gate
         self.calls.append((self.name, list(texts)))
         return [Hypothesis(tokens=[], score=0.0, log_prob=0.0, text=text.upper()) for text in texts]
 
 
+class ManualClock:
+    """A :class:`~nmt_cli.serve.batcher.Clock` whose time moves only by :meth:`advance`.
+
+    Its condition never times out by itself: the worker waits until something notifies it (a
+    submit, close, or :meth:`advance`). Every notification marks the worker busy; it is marked
+    waiting again only when it next waits, after it has looked at the state that notification
+    changed. So :meth:`settled` returns once the worker has acted on all the test did, with the
+    time it is now waiting for (None: waiting for a job).
+    """
+
+    def __init__(self) -> None:
+        self.time = 0.0
+        self._watch = threading.Condition()  # the test waits here, never on the batcher's condition
+        self._waiting = False
+        self._timeout: float | None = None
+        self._conditions: list[threading.Condition] = []
+
+    def now(self) -> float:
+        return self.time
+
+    def condition(self) -> threading.Condition:
+        clock = self
+
+        class Manual(threading.Condition):
+            def wait(self, timeout: float | None = None) -> bool:
+                with clock._watch:
+                    clock._waiting, clock._timeout = True, timeout
+                    clock._watch.notify_all()
+                try:
+                    return super().wait()  # this clock's time passes only in advance(), which notifies
+                finally:
+                    with clock._watch:
+                        clock._waiting = False
+
+            def notify(self, n: int = 1) -> None:  # notify_all calls notify
+                with clock._watch:
+                    clock._waiting = False
+                super().notify(n)
+
+        condition = Manual()
+        self._conditions.append(condition)
+        return condition
+
+    def advance(self, seconds: float) -> None:
+        self.time += seconds
+        for condition in self._conditions:
+            with condition:
+                condition.notify_all()
+
+    def settled(self, timeout: float = 60) -> float | None:
+        """Wait until the worker waits again; the clock time it waits for (None: for a job)."""
+        with self._watch:
+            assert self._watch.wait_for(lambda: self._waiting, timeout), "the worker never came back to wait"
+            return self._timeout
+
+
 def texts_of(future) -> list[str]:
-    return [hypothesis.text for hypothesis in future.result(10)]
+    return [hypothesis.text for hypothesis in future.result(60)]
 
 
 def blocked(batcher: MicroBatcher, calls: list) -> threading.Event:
@@ -36,7 +95,7 @@ def blocked(batcher: MicroBatcher, calls: list) -> threading.Event:
     gate = threading.Event()
     engine = RecordingEngine("blocker", calls, gate)
     batcher.submit(Job(["first"], 1, "blocker", engine))
-    assert engine.entered.wait(10)
+    assert engine.entered.wait(60)
     return gate
 
 
@@ -75,7 +134,7 @@ def test_without_batching_every_job_is_its_own_decode_call():
     futures = [batcher.submit(Job([name], 1, "k", engine)) for name in "abc"]
     gate.set()
     for future in futures:
-        future.result(10)
+        future.result(60)
     batcher.close()
     assert [texts for _, texts in calls[1:]] == [["a"], ["b"], ["c"]]
 
@@ -83,14 +142,18 @@ def test_without_batching_every_job_is_its_own_decode_call():
 def test_the_oldest_job_waits_for_others_up_to_the_wait_time():
     calls: list = []
     sizes: list[int] = []
-    batcher = MicroBatcher(capacity=100, budget_tokens=1000, wait_s=0.3, on_batch=sizes.append)
+    clock = ManualClock()
+    batcher = MicroBatcher(capacity=100, budget_tokens=1000, wait_s=0.5, on_batch=sizes.append, clock=clock)
     engine = RecordingEngine("e", calls)
-    started = time.monotonic()
     first = batcher.submit(Job(["a"], 1, "k", engine))
-    time.sleep(0.05)
+    assert clock.settled() == 0.5  # the first job waits for company
+    clock.advance(0.125)
     second = batcher.submit(Job(["b"], 1, "k", engine))
+    assert clock.settled() == 0.375  # the wait counts from the oldest job, not from the newest
+    clock.advance(0.25)
+    assert clock.settled() == 0.125 and calls == [] and not first.done()
+    clock.advance(0.125)
     assert texts_of(first) == ["A"] and texts_of(second) == ["B"]
-    assert time.monotonic() - started >= 0.29  # the first job waited for company
     batcher.close()
     assert calls == [("e", ["a", "b"])] and sizes == [2]
 
@@ -135,35 +198,45 @@ def test_an_engine_error_goes_to_the_requests_of_that_call_and_the_worker_goes_o
     batcher = MicroBatcher(capacity=10, budget_tokens=1000, wait_s=0.0)
     failed = batcher.submit(Job(["x"], 1, "bad", Failing()))
     with pytest.raises(NmtError, match="sequence too long"):
-        failed.result(10)
+        failed.result(60)
     assert texts_of(batcher.submit(Job(["y"], 1, "k", RecordingEngine("e", calls)))) == ["Y"]
     batcher.close()
 
 
 def test_close_decodes_what_is_queued_first():
     calls: list = []
-    batcher = MicroBatcher(capacity=10, budget_tokens=1000, wait_s=5.0)
+    clock = ManualClock()
+    batcher = MicroBatcher(capacity=10, budget_tokens=1000, wait_s=5.0, clock=clock)
     future = batcher.submit(Job(["late"], 1, "k", RecordingEngine("e", calls)))
-    started = time.monotonic()
-    batcher.close()  # does not sit out the 5 s wait
-    assert texts_of(future) == ["LATE"] and time.monotonic() - started < 2
+    assert clock.settled() == 5.0 and not future.done()
+    closer = threading.Thread(target=batcher.close)
+    closer.start()
+    closer.join(60)
+    assert not closer.is_alive()  # close does not sit out the wait: no time has passed
+    assert texts_of(future) == ["LATE"] and clock.time == 0.0
 
 
 def test_a_batch_waits_for_arrivals_after_the_decoder_is_free_even_when_its_oldest_job_is_old():
     # Under load the jobs queued during a decode call are old when it ends, while the clients it
     # answered are only now sending their next request: those must share the next call.
     calls: list = []
-    batcher = MicroBatcher(capacity=100, budget_tokens=1000, wait_s=0.4, idle_s=0.3)
+    clock = ManualClock()
+    batcher = MicroBatcher(capacity=100, budget_tokens=1000, wait_s=0.5, idle_s=0.25, clock=clock)
     gate = threading.Event()
     blocking = RecordingEngine("e", calls, gate)
     blocker = batcher.submit(Job(["first"], 1, "k", blocking))
-    assert blocking.entered.wait(10)
+    assert clock.settled() == 0.25  # alone: it waits the idle gap
+    clock.advance(0.25)
+    assert blocking.entered.wait(60)
     old = batcher.submit(Job(["old"], 1, "k", RecordingEngine("e", calls)))
-    time.sleep(0.5)  # older than wait_s
+    clock.advance(0.5)  # old is now older than wait_s
     gate.set()
     texts_of(blocker)
-    time.sleep(0.1)  # the answered client comes back
+    assert clock.settled() == 0.5  # the whole wait, counted from when the decoder was free
+    clock.advance(0.125)  # the answered client comes back
     new = batcher.submit(Job(["new"], 1, "k", RecordingEngine("e", calls)))
+    assert clock.settled() == 0.25 and not old.done()  # as many came as were answered: the idle gap
+    clock.advance(0.25)
     assert texts_of(old) == ["OLD"] and texts_of(new) == ["NEW"]
     batcher.close()
     assert calls == [("e", ["first"]), ("e", ["old", "new"])]
@@ -171,53 +244,63 @@ def test_a_batch_waits_for_arrivals_after_the_decoder_is_free_even_when_its_olde
 
 def test_a_lone_job_waits_only_the_idle_gap_not_the_whole_wait():
     calls: list = []
-    batcher = MicroBatcher(capacity=10, budget_tokens=1000, wait_s=5.0, idle_s=0.05)
-    started = time.monotonic()
+    clock = ManualClock()
+    batcher = MicroBatcher(capacity=10, budget_tokens=1000, wait_s=5.0, idle_s=0.125, clock=clock)
+    future = batcher.submit(Job(["alone"], 1, "k", RecordingEngine("e", calls)))
+    assert clock.settled() == 0.125
+    clock.advance(0.125)
+    assert texts_of(future) == ["ALONE"]
+    batcher.close()
+
+
+def test_a_lone_job_on_real_time_is_answered_after_the_idle_gap():
+    # the default clock: time.monotonic and real waits (no bound on how long a busy machine takes)
+    calls: list = []
+    batcher = MicroBatcher(capacity=10, budget_tokens=1000, wait_s=0.2, idle_s=0.01)
     assert texts_of(batcher.submit(Job(["alone"], 1, "k", RecordingEngine("e", calls)))) == ["ALONE"]
-    assert time.monotonic() - started < 2
     batcher.close()
 
 
 def test_a_steady_stream_cannot_hold_a_batch_open_beyond_the_wait():
     calls: list = []
-    batcher = MicroBatcher(capacity=1000, budget_tokens=10_000, wait_s=0.3, idle_s=0.2)
+    clock = ManualClock()
+    batcher = MicroBatcher(capacity=1000, budget_tokens=10_000, wait_s=0.5, idle_s=0.25, clock=clock)
     engine = RecordingEngine("e", calls)
-    started = time.monotonic()
     first = batcher.submit(Job(["0"], 1, "k", engine))
-    stop = threading.Event()
-
-    def stream() -> None:
-        index = 1
-        while not stop.wait(0.02):  # arrivals closer than the idle gap, for longer than the wait
-            batcher.submit(Job([str(index)], 1, "k", engine))
-            index += 1
-
-    feeder = threading.Thread(target=stream)
-    feeder.start()
-    try:
-        texts_of(first)
-        assert time.monotonic() - started < 1.0
-        time.sleep(0.1)  # the stream goes on into the next call
-    finally:
-        stop.set()
-        feeder.join()
-        batcher.close()
-    assert len(calls) >= 2 and len(calls[0][1]) > 1
+    assert clock.settled() == 0.25
+    for index, waiting in ((1, 0.25), (2, 0.25), (3, 0.125)):  # arrivals closer than the idle gap
+        clock.advance(0.125)
+        batcher.submit(Job([str(index)], 1, "k", engine))
+        assert clock.settled() == waiting and calls == []
+    clock.advance(0.125)  # the wait is over, though the stream has not paused
+    assert texts_of(first) == ["0"]
+    later = batcher.submit(Job(["4"], 1, "k", engine))  # the stream goes on into the next call
+    assert clock.settled() == 0.5
+    clock.advance(0.5)
+    assert texts_of(later) == ["4"]
+    batcher.close()
+    assert calls == [("e", ["0", "1", "2", "3"]), ("e", ["4"])]
 
 
 def test_after_answering_n_jobs_a_batch_waits_for_n_arrivals_even_across_idle_gaps():
     # closed-loop clients: the two answered come back with a gap longer than the idle gap
     calls: list = []
-    batcher = MicroBatcher(capacity=100, budget_tokens=1000, wait_s=2.0, idle_s=0.05)
+    clock = ManualClock()
+    batcher = MicroBatcher(capacity=100, budget_tokens=1000, wait_s=2.0, idle_s=0.0625, clock=clock)
     engine = RecordingEngine("e", calls)
     first = [batcher.submit(Job([text], 1, "k", engine)) for text in ("a", "b")]
+    assert clock.settled() == 0.0625
+    clock.advance(0.0625)
     assert [texts_of(future) for future in first] == [["A"], ["B"]]
-    time.sleep(0.1)
+    assert clock.settled() is None  # nothing queued
+    clock.advance(0.125)
     third = batcher.submit(Job(["c"], 1, "k", engine))
-    time.sleep(0.15)
-    started = time.monotonic()
+    assert clock.settled() == 2.0  # one of the two answered is back: wait for the other
+    clock.advance(0.25)  # longer than the idle gap
+    assert clock.settled() == 1.75 and not third.done()
     fourth = batcher.submit(Job(["d"], 1, "k", engine))
+    assert clock.settled() == 0.0625  # both are back: the idle gap after d closes it, not the 2 s wait
+    clock.advance(0.0625)
     assert texts_of(third) == ["C"] and texts_of(fourth) == ["D"]
-    assert time.monotonic() - started < 1.0  # closed by the idle gap after d, not by the 2 s wait
     batcher.close()
     assert calls == [("e", ["a", "b"]), ("e", ["c", "d"])]

@@ -20,6 +20,10 @@ A full queue refuses new jobs (:class:`QueueFull`) instead of growing.
 
 Each job carries a :class:`concurrent.futures.Future`: the request awaits it, a request
 that gives up cancels it, and the worker skips a cancelled job that has not started.
+
+Time comes from a :class:`Clock` (``time.monotonic`` and real waits unless told otherwise):
+tests pass one whose time moves only when they say, and whose condition tells them when the
+worker waits, so they check the rules above on the state itself instead of on sleeps.
 """
 
 from __future__ import annotations
@@ -33,7 +37,20 @@ from typing import Any, Callable, Hashable, Sequence
 
 from nmt_cli.decoding.hypothesis import Hypothesis
 
-__all__ = ["Job", "MicroBatcher", "QueueFull"]
+__all__ = ["Clock", "Job", "MicroBatcher", "QueueFull"]
+
+
+class Clock:
+    """The time the batcher reads and the condition it waits on: real time, ``time.monotonic``.
+
+    ``condition().wait(timeout)`` waits up to ``timeout`` seconds of this clock's time, or until
+    notified. A test passes a clock of its own (``tests/test_serve_batcher.py``)."""
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    def condition(self) -> threading.Condition:
+        return threading.Condition()
 
 
 class QueueFull(Exception):
@@ -51,7 +68,7 @@ class Job:
     engine: Any
     with_attention: bool = False
     future: Future = field(default_factory=Future)
-    queued_at: float = field(default_factory=time.monotonic)
+    queued_at: float = field(default_factory=time.monotonic)  # set again, on the batcher's clock, when submitted
 
 
 class MicroBatcher:
@@ -61,11 +78,13 @@ class MicroBatcher:
     longer is decoded alone). ``wait_s``: the longest a batch is held open; ``idle_s``
     (None: no idle rule) closes it sooner once arrivals stop. ``batching=False`` decodes
     every job on its own, the baseline that ``bench/serve_load.py`` compares with.
-    ``on_batch(sentences)`` is called after every decode call (for metrics).
+    ``on_batch(sentences)`` is called after every decode call (for metrics). ``clock``: where
+    times and waits come from (:class:`Clock`, real time, unless a test brings its own).
     """
 
     def __init__(self, capacity: int, budget_tokens: int, wait_s: float, batching: bool = True,
-                 idle_s: float | None = None, on_batch: Callable[[int], None] | None = None):
+                 idle_s: float | None = None, on_batch: Callable[[int], None] | None = None,
+                 clock: Clock | None = None):
         self.capacity = capacity
         self.budget_tokens = budget_tokens
         self.wait_s = wait_s if batching else 0.0
@@ -79,7 +98,8 @@ class MicroBatcher:
         self._arrivals = 0  # jobs submitted so far
         self._arrivals_when_free = 0  # ... when the last decode call finished
         self._answered = 0  # jobs the last decode call answered
-        self._condition = threading.Condition()
+        self._clock = clock or Clock()
+        self._condition = self._clock.condition()
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="nmt-serve-decoder", daemon=True)
         self._thread.start()
@@ -96,9 +116,9 @@ class MicroBatcher:
                 raise RuntimeError("the batcher is closed")
             if self._queued_sentences + len(job.sentences) > self.capacity:
                 raise QueueFull(f"{self._queued_sentences} sentences are queued (limit {self.capacity})")
+            job.queued_at = self._last_arrival = self._clock.now()
             self._queue.append(job)
             self._queued_sentences += len(job.sentences)
-            self._last_arrival = time.monotonic()
             self._arrivals += 1
             self._condition.notify()
         return job.future
@@ -132,7 +152,7 @@ class MicroBatcher:
                 until = deadline
                 if self._arrivals - self._arrivals_when_free >= max(self._answered, 1):
                     until = min(deadline, self._last_arrival + self.idle_s)  # as many came as were answered
-                remaining = until - time.monotonic()
+                remaining = until - self._clock.now()
                 if remaining <= 0:
                     break
                 self._condition.wait(remaining)
@@ -166,7 +186,7 @@ class MicroBatcher:
 
     def _note_free(self, answered: int) -> None:
         with self._condition:
-            self._free_at, self._arrivals_when_free, self._answered = time.monotonic(), self._arrivals, answered
+            self._free_at, self._arrivals_when_free, self._answered = self._clock.now(), self._arrivals, answered
 
     def _decode(self, jobs: list[Job]) -> None:
         """One engine call for all sentences of ``jobs``; each job gets its own hypotheses back."""
