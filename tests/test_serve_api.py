@@ -247,7 +247,7 @@ class GatedEngine:
         self.finished = finished or threading.Event()  # set when a decode call has returned
         self.decode, self.tokenizer, self.device = engine.decode, engine.tokenizer, engine.device
 
-    def translate(self, texts, with_attention=False):
+    def translate(self, texts, with_attention=False, token_scores=False):
         self.entered.set()
         self.gate.wait(60)  # a bound against a hung test, not a timing: every test opens the gate
         self.decoded.extend(texts)

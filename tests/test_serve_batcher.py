@@ -22,7 +22,7 @@ class RecordingEngine:
         self.name, self.calls, self.gate = name, calls, gate
         self.entered = threading.Event()
 
-    def translate(self, texts, with_attention=False):
+    def translate(self, texts, with_attention=False, token_scores=False):
         self.entered.set()
         if self.gate is not None:
             self.gate.wait(60)  # a bound against a hung test, not a timing: every test opens the gate
@@ -191,7 +191,7 @@ def test_a_cancelled_job_is_not_decoded_and_frees_its_place():
 
 def test_an_engine_error_goes_to_the_requests_of_that_call_and_the_worker_goes_on():
     class Failing:
-        def translate(self, texts, with_attention=False):
+        def translate(self, texts, with_attention=False, token_scores=False):
             raise NmtError("sequence too long")
 
     calls: list = []
