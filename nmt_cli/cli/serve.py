@@ -29,6 +29,12 @@ INSTALL_HINT = "nmt serve needs the serve extra: pip install 'nmt-cli[serve]'"
               help="Characters per sentence.")
 @click.option("--max-beam", default=16, show_default=True, type=click.IntRange(min=1),
               help="Largest beam_size a request may ask for.")
+@click.option("--max-terms", default=256, show_default=True, type=click.IntRange(min=1),
+              help="Glossary entries per request; more get 413.")
+@click.option("--max-constraints", default=32, show_default=True, type=click.IntRange(min=1),
+              help="Phrases one sentence may ask for or avoid (alternatives and glossary matches counted).")
+@click.option("--max-term-chars", default=200, show_default=True, type=click.IntRange(min=1),
+              help="Characters per term, constraint or phrase to avoid.")
 @click.option("--queue-size", default=256, show_default=True, type=click.IntRange(min=1),
               help="Sentences waiting to be decoded; beyond it requests get 503 and Retry-After.")
 @click.option("--max-connections", default=1024, show_default=True, type=click.IntRange(min=1),
@@ -57,7 +63,8 @@ def serve(checkpoint, translator_options, **options) -> None:
         host=options["host"], port=options["port"], api_key=options["api_key"] or None,
         cors_origins=tuple(options["cors_origins"]), max_body_bytes=options["max_body_bytes"],
         max_sentences=options["max_sentences"], max_chars=options["max_chars"], max_beam=options["max_beam"],
-        queue_size=options["queue_size"], max_connections=options["max_connections"],
+        max_terms=options["max_terms"], max_constraints=options["max_constraints"],
+        max_term_chars=options["max_term_chars"], queue_size=options["queue_size"], max_connections=options["max_connections"],
         request_timeout_s=options["request_timeout"], batching=options["batching"],
         batch_wait_ms=options["batch_wait_ms"], batch_idle_ms=options["batch_idle_ms"], batch_tokens=options["batch_tokens"])
     run_server(lambda: load_served_model(checkpoint, **translator_options), settings)

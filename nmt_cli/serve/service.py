@@ -100,7 +100,7 @@ class TranslationService:
         """A request's glossary, each side stripped; :class:`RequestError` naming the first entry
         that breaks a rule."""
         if len(pairs) > self.settings.max_terms:
-            raise RequestError(413, f"glossary has {len(pairs)} entries; at most {self.settings.max_terms} per request")
+            raise RequestError(413, f"glossary has {len(pairs)} entries; at most {self.settings.max_terms} per request (--max-terms)")
         entries = []
         for index, pair in enumerate(pairs):
             for side, value in zip(("source", "target"), pair):
@@ -132,7 +132,7 @@ class TranslationService:
         phrases = sum(len(constraint) for constraint in request.constraints) + len(request.avoid)
         if phrases > limit:
             raise RequestError(413, f"{name} asks for {phrases} constraint and avoid phrases (alternatives and "
-                                    f"glossary matches counted); at most {limit} per sentence")
+                                    f"glossary matches counted); at most {limit} per sentence (--max-constraints)")
 
     def _check_line(self, text: str, name: str) -> None:
         """One line of text within the character limit."""
@@ -140,7 +140,7 @@ class TranslationService:
 
     def _check_phrase(self, text: str, name: str) -> None:
         """One term or phrase within ``max_term_chars``."""
-        self._check_text(text, name, self.settings.max_term_chars, "per term or phrase")
+        self._check_text(text, name, self.settings.max_term_chars, "per term or phrase (--max-term-chars)")
 
     @staticmethod
     def _check_text(text: str, name: str, limit: int, per: str) -> None:
