@@ -140,3 +140,24 @@ def test_token_log_probs_sum_to_the_log_prob_of_every_hypothesis(name, guards):
             assert len(entry.token_log_probs) == len(entry.tokens) + 1
             assert sum(entry.token_log_probs) == pytest.approx(entry.log_prob, abs=1e-9)
         assert result.token_log_probs == result.nbest[0].token_log_probs
+
+
+def test_a_phrase_to_avoid_is_blocked_in_every_likely_spelling(tiny_trained_run):
+    from nmt_cli.decoding import load_translator
+    from nmt_cli.decoding.request import AVOID_SEGMENTATIONS
+
+    translator = load_translator(tiny_trained_run)
+    tokenizer = translator.tokenizer
+    spellings = tokenizer.tgt_segmentations("kitchen", AVOID_SEGMENTATIONS)
+    assert spellings[0] == tokenizer.encode_tgt("kitchen") and len(spellings) == AVOID_SEGMENTATIONS
+    assert len({tuple(ids) for ids in spellings}) == len(spellings)
+    assert {tokenizer.decode_tgt(ids) for ids in spellings} == {"kitchen"}
+    # the sentences whose translation says a word: avoided, no spelling of it is left in the text
+    sources = ["the cook sees the kitchen", "a waiter walks into the kitchen", "the cat eats fish"]
+    plain = translator.translate(sources)
+    words = {word for hypothesis in plain for word in hypothesis.text.split() if len(word) > 3}
+    assert words
+    for word in sorted(words)[:3]:
+        requests = [Request.from_text(tokenizer, source, avoid=[word]) for source in sources]
+        for result in translator.translate(requests):
+            assert word not in result.text.split(), (word, result.text)

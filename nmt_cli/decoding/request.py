@@ -22,6 +22,10 @@ __all__ = ["Constraint", "Request", "SentenceError", "UnfitConstraintsError"]
 #: the output satisfies it (a glossary term with several translations)
 Constraint = tuple[tuple[int, ...], ...]
 
+#: the segmentations of a phrase to avoid that are blocked (the usual one and the unigram
+#: model's next most likely): a model can spell a word with pieces other than the usual ones
+AVOID_SEGMENTATIONS = 8
+
 
 @dataclass(frozen=True)
 class Request:
@@ -34,7 +38,9 @@ class Request:
     where the caller has ids only.
     ``constraints``: phrases the translation must contain, each a :data:`Constraint`
     (lexically constrained search, in any order).
-    ``avoid``: target piece-id sequences the translation must not contain.
+    ``avoid``: target piece-id sequences the translation must not contain (from text: each
+    phrase in its :data:`AVOID_SEGMENTATIONS` most likely segmentations, so that a model
+    cannot spell it with other pieces).
     """
 
     source: Sequence[int]
@@ -55,7 +61,8 @@ class Request:
         return cls(source=tuple(tokenizer.encode_src(text)), prefix=tuple(tokenizer.encode_tgt(prefix)), text=text,
                    constraints=tuple(tuple(tuple(tokenizer.encode_tgt(phrase)) for phrase in options)
                                      for options in alternatives),
-                   avoid=tuple(tuple(tokenizer.encode_tgt(phrase)) for phrase in avoid))
+                   avoid=tuple(tuple(ids) for phrase in avoid
+                               for ids in tokenizer.tgt_segmentations(phrase, AVOID_SEGMENTATIONS)))
 
 
 class SentenceError(NmtError):

@@ -121,6 +121,43 @@ class Tokenizer:
     def encode_tgt(self, text: str) -> list[int]:
         return self.tgt.encode(text, out_type=int)
 
+    def tgt_segmentations(self, text: str, limit: int) -> list[list[int]]:
+        """Up to ``limit`` ways to write ``text`` in target pieces: the usual one
+        (:meth:`encode_tgt`) first, then the others that spell the same normalised string,
+        fewest pieces first (a model may produce any of them; BPE has no n-best list).
+        Text with pieces the vocabulary lacks gives the usual one alone."""
+        usual = self.encode_tgt(text)
+        spelled = "".join(self.tgt_pieces(usual))
+        if UNK_ID in usual or not spelled:
+            return [usual]
+        size = len(spelled)
+        known = {spelled[i:j]: self.tgt.piece_to_id(spelled[i:j]) for i in range(size) for j in range(i + 1, size + 1)}
+        known = {piece: pid for piece, pid in known.items() if pid != UNK_ID}
+        fewest = [0] * (size + 1)  # fewest[i]: pieces needed to spell spelled[i:] (size + 1: impossible)
+        for start in range(size - 1, -1, -1):
+            fewest[start] = min((fewest[end] + 1 for end in range(start + 1, size + 1)
+                                 if spelled[start:end] in known), default=size + 1)
+        found: list[list[int]] = [usual]
+
+        def spell(start: int, left: int, prefix: list[int]) -> None:
+            """Every way to spell spelled[start:] in exactly ``left`` pieces, until ``limit``."""
+            if len(found) >= limit:
+                return
+            if start == size:
+                if prefix != usual:
+                    found.append(list(prefix))
+                return
+            for end in range(size, start, -1):
+                piece = spelled[start:end]
+                if piece in known and fewest[end] <= left - 1 <= size - end:
+                    prefix.append(known[piece])
+                    spell(end, left - 1, prefix)
+                    prefix.pop()
+
+        for count in range(fewest[0], size + 1):
+            spell(0, count, [])
+        return found
+
     def encode_src_batch(self, texts: list[str]) -> list[list[int]]:
         return self.src.encode(texts, out_type=int)
 
