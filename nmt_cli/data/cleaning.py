@@ -147,8 +147,9 @@ class DuplicateFinder:
     """Which of the pairs shown to :meth:`add` repeat an earlier one, in about ``memory_bytes``.
 
     A pair's key is the 64-bit BLAKE2b hash of ``source<TAB>target``; pairs with equal
-    hashes count as equal, as they did in a set of hashes (distinct pairs collide with
-    probability about n^2 / 2^65: one in 36,000 for a billion pairs). The hashes are
+    hashes count as equal, as they did in a set of hashes (the chance that two of n distinct
+    pairs collide, dropping one of them, is about n^2 / 2^65: one in 3,700 for 100 million
+    distinct pairs, one in 37 for a billion). The hashes are
     buffered; a full buffer is sorted by hash, each with its pair's number, and spilled
     to ``folder`` as a run. :meth:`finish` merges the runs a block of each at a time: in
     (hash, number) order every pair after the first of its hash is a duplicate. Those
