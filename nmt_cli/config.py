@@ -201,6 +201,10 @@ class DataConfig(Validated):
     max_length: int = setting(250, "maximum words per side (training split; 0 = no limit)", at_least=0)
     max_length_ratio: float = setting(3.0, "maximum word-count ratio between sides (0 = no limit)", at_least=0)
     dedup: bool = setting(False, "drop repeated training pairs")
+    dedup_memory_mb: float = setting(
+        256.0, "memory data.dedup may use, about: the pairs' hashes are sorted in runs that fit it, spilled to "
+        "disk inside the directory being prepared and merged; any size gives the same output", above=0,
+    )
     on_invalid: str = choice("error", "error", "skip", help="bad pairs: stop with an error, or skip and count")
     spm_model_type: str = choice("bpe", "bpe", "unigram")
     vocab_size: int = setting(8000, at_least=5)

@@ -1,9 +1,13 @@
-"""Two CPU processes under torchrun (gloo) train exactly like one process on both batches."""
+"""Two CPU processes under torchrun (gloo) train exactly like one process on both batches,
+on one node or as two nodes (two torchrun agents meeting at a c10d rendezvous), and a run
+of two processes resumes on one."""
 
 from __future__ import annotations
 
 import io
+import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -72,3 +76,59 @@ def test_two_processes_equal_one_process_accumulating_their_batches(tiny_prepare
         skipped = [r["skipped_updates"] for r in read_metrics(tmp_path / "ddp") if r["kind"] == "train"]
         assert skipped == [r["skipped_updates"] for r in read_metrics(tmp_path / "single") if r["kind"] == "train"]
         assert skipped[0] >= 10
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _launch(launchers: list[list[str]], config_file: Path, prepared: Path, out: Path) -> None:
+    """Start one ``torchrun`` per launcher argument list at once (the nodes), each training
+    into ``out``, and wait for all of them."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    processes = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *launcher, "-m", "nmt_cli", "train",
+                                   "--config", str(config_file), "--data", str(prepared), "--out", str(out),
+                                   "--device", "cpu"],
+                                  cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                 for launcher in launchers]
+    try:
+        outputs = [process.communicate(timeout=180)[0] for process in processes]
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+    for process, output in zip(processes, outputs):
+        assert process.returncode == 0, output[-3000:]
+
+
+def _state(run_dir: Path) -> dict:
+    return json.loads((list_checkpoints(run_dir)[-1] / "state.json").read_text())
+
+
+@pytest.mark.slow
+def test_two_nodes_equal_one_process_and_the_run_resumes_on_one(tiny_prepared, tmp_path):
+    settings = {**SETTINGS, "train.max_steps": 2}
+    config_file = tmp_path / "ddp.yaml"
+    config_file.write_text(Config().with_overrides({**settings, "train.update_freq": 1}).to_yaml())
+    node = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+            "--rdzv-endpoint", f"127.0.0.1:{_free_port()}", "--rdzv-id", "nmt-two-nodes"]
+    _launch([node, node], config_file, tiny_prepared, tmp_path / "ddp")
+    assert _state(tmp_path / "ddp")["world_size"] == 2
+
+    train(Config().with_overrides({**settings, "train.update_freq": 2}), tiny_prepared, tmp_path / "single",
+          stream=io.StringIO())
+    assert train_losses(tmp_path / "ddp") == pytest.approx(train_losses(tmp_path / "single"), abs=1e-5)
+    ddp_weights, single_weights = _weights(tmp_path / "ddp"), _weights(tmp_path / "single")
+    assert ddp_weights.keys() == single_weights.keys()
+    for name, tensor in ddp_weights.items():
+        torch.testing.assert_close(tensor, single_weights[name], atol=1e-5, rtol=1e-4)
+
+    # resumed by one process: the same epoch at the same share of it (each rank had taken 2
+    # batches, so batch 4 is next); train.update_freq stays 1, so an update now sees one batch
+    train(Config().with_overrides({**settings, "train.update_freq": 1, "train.max_steps": 3}), tiny_prepared,
+          tmp_path / "ddp", stream=io.StringIO())
+    state = _state(tmp_path / "ddp")
+    assert (state["step"], state["world_size"], state["data_position"]) == (3, 1, {"epoch": 1, "batch": 5})
+    assert [r["step"] for r in read_metrics(tmp_path / "ddp") if r["kind"] == "train"] == [1, 2, 3]

@@ -1,13 +1,22 @@
-"""prepare() end to end: layout, manifest, round trip, reuse, change detection, PreparedData."""
+"""prepare() end to end: layout, manifest, round trip, reuse, change detection, PreparedData,
+duplicate removal across corpora and in any memory, a killed prepare."""
 
 from __future__ import annotations
 
 import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from nmt_cli.config import Config, load_config
+from nmt_cli.data.cleaning import DuplicateFinder
 from nmt_cli.data.prepare import prepare
 from nmt_cli.data.prepared import PreparedData
 from nmt_cli.errors import InputError, NmtError
@@ -170,3 +179,102 @@ def test_multi30k_first_pairs(multi30k, tmp_path, monkeypatch):
     raw = (multi30k / "train.en").read_text(encoding="utf-8").splitlines()
     remaining = iter(" ".join(line.split()) for line in raw[:2000])
     assert all(line in remaining for line in lines)  # kept lines in their original order
+
+
+# ---- duplicate removal --------------------------------------------------------------------------------
+
+
+def first_of_each(rows):
+    """The rows whose (source, target) no earlier row had: what duplicate removal keeps."""
+    seen, kept = set(), []
+    for row in rows:
+        if row[:2] not in seen:
+            seen.add(row[:2])
+            kept.append(row)
+    return kept
+
+
+def prepared_text(folder, *files):
+    return list(zip(*((folder / file).read_text(encoding="utf-8").splitlines() for file in files)))
+
+
+VOLATILE = ("created", "elapsed_seconds", "pairs_per_second")
+
+
+def test_dedup_keeps_the_first_of_each_pair_across_corpora_in_any_memory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    rng = random.Random(3)
+    write_corpus(tmp_path / "corpus", [FILE_PAIRS[rng.randrange(60)] for _ in range(700)]
+                 + [("ein", "one two three four five")] * 3)  # dropped for length_ratio, never duplicates
+    write_corpus(tmp_path / "web", [FILE_PAIRS[rng.randrange(40, 100)] for _ in range(500)])
+    corpora = {"data.corpora": [{"name": "web", "source": "files", "path": "web", "weight": 2.0}]}
+    everything = prepare(files_config(**corpora), "all", progress=False)
+    spills = []
+    monkeypatch.setattr(DuplicateFinder, "_spill_hashes",
+                        lambda finder, spill=DuplicateFinder._spill_hashes: spills.append(spill(finder)))
+    tiny = prepare(files_config(**corpora, **{"data.dedup": True, "data.dedup_memory_mb": 0.01}), "tiny",
+                   progress=False)
+    assert len(spills) > 4  # runs of about 200 hashes
+    roomy = prepare(files_config(**corpora, **{"data.dedup": True}), "roomy", progress=False)
+
+    rows = [(*pair, int(number)) for pair, number in
+            zip(prepared_text(tmp_path / "all", "train.de", "train.en"), np.load("all/train.corpus.npy"))]
+    expected = first_of_each(rows)
+    assert len(expected) == 100 and len(rows) == 1200
+    assert prepared_text(tmp_path / "tiny", "train.de", "train.en") == [row[:2] for row in expected]
+    assert np.load("tiny/train.corpus.npy").tolist() == [row[2] for row in expected]
+    train = tiny["splits"]["train"]
+    assert [c["pairs"] for c in train["corpora"]] == [sum(row[2] == n for row in expected) for n in (0, 1)]
+    assert train["kept"] == 100 and train["read"] == 1203
+    assert train["dropped"] == {"duplicate": 1100, "length_ratio": 3}
+    assert train["dropped"] == {**everything["splits"]["train"]["dropped"], "duplicate": 1100}
+
+    # the memory it may use changes nothing: the same bytes, and the same fingerprint
+    assert tiny["fingerprint"] == roomy["fingerprint"] != everything["fingerprint"]
+    assert {k: v for k, v in tiny.items() if k not in VOLATILE} == {k: v for k, v in roomy.items() if k not in VOLATILE}
+    files = sorted(path.name for path in (tmp_path / "tiny").iterdir())
+    assert files == sorted(path.name for path in (tmp_path / "roomy").iterdir()) and ".dedup" not in str(files)
+    for name in files:
+        if name not in ("manifest.json", "config.yaml"):
+            assert (tmp_path / "tiny" / name).read_bytes() == (tmp_path / "roomy" / name).read_bytes(), name
+
+
+def test_dedup_keeps_word_links_in_step(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    rng = random.Random(5)
+    write_corpus(tmp_path / "corpus", [FILE_PAIRS[rng.randrange(30)] for _ in range(300)])
+    (tmp_path / "links").mkdir()
+    (tmp_path / "links" / "train.align").write_text("".join(f"{n % 7}-{n // 7 % 7}\n" for n in range(300)))
+    links = {"data.alignment_path": "links", "data.dedup_memory_mb": 0.005}
+    prepare(files_config(**links), "all", progress=False)
+    manifest = prepare(files_config(**links, **{"data.dedup": True}), "dedup", progress=False)
+    expected = first_of_each(prepared_text(tmp_path / "all", "train.de", "train.en", "train.align"))
+    assert prepared_text(tmp_path / "dedup", "train.de", "train.en", "train.align") == expected
+    assert manifest["splits"]["train"]["kept"] == len(expected) == 30
+    assert len(PreparedData("dedup").split("train").links) == 30
+
+
+@pytest.mark.slow  # nmt in a subprocess
+def test_a_killed_prepare_leaves_nothing_and_the_next_run_completes(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write_corpus(tmp_path / "corpus", [FILE_PAIRS[n % 150] for n in range(30_000)])
+    settings = ["--set", "data.dedup=true", "--set", "data.dedup_memory_mb=0.01", "--set", "data.source=files",
+                "--set", "data.path=corpus", "--set", "data.valid_split=", "--set", "data.test_split=",
+                "--set", "data.vocab_size=120", "--quiet"]
+    process = subprocess.Popen([sys.executable, "-m", "nmt_cli", "prepare", *settings, "--out", "out"],
+                               env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    try:
+        deadline = time.monotonic() + 60
+        while not list(tmp_path.glob(".out.*.tmp/.dedup.*/hashes-*")):  # hashes spilled: mid-way through
+            assert process.poll() is None and time.monotonic() < deadline, "prepare ended before it spilled"
+            time.sleep(0.01)
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    assert not (tmp_path / "out").exists()
+    assert list(tmp_path.glob(f".out.{process.pid}.*.tmp"))  # what it left: its temporary directory, whole
+
+    manifest = prepare(files_config(**{"data.dedup": True}), "out", progress=False)
+    assert manifest["splits"]["train"]["kept"] == 150 and manifest["splits"]["train"]["dropped"] == {"duplicate": 29_850}
+    PreparedData("out").verify()
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["corpus", "out"]  # the dead run's leftovers are gone

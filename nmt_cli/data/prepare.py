@@ -10,6 +10,8 @@ Everything streams, so memory does not grow with the corpus:
    each with a sampling weight): they are written one after the other,
    ``train.corpus.npy`` holds each pair's corpus number and the manifest their names,
    sizes and weights; the batcher samples by weight (:mod:`nmt_cli.training.batching`).
+   With ``data.dedup`` the training text is written to a scratch folder first and copied
+   without the repeated pairs, found by sorting their hashes in runs on disk.
 2. SentencePiece is trained on a uniform sample of at most ``spm_input_sentence_size``
    training sentences, chosen by index once the number of training pairs is known and
    streamed from the cleaned text (no sentence list in memory). Given an existing
@@ -31,6 +33,7 @@ import dataclasses
 import hashlib
 import json
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -193,8 +196,10 @@ def _input_name(split: str, part: SplitPart) -> str:
 
 def _fingerprint(config: Config, inputs: dict[str, Any]) -> str:
     """sha256 of what decides the prepared data: data settings (but not where local
-    folders are; their content is in ``inputs``), input fingerprints and the format version."""
-    settings = {k: v for k, v in config.to_dict()["data"].items() if k not in ("path", "alignment_path")}
+    folders are, their content is in ``inputs``, nor the memory duplicate removal may use),
+    input fingerprints and the format version."""
+    settings = {k: v for k, v in config.to_dict()["data"].items()
+                if k not in ("path", "alignment_path", "dedup_memory_mb")}
     if config.data.source == "hf":
         settings["path"] = config.data.path  # a hub id is part of the identity
     settings["corpora"] = [{k: v for k, v in spec.items() if k != "path" or spec["source"] == "hf"}
@@ -248,34 +253,40 @@ def _write_clean_split(parts: list[SplitPart], name: str, out: Path, config: Con
                        progress: bool) -> dict[str, Any]:
     """Read, clean and write the text of split ``name`` from its parts, one after the other.
 
-    A mixed training split also gets ``train.corpus.npy``: each pair's part number.
+    With duplicate removal the text goes to a scratch folder inside ``out`` first and is
+    copied without the repeated pairs once they are known. A mixed training split also
+    gets ``train.corpus.npy``: each pair's part number.
     """
     data = config.data
-    cleaner = PairCleaner(data, training=name == "train")
     with_alignment = all(part.corpus.kind == "synthetic" or part.link_file is not None for part in parts)
-    paths = [out / f"{name}.{data.src_lang}", out / f"{name}.{data.tgt_lang}"]
-    if with_alignment:
-        paths.append(out / f"{name}.align")
-    kept = []
-    with (atomic_open(paths[0]) as src, atomic_open(paths[1]) as tgt,
-          atomic_open(paths[2]) if with_alignment else contextlib.nullcontext() as align):
-        for part in parts:
-            before = cleaner.kept
-            total = part.corpus.size_hint(part.source_split)
-            if part.limit:
-                total = min(total, part.limit) if total is not None else part.limit
-            label = part.source_split if part.name == "main" else f"{part.name}: {part.source_split}"
-            with Progress(f"read {name} ({label})", total, enabled=progress) as bar:
-                pairs = part.corpus.pairs(part.source_split)
-                if part.link_file is not None:
-                    pairs = attach_links(pairs, part.link_file, data.normalize)
-                pairs = _counted(iter_limited(pairs, part.limit), bar)
-                for pair in cleaner.clean(pairs):
-                    src.write(pair.source + "\n")
-                    tgt.write(pair.target + "\n")
-                    if with_alignment:
-                        align.write(pair.alignment + "\n")
-            kept.append(cleaner.kept - before)
+    files = [f"{name}.{data.src_lang}", f"{name}.{data.tgt_lang}"] + ([f"{name}.align"] if with_alignment else [])
+    with contextlib.ExitStack() as scratch_folder:
+        scratch = None
+        if name == "train" and data.dedup:
+            scratch = Path(scratch_folder.enter_context(tempfile.TemporaryDirectory(prefix=".dedup.", dir=out)))
+        cleaner = PairCleaner(data, training=name == "train", scratch=scratch)
+        kept = []
+        with contextlib.ExitStack() as outputs:
+            src, tgt, *align = [outputs.enter_context(atomic_open((scratch or out) / file)) for file in files]
+            for part in parts:
+                before = cleaner.kept
+                total = part.corpus.size_hint(part.source_split)
+                if part.limit:
+                    total = min(total, part.limit) if total is not None else part.limit
+                label = part.source_split if part.name == "main" else f"{part.name}: {part.source_split}"
+                with Progress(f"read {name} ({label})", total, enabled=progress) as bar:
+                    pairs = part.corpus.pairs(part.source_split)
+                    if part.link_file is not None:
+                        pairs = attach_links(pairs, part.link_file, data.normalize)
+                    pairs = _counted(iter_limited(pairs, part.limit), bar)
+                    for pair in cleaner.clean(pairs):
+                        src.write(pair.source + "\n")
+                        tgt.write(pair.target + "\n")
+                        if align:
+                            align[0].write(pair.alignment + "\n")
+                kept.append(cleaner.kept - before)
+        if scratch is not None:
+            kept = _copy_without_duplicates(cleaner, name, scratch, out, files, kept, progress)
     stats = cleaner.stats()
     if stats["kept"] == 0:
         raise NmtError(f"split '{parts[0].source_split}' has no pairs left after cleaning "
@@ -288,6 +299,35 @@ def _write_clean_split(parts: list[SplitPart], name: str, out: Path, config: Con
         with atomic_open(out / f"{name}.corpus.npy", "wb") as handle:
             np.save(handle, numbers)
     return result
+
+
+def _copy_without_duplicates(cleaner: PairCleaner, name: str, scratch: Path, out: Path, files: list[str],
+                             kept: list[int], progress: bool) -> list[int]:
+    """Copy split ``name``'s text ``files`` from ``scratch`` to ``out`` leaving out the pairs
+    that repeat an earlier one; the pairs each part keeps then (``kept``: each part's before)."""
+    ends = np.cumsum(kept)
+    repeated = np.zeros(len(kept), dtype=np.int64)
+
+    def numbers() -> Iterator[int]:
+        for block in cleaner.duplicates():
+            repeated[:] += np.bincount(np.searchsorted(ends, block.astype(np.int64), side="right"),
+                                       minlength=len(kept))
+            yield from block.tolist()
+
+    with contextlib.ExitStack() as files_open:
+        sources = [files_open.enter_context(open(scratch / file, "rb")) for file in files]
+        targets = [files_open.enter_context(atomic_open(out / file, "wb")) for file in files]
+        duplicates = numbers()
+        skip = next(duplicates, None)
+        with Progress(f"remove duplicates ({name})", int(ends[-1]), enabled=progress) as bar:
+            for number, lines in enumerate(zip(*sources)):
+                bar.update()
+                if number == skip:
+                    skip = next(duplicates, None)
+                    continue
+                for target, line in zip(targets, lines):
+                    target.write(line)
+    return [count - dropped for count, dropped in zip(kept, repeated.tolist())]
 
 
 def _counted(items: Iterator[Any], bar: Progress) -> Iterator[Any]:
