@@ -169,6 +169,9 @@ class DataConfig(Validated):
     """Where parallel text comes from, how it is cleaned and how it is tokenised."""
 
     section = "data"
+    #: keys that change how much memory preparation uses, never what it writes: neither the
+    #: prepared data's fingerprint nor a resumed run's checks look at them
+    RESOURCE_KEYS: typing.ClassVar[frozenset[str]] = frozenset({"dedup_memory_mb"})
 
     source: str = registered(DATA_SOURCES, "synthetic", EntriesHelp("where the pairs come from", DATA_SOURCES))
     path: str = setting("", "folder, dataset id or save_to_disk folder, depending on `source`")

@@ -116,3 +116,12 @@ def test_validating_without_a_validation_split_fails_at_start(tmp_path):
         Trainer(Config().with_overrides({**QUICK, **TINY_TRANSFORMER, "train.valid_every": 10}),
                 PreparedData(tmp_path / "data"), RunDirectory(tmp_path / "run"), DistributedContext())
     assert not (tmp_path / "run").exists()
+
+
+def test_a_run_resumes_with_another_memory_budget_for_duplicates_but_not_with_other_data():
+    from nmt_cli.training.resume import check_same_run
+
+    saved = Config()
+    check_same_run(saved, saved.with_overrides({"data.dedup_memory_mb": 1, "train.max_steps": 9}), "run")
+    with pytest.raises(NmtError, match="data.vocab_size=8000, the config now says 100"):
+        check_same_run(saved, saved.with_overrides({"data.vocab_size": 100}), "run")

@@ -199,7 +199,7 @@ def _fingerprint(config: Config, inputs: dict[str, Any]) -> str:
     folders are, their content is in ``inputs``, nor the memory duplicate removal may use),
     input fingerprints and the format version."""
     settings = {k: v for k, v in config.to_dict()["data"].items()
-                if k not in ("path", "alignment_path", "dedup_memory_mb")}
+                if k not in ("path", "alignment_path", *DataConfig.RESOURCE_KEYS)}
     if config.data.source == "hf":
         settings["path"] = config.data.path  # a hub id is part of the identity
     settings["corpora"] = [{k: v for k, v in spec.items() if k != "path" or spec["source"] == "hf"}

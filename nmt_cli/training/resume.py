@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from nmt_cli.config import Config
+from nmt_cli.config import Config, DataConfig
 from nmt_cli.errors import NmtError
 
 __all__ = ["capture_rng_state", "restore_rng_state", "check_same_run", "check_same_architecture",
@@ -68,7 +68,8 @@ def check_same_run(saved: Config, config: Config, run_dir: str) -> None:
     for section in ("data", "model", "train"):
         for key, old in before[section].items():
             new = after[section][key]
-            if old != new and not (section == "train" and key in RESUMABLE_CHANGES):
+            if old != new and not (section == "train" and key in RESUMABLE_CHANGES) \
+                    and not (section == "data" and key in DataConfig.RESOURCE_KEYS):
                 raise NmtError(
                     f"{run_dir}: was trained with {section}.{key}={old!r}, the config now says {new!r}; "
                     "use --restart to start over there, or a new --out directory"
