@@ -158,8 +158,7 @@ def eflomal_rows(report: Report, corpus: BenchCorpus, settings: Settings,
     runs = _runs(settings.eflomal_runs, "run")
     seconds = statistics.median(results["forward"].seconds)
     test = {name: _eflomal_scored(reading, corpus.test) for name, reading in results.items()}
-    picked = min(SYMMETRIZED, key=lambda name: statistics.median(
-        score.aer for score in results[name].scores(corpus.dev)))
+    picked = best_symmetrized(results, corpus.dev)
     best = test[picked].aer
     for name in EFLOMAL_READINGS:
         _row(report, corpus, label, name, corpus.test.label, runs, test[name], seconds, best)
@@ -177,6 +176,11 @@ def eflomal_rows(report: Report, corpus: BenchCorpus, settings: Settings,
                     f"{label}, {picked} (the symmetrization picked on {corpus.dev.label}), run {run + 1} of "
                     f"{settings.eflomal_runs} (its median AER on {corpus.dev.label})")
     return EflomalResult(guide, seconds, picked, test[picked])
+
+
+def best_symmetrized(results: dict[str, EflomalReading], dev: PairSet) -> str:
+    """The symmetrization of eflomal's links with the lowest median AER over its runs on the dev pairs."""
+    return min(SYMMETRIZED, key=lambda name: statistics.median(score.aer for score in results[name].scores(dev)))
 
 
 def _eflomal_scored(reading: EflomalReading, pairs: PairSet) -> Scored:
