@@ -90,7 +90,6 @@ from alignment_bench.training import training_devices
 from common import BENCH_DIR, REPO, SHARED_DATA, Report, absolute_path, bench_arguments, measured_at
 
 from nmt_cli.bootstrap import DEFAULT_ROUNDS
-from nmt_cli.fileio import atomic_write_text
 
 #: where a full run writes its headline systems' links of the blind pairs (committed)
 BLIND_RESULTS = BENCH_DIR / "results" / "align_blind"
@@ -176,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     report.notes.append(machine_note(load_before))
     if blind is not None and blind.written:
         command = shlex.join(["python", "bench/align_quality.py", *(sys.argv[1:] if argv is None else argv)])
-        atomic_write_text(blind.folder / "README.md", blind.readme(settings, command, measured_at()))
+        blind.finish(settings, command, measured_at())
         report.notes.append(f"{blind.corpus.name}: the headline systems' links of the {blind.corpus.blind.size} blind "
                             f"pairs are in {blind.folder} ({', '.join(sorted(blind.written))}; README.md says how)")
     report.emit(args.json)

@@ -26,10 +26,13 @@ from peers.install import availability
 
 from nmt_cli.alignment import AlignmentScore, read_alignments, write_alignments
 from nmt_cli.alignment.symmetrize import describe as describe_symmetrization
+from nmt_cli.fileio import atomic_write_text
 
 COLUMNS = ["corpus", "system", "setting", "pairs", "runs", "AER", "precision", "recall",
            "wrong links on unaligned words", "time s", "AER / eflomal's best symmetrized", "BLEU test2016 (greedy)"]
 #: the systems that use no external aligner: the best of their readings on dev is compared with eflomal's best
+#: the headline rows whose links of the blind pairs every full run writes (``<name>.align``)
+BLIND_SYSTEMS = ("eflomal", "plain-attention", "guided-eflomal", "bootstrap")
 NO_EXTERNAL_ALIGNER = ("nmt-cli plain attention", "nmt-cli bootstrap (no external aligner)",
                        "nmt-cli Mask-Align (no external aligner)")
 
@@ -103,10 +106,21 @@ class BlindLinks:
             write_alignments(self.folder / f"{name}.align", links)
         self.written[f"{name}.align"] = how
 
+    def finish(self, settings: Settings, command: str, measured: dict) -> None:
+        """Write the folder's README (:meth:`readme`) and remove the links an earlier run left
+        there that this one did not write (they would not be what the README says)."""
+        for stale in set(self.folder.glob("*.align")) - {self.folder / name for name in self.written}:
+            stale.unlink()
+        atomic_write_text(self.folder / "README.md", self.readme(settings, command, measured))
+
     def readme(self, settings: Settings, command: str, measured: dict) -> str:
         """The folder's README: commit, machine, command, budget, and how each file was made."""
         steps = settings.scale.steps[self.corpus.name]
         files = "\n".join(f"- `{name}`: {how}" for name, how in sorted(self.written.items()))
+        missing = [name for name in BLIND_SYSTEMS if f"{name}.align" not in self.written]
+        if missing:
+            files += ("\n\nNot in this run (no file): " + ", ".join(f"`{name}.align`" for name in missing)
+                      + " (`--systems`, or eflomal not installed).")
         return f"""# Links of the blind pairs ({self.corpus.name})
 
 Pharaoh `i-j` links (source word `i`, target word `j`, 0-based, over the whitespace tokens of
