@@ -26,10 +26,15 @@ def test_quick_bench_prints_a_row_per_system(tmp_path):
         [sys.executable, str(REPO / "bench" / "align_quality.py"), "--quick", "--work", str(tmp_path),
          "--json", str(report_path), "--threads", "1", "--steps", "12", "--device", "cpu", "--seeds", "2",
          "--eflomal-runs", "2"],
-        capture_output=True, text=True, timeout=1200,  # about 300 s on 2 idle cores of an AVX2-only CPU
+        capture_output=True, text=True, timeout=900,  # about 300 s on 2 idle cores of an AVX2-only CPU
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    report = json.loads(report_path.read_text(encoding="utf-8"))
+    check_quick_report(tmp_path, json.loads(report_path.read_text(encoding="utf-8")), done.stdout)
+
+
+def check_quick_report(tmp_path: Path, report: dict, stdout: str) -> None:
+    """What the quick bench (``--quick --work tmp_path --threads 1 --steps 12 --seeds 2
+    --eflomal-runs 2``) must have written and reported; apart so that a run made by hand can be checked."""
     rows = {(row[0], row[1], row[2]): dict(zip(report["columns"], row)) for row in report["rows"]}
     # the protocol: every row is scored on the test pairs; tuned ones name the dev pairs they were picked on
     assert {row["pairs"] for row in rows.values()} <= {"test 1-30", "test 1-30 (picked on dev 1-30)"}
@@ -130,7 +135,7 @@ def test_quick_bench_prints_a_row_per_system(tmp_path):
     else:
         assert ("synthetic", "eflomal", label) in rows
         assert not (work / "guided-eflomal-seed2").exists()
-    assert "| synthetic | nmt-cli plain attention |" in done.stdout
+    assert "| synthetic | nmt-cli plain attention |" in stdout
     assert any("training steps: synthetic 12; 1 thread(s) per step; this run trains, aligns and translates on "
                "device cpu" in note for note in report["notes"])
     assert report["variant"] == "12 training steps"  # not --quick's 10: a section of its own in BENCHMARKS.md
