@@ -140,7 +140,8 @@ def check_quick_report(tmp_path: Path, report: dict, stdout: str) -> None:
                "device cpu" in note for note in report["notes"])
     assert report["variant"] == "12 training steps"  # not --quick's 10: a section of its own in BENCHMARKS.md
     trained = next(note for note in report["notes"] if note.startswith("where each model trained"))
-    assert "cpu x 1: synthetic/bootstrap/forward/run, synthetic/bootstrap/reverse/run" in trained
+    assert ("cpu x 1: synthetic/bootstrap/forward/run, synthetic/bootstrap-seed2/forward/run, "
+            "synthetic/bootstrap/reverse/run, synthetic/bootstrap-seed2/reverse/run") in trained
     assert "max_steps: 12" in (work / "bootstrap" / "reverse" / "run" / "config.yaml").read_text(encoding="utf-8")
 
 
