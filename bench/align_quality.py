@@ -1,17 +1,29 @@
 """Word alignment quality: eflomal and nmt-cli's aligners, trained on the same text, scored on gold.
 
-Every system of a corpus sees the same sentences: the training pairs with the test pairs
-appended (without their gold links; word alignment is unsupervised and usually run on the
+Every system of a corpus sees the same sentences: the training pairs with the blind, dev and
+test pairs appended (without any links; word alignment is unsupervised and usually run on the
 text it aligns). Scores: AER, precision and recall (Och & Ney 2003) by
 :func:`nmt_cli.alignment.score_files`.
+
+The protocol: every choice the bench makes (a tuned reading, a symmetrization and its
+threshold, eflomal's best symmetrized reading, the best reading without an external aligner)
+is made on the dev pairs (de-en: gold pairs 1-25); every row is scored on the test pairs
+(de-en: gold pairs 26-50), which no choice looks at. The bootstrap's and the guided models are
+trained with ``train.seed`` 1..``--seeds`` (mean AER and range), eflomal runs
+``--eflomal-runs`` times (median and range), and under the table a paired bootstrap interval
+(:mod:`alignment_bench.intervals`) of AER(the best reading without an external aligner) -
+AER(eflomal's best) over the test sentences says what the margin allows one to claim.
+``bench/align_dev_sweep.py`` re-makes nmt-cli's alignment defaults on the dev pairs alone.
 
 Corpora:
 
 * ``synthetic``: the built-in German-English grammar, whose generator emits the gold
   alignment of every pair (non-monotonic: verb-final subordinate clauses);
-* ``multi30k``: the 50 Europarl pairs with gold links in ``gold-align/de-en`` of the data
-  folder (``--data``, default ``../shared/data``; lowercased, tokenised) after Multi30k
-  train, lowercased and tokenised by splitting off punctuation like the gold set;
+* ``multi30k``: Multi30k train, lowercased and tokenised by splitting off punctuation like the
+  gold set, then the 50 Europarl pairs of ``gold-align/de-en-blind`` (no gold links: each
+  headline system's links of them go to ``bench/results/align_blind/<system>.align``) and
+  the 50 with gold links in ``gold-align/de-en`` (dev: 1-25, test: 26-50) of the data folder
+  (``--data``, default ``../shared/data``; lowercased, tokenised);
 * ``multi30k+tatoeba``: the same with Tatoeba's 165k training pairs (tokenised alike)
   added, to show what more text does.
 
@@ -38,14 +50,13 @@ Systems, each row naming how it reads its alignments:
 
 Headline rows use the defaults a user gets without gold links (both directions: ``nmt
 align``'s default for the models, the average of their weights for guided models with a
-null, grow-diag-final for the others; the row names the one used). "tuned" rows pick a reading
+null, grow-diag-final-and for the others; the row names the one used). "tuned" rows pick a reading
 (layer, heads, shift, hard-link rule; both directions and eflomal: the symmetrization, ours
-also the average of the two directions' weights at a threshold) on tuning pairs with
-gold (de-en: the first 25 gold pairs; synthetic: a separate development set) and score it
-on others (de-en: the last 25). Time: eflomal's whole run; ours adds up data preparation,
-training (from the run's own clock, so a reused model keeps its cost) and alignment of
-every stage behind a row. BLEU: greedy translations of Multi30k test2016 (tokenised like
-the training text), for the de-en models.
+also the average of the two directions' weights at a threshold) on the dev pairs (seed 1's
+models) and score it on the test pairs (every seed). Time: eflomal's whole run; ours adds up
+data preparation, training (from the run's own clock, so a reused model keeps its cost) and
+alignment of every stage behind a row. BLEU: greedy translations of Multi30k test2016
+(tokenised like the training text), for the de-en models (seed 1).
 
 Models are cached under ``--work``; ``--reuse-models`` keeps runs with the same settings
 instead of training them again (a changed setting still retrains; a kept run that stopped
@@ -56,8 +67,8 @@ sets every model's training steps (the default 2,000 are about 4 epochs of Multi
 short of what the guided and bootstrap models keep gaining from; another number is a variant
 of the report, with a section of its own in BENCHMARKS.md); ``--device cuda`` trains,
 aligns and translates on a GPU (the times are then the GPU's, as the notes say); ``--seeds N``
-trains N guided models per direction (``train.seed`` 1..N) and adds a row aligning with all
-of them as one ensemble.
+trains the bootstrap and the guided models N times (``train.seed`` 1..N) and adds a row
+aligning with the N guided pairs as one ensemble.
 
 The parts live in the package ``bench/alignment_bench`` (its docstring lists them); this
 script reads the options and puts the report together.
@@ -66,15 +77,23 @@ script reads the options and puts the report together.
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from dataclasses import replace
 
 from alignment_bench.corpora import CORPORA, corpora, corpus_names
 from alignment_bench.settings import FULL, QUICK, Settings
 from alignment_bench.systems import NMT_SYSTEMS, system_names
-from alignment_bench.table import COLUMNS, eflomal_rows, machine_note, method_notes, nmt_rows
+from alignment_bench.table import (COLUMNS, BlindLinks, eflomal_rows, headline_interval, machine_note, method_notes,
+                                   nmt_rows)
 from alignment_bench.training import training_devices
-from common import SHARED_DATA, Report, absolute_path, bench_arguments, repeats_of
+from common import BENCH_DIR, REPO, SHARED_DATA, Report, absolute_path, bench_arguments, measured_at
+
+from nmt_cli.bootstrap import DEFAULT_ROUNDS
+
+#: where a full run writes its headline systems' links of the blind pairs (committed)
+BLIND_RESULTS = BENCH_DIR / "results" / "align_blind"
+EFLOMAL_RUNS = 15
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,19 +115,31 @@ def main(argv: list[str] | None = None) -> int:
                         help="training steps of every nmt-cli model, for every corpus (default: the scale's, "
                              "2,000 each; 2,000 steps are about 4 epochs of multi30k+tatoeba)")
     parser.add_argument("--seeds", type=int, default=1, metavar="N",
-                        help="guided models per direction, each with its own train.seed; N > 1 adds a row aligning "
-                             "with all of them as an ensemble (nmt align's repeated --checkpoint) (default 1)")
+                        help="train the bootstrap's and the guided models N times each (train.seed 1..N): their "
+                             "rows give the mean AER and range; N > 1 adds a row aligning with the N guided "
+                             "pairs as one ensemble (default 1)")
+    parser.add_argument("--eflomal-runs", type=int, default=None, metavar="N",
+                        help=f"eflomal runs per corpus (it takes no seed): median and range (default {EFLOMAL_RUNS}; "
+                             "--repeats when given; 2 with --quick)")
+    parser.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS, metavar="N",
+                        help=f"nmt align bootstrap --rounds (default {DEFAULT_ROUNDS})")
+    parser.add_argument("--blind-out", type=absolute_path, default=None, metavar="DIR",
+                        help="where the headline systems' links of the last corpus's blind pairs go "
+                             f"(default: {BLIND_RESULTS.relative_to(REPO)}; --quick: align_blind in the work folder)")
     args = parser.parse_args(argv)
-    if args.seeds < 1:
-        parser.error(f"--seeds must be at least 1, got {args.seeds}")
+    for option in ("seeds", "eflomal_runs", "rounds"):
+        value = getattr(args, option)
+        if value is not None and value < 1:
+            parser.error(f"--{option.replace('_', '-')} must be at least 1, got {value}")
     default_scale = scale = QUICK if args.quick else FULL
     if args.steps is not None:
         if args.steps < 1:
             parser.error(f"--steps must be at least 1, got {args.steps}")
         scale = replace(scale, steps={name: args.steps for name in scale.steps})
+    eflomal_runs = args.eflomal_runs or args.repeats or (2 if args.quick else EFLOMAL_RUNS)
     work = (args.work / "align_quality" / ("quick" if args.quick else "full")).resolve()
-    settings = Settings(work, scale, args.threads, args.reuse_models, repeats_of(args), system_names(args.systems),
-                        args.device, args.seeds, args.data)
+    settings = Settings(work, scale, args.threads, args.reuse_models, eflomal_runs, system_names(args.systems),
+                        args.device, args.seeds, args.data, args.rounds)
     report = Report(script="align_quality", columns=COLUMNS, quick=args.quick,
                     title="Word alignment: eflomal and nmt-cli's aligners (AER, lower is better)",
                     variant="" if scale == default_scale else f"{args.steps:,} training steps")
@@ -119,9 +150,18 @@ def main(argv: list[str] | None = None) -> int:
     found, skipped = corpora(names, args.quick, settings)
     report.notes += skipped
     runs = []
+    blind = None
+    if found:
+        folder = args.blind_out or (work / "align_blind" if args.quick else BLIND_RESULTS)
+        blind = BlindLinks(folder, found[-1])
     for corpus in found:
-        guide, eflomal_seconds, best = eflomal_rows(report, corpus, settings)
-        runs += nmt_rows(report, corpus, settings, guide, eflomal_seconds, best)
+        corpus_blind = blind if corpus is found[-1] else None
+        eflomal = eflomal_rows(report, corpus, settings, corpus_blind)
+        corpus_runs, candidates = nmt_rows(report, corpus, settings, eflomal, corpus_blind)
+        runs += corpus_runs
+        interval = headline_interval(corpus, eflomal, candidates)
+        if interval:
+            report.notes.append(interval)
     report.notes += method_notes(settings)
     if runs:
         report.notes.append("where each model trained (the sessions its train.log names; a model kept by "
@@ -133,6 +173,11 @@ def main(argv: list[str] | None = None) -> int:
     if systems_left_out:
         report.notes.append(f"nmt-cli systems left out of this run (--systems): {', '.join(systems_left_out)}")
     report.notes.append(machine_note(load_before))
+    if blind is not None and blind.written:
+        command = shlex.join(["python", "bench/align_quality.py", *(sys.argv[1:] if argv is None else argv)])
+        blind.finish(settings, command, measured_at())
+        report.notes.append(f"{blind.corpus.name}: the headline systems' links of the {blind.corpus.blind.size} blind "
+                            f"pairs are in {blind.folder} ({', '.join(sorted(blind.written))}; README.md says how)")
     report.emit(args.json)
     return 0
 

@@ -14,32 +14,49 @@ sys.path.insert(0, str(REPO / "bench"))
 from peers.install import availability  # noqa: E402
 
 
+def _aer(cell: str) -> float:
+    """The AER of a cell, ``0.1234`` or ``0.1234 [0.1200, 0.1300]`` (mean or median and the range)."""
+    return float(cell.split(" ")[0])
+
+
 @pytest.mark.slow
 def test_quick_bench_prints_a_row_per_system(tmp_path):
     report_path = tmp_path / "report.json"
     done = subprocess.run(
         [sys.executable, str(REPO / "bench" / "align_quality.py"), "--quick", "--work", str(tmp_path),
-         "--json", str(report_path), "--threads", "1", "--steps", "12", "--device", "cpu", "--seeds", "2"],
+         "--json", str(report_path), "--threads", "1", "--steps", "12", "--device", "cpu", "--seeds", "2",
+         "--eflomal-runs", "2"],
         capture_output=True, text=True, timeout=900,  # about 300 s on 2 idle cores of an AVX2-only CPU
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    report = json.loads(report_path.read_text(encoding="utf-8"))
+    check_quick_report(tmp_path, json.loads(report_path.read_text(encoding="utf-8")), done.stdout)
+
+
+def check_quick_report(tmp_path: Path, report: dict, stdout: str) -> None:
+    """What the quick bench (``--quick --work tmp_path --threads 1 --steps 12 --seeds 2
+    --eflomal-runs 2``) must have written and reported; apart so that a run made by hand can be checked."""
     rows = {(row[0], row[1], row[2]): dict(zip(report["columns"], row)) for row in report["rows"]}
+    # the protocol: every row is scored on the test pairs; tuned ones name the dev pairs they were picked on
+    assert {row["pairs"] for row in rows.values()} <= {"test 1-30", "test 1-30 (picked on dev 1-30)"}
+    assert all(row["pairs"] == "test 1-30 (picked on dev 1-30)" for (_, _, setting), row in rows.items()
+               if setting.startswith("tuned: "))
     ours = rows[("synthetic", "nmt-cli plain attention", "default reading (last layer, heads averaged)")]
-    assert 0.0 <= float(ours["AER"]) <= 1.0 and float(ours["time s"]) > 0
+    assert 0.0 <= _aer(ours["AER"]) <= 1.0 and float(ours["time s"]) > 0 and ours["runs"] == "2 seeds"
+    low, high = (float(value) for value in ours["AER"].split("[")[1].rstrip("]").split(", "))
+    assert low <= _aer(ours["AER"]) <= high  # the mean over the seeds and their range
     on_unaligned, wrong = map(int, ours["wrong links on unaligned words"].split(" ")[0].split("/"))
     assert 0 <= on_unaligned <= wrong
     both = rows[("synthetic", "nmt-cli plain attention", "both directions, grow-diag-final-and (nmt align's defaults)")]
-    assert 0.0 <= float(both["AER"]) <= 1.0
+    assert 0.0 <= _aer(both["AER"]) <= 1.0
     agreed = rows[("synthetic", "nmt-cli plain attention",
                    "both directions with --agree-heads, grow-diag-final-and (nmt align's default symmetrization)")]
-    assert 0.0 <= float(agreed["AER"]) <= 1.0 and agreed["BLEU test2016 (greedy)"] == "-"
+    assert 0.0 <= _aer(agreed["AER"]) <= 1.0 and agreed["BLEU test2016 (greedy)"] == "-"
     assert any(setting.startswith("tuned: both directions with --agree-heads, --symmetrize ")
                for (_, _, setting) in rows)
     booted = "nmt-cli bootstrap (no external aligner)"
     for round_number in (1, 2):
         alone = rows[("synthetic", booted, f"round {round_number}: default reading (supervised head)")]
-        assert 0.0 <= float(alone["AER"]) <= 1.0 and float(alone["time s"]) > 0
+        assert 0.0 <= _aer(alone["AER"]) <= 1.0 and float(alone["time s"]) > 0
         # each round's tuned row is its own (the two readings may well be the same options)
         assert any(setting.startswith(f"tuned: round {round_number}: --layer ") for (_, _, setting) in rows)
     first_pair = rows[("synthetic", booted, "round 1: both directions, average > 0.4 (default readings)")]
@@ -48,71 +65,83 @@ def test_quick_bench_prints_a_row_per_system(tmp_path):
     # times add up each row's own stages plus its alignment, whose few seconds vary more than a tiny
     # model's training: rows are not compared by time here, only checked to be counted
     assert float(booted_pair["time s"]) > 0 and booted_pair["BLEU test2016 (greedy)"] == "-"
-    assert 0.0 <= float(first_pair["AER"]) <= 1.0
+    assert 0.0 <= _aer(first_pair["AER"]) <= 1.0 and booted_pair["runs"] == "2 seeds"
     assert any(system == booted and setting.startswith("tuned: round 2: both directions, --symmetrize ")
                for (_, system, setting) in rows)
     masked = rows[("synthetic", "nmt-cli Mask-Align (no external aligner)",
                    "both directions, grow-diag-final-and (nmt align's defaults)")]
-    assert 0.0 <= float(masked["AER"]) <= 1.0 and masked["BLEU test2016 (greedy)"] == "-"
+    assert 0.0 <= _aer(masked["AER"]) <= 1.0 and masked["BLEU test2016 (greedy)"] == "-" and masked["runs"] == "1 seed"
     assert (tmp_path / "align_quality" / "quick" / "synthetic" / "mask-align-reverse" / "run").is_dir()
     symmetrized = [row for (corpus, system, setting), row in rows.items()
                    if setting.startswith("tuned: both directions, --symmetrize ")]
     assert {row["system"] for row in symmetrized} >= {"nmt-cli plain attention",
                                                       "nmt-cli Mask-Align (no external aligner)"}
     heuristics = ("intersection", "grow-diag", "grow-diag-final", "grow-diag-final-and")
-    for (corpus, system, setting), row in rows.items():
+    for _, _, setting in rows:
         if "both directions, --symmetrize " in setting:
             picked = setting.split("both directions, --symmetrize ")[1].split(" (picked")[0]
             assert picked in heuristics or picked == "average --average-threshold 0.4", setting
-    tried = [json.loads(path.read_text(encoding="utf-8")) for path in sorted(
-        (tmp_path / "align_quality" / "quick" / "synthetic" / "scores").glob("*/symmetrize-*/settings.json"))]
+    work = tmp_path / "align_quality" / "quick" / "synthetic"
+    tried = [json.loads(path.read_text(encoding="utf-8"))
+             for path in sorted((work / "scores").glob("*/tuning/symmetrize-*/settings.json"))]
     averaged = [settings for settings in tried if settings["symmetrization"] == "average"]
     # every both-directions system tries the four heuristics and the average at the default threshold
     assert len(tried) == 5 * len(averaged) and averaged
     assert all(settings["average_threshold"] == 0.4 for settings in averaged)
-    tuned = [row for (corpus, system, setting), row in rows.items() if setting.startswith("tuned: --layer")]
-    assert tuned and all(row["pairs"] == "test 1-30" for row in tuned)
-    work = tmp_path / "align_quality" / "quick" / "synthetic"
-    stages = json.loads((work / "bootstrap" / "bootstrap.json").read_text(encoding="utf-8"))["stages"]
-    assert list(stages) == ["forward", "reverse", "links", "guided", "guided-reverse", "links-2", "guided-2",
-                            "guided-reverse-2"]
+    for seed_folder in ("bootstrap", "bootstrap-seed2"):
+        stages = json.loads((work / seed_folder / "bootstrap.json").read_text(encoding="utf-8"))["stages"]
+        assert list(stages) == ["forward", "reverse", "links", "guided", "guided-reverse", "links-2", "guided-2",
+                                "guided-reverse-2"]
+    assert "\n  seed: 2\n" in (work / "bootstrap-seed2" / "reverse" / "run" / "config.yaml").read_text(encoding="utf-8")
     assert "max_steps: 2\n" in (work / "bootstrap" / "guided-2" / "run" / "config.yaml").read_text(encoding="utf-8")
     assert (work / "bootstrap" / "reverse" / "run").is_dir() and (work / "bootstrap" / "links" / "train.align").is_file()
+    interval = next(note for note in report["notes"]
+                    if note.startswith("synthetic: the reading without an external aligner with the lowest AER on dev"))
+    assert "95% interval of AER(ours) - AER(eflomal): [" in interval or not availability("eflomal")[0]
+    blind = tmp_path / "align_quality" / "quick" / "align_blind"
+    headline = ["plain-attention", "bootstrap"] + (["eflomal", "guided-eflomal"] if availability("eflomal")[0] else [])
+    for name in headline:
+        lines = (blind / f"{name}.align").read_text(encoding="utf-8").splitlines()
+        assert len(lines) == 30 and all(all("-" in link for link in line.split()) for line in lines)
+    readme = (blind / "README.md").read_text(encoding="utf-8")
+    assert "12 training steps" in readme and "saw the blind sentences in" in readme and "--seeds 2" in readme
     usable, label = availability("eflomal")
     if usable:
         for reading in ("forward", "reverse", "grow-diag-final"):
-            assert 0.0 <= float(rows[("synthetic", label, reading)]["AER"]) <= 1.0
+            assert 0.0 <= _aer(rows[("synthetic", label, reading)]["AER"]) <= 1.0
+            assert rows[("synthetic", label, reading)]["runs"] == "2 runs"
+        assert any(setting.startswith("best symmetrized: ") and setting.endswith(" (picked on dev 1-30)")
+                   for (_, system, setting) in rows if system == label)
         guided = rows[("synthetic", "nmt-cli guided by eflomal", "default reading (supervised head)")]
         assert guided["AER / eflomal's best symmetrized"].endswith("x")
         both_guided = rows[("synthetic", "nmt-cli guided by eflomal",
                             "both directions, average > 0.4 (nmt align's defaults)")]
-        assert 0.0 <= float(both_guided["AER"]) <= 1.0 and float(both_guided["time s"]) > 0
+        assert 0.0 <= _aer(both_guided["AER"]) <= 1.0 and float(both_guided["time s"]) > 0
         assert (work / "eflomal-links" / "train.align").is_file()
         assert (work / "guided-eflomal-reverse" / "run").is_dir()
         ensemble = rows[("synthetic", "nmt-cli guided by eflomal",
                          "ensemble of 2 seeds per direction, both directions, average > 0.4 (nmt align's defaults)")]
-        assert 0.0 <= float(ensemble["AER"]) <= 1.0 and float(ensemble["time s"]) > 0
-        assert "train.seed 1-2" in " ".join(report["notes"])
+        assert 0.0 <= _aer(ensemble["AER"]) <= 1.0 and ensemble["runs"] == "ensemble of 2 seeds"
         spread = next(note for note in report["notes"] if note.startswith("synthetic: eflomal's AER"))
-        forward_aer = rows[("synthetic", label, "forward")]["AER"]
-        assert f"over its 1 run(s), lowest-highest: forward {forward_aer}-{forward_aer}, " in spread
+        assert "over its 2 run(s), lowest-highest: forward dev 1-30 " in spread
         assert any(setting.startswith("tuned: ensemble of 2 seeds per direction, both directions, --symmetrize ")
                    for (_, _, setting) in rows)
         seed2 = work / "guided-eflomal-reverse-seed2" / "run" / "config.yaml"
         assert "\n  seed: 2\n" in seed2.read_text(encoding="utf-8")
         aligned = [json.loads(path.read_text(encoding="utf-8")) for path in sorted(
-            (work / "scores").glob("*/default/settings.json"))]
+            (work / "scores").glob("*/default/seed*/settings.json"))]
         members = [(len(s.get("ensemble", [])), len(s.get("reverse_ensemble", []))) for s in aligned]
         assert members.count((2, 2)) == 1  # the ensemble row's models, both directions
     else:
         assert ("synthetic", "eflomal", label) in rows
         assert not (work / "guided-eflomal-seed2").exists()
-    assert "| synthetic | nmt-cli plain attention |" in done.stdout
+    assert "| synthetic | nmt-cli plain attention |" in stdout
     assert any("training steps: synthetic 12; 1 thread(s) per step; this run trains, aligns and translates on "
                "device cpu" in note for note in report["notes"])
     assert report["variant"] == "12 training steps"  # not --quick's 10: a section of its own in BENCHMARKS.md
     trained = next(note for note in report["notes"] if note.startswith("where each model trained"))
-    assert "cpu x 1: synthetic/bootstrap/forward/run, synthetic/bootstrap/reverse/run" in trained
+    assert ("cpu x 1: synthetic/bootstrap/forward/run, synthetic/bootstrap-seed2/forward/run, "
+            "synthetic/bootstrap/reverse/run, synthetic/bootstrap-seed2/reverse/run") in trained
     assert "max_steps: 12" in (work / "bootstrap" / "reverse" / "run" / "config.yaml").read_text(encoding="utf-8")
 
 
@@ -144,17 +173,245 @@ def test_systems_are_checked_names():
         system_names("guided,plain")
 
 
+def _pair_sets(tmp_path: Path, dev_gold: list[str], test_gold: list[str]):
+    """A corpus of blind, dev and test pairs written under ``tmp_path`` (sentences of 3 words each)."""
+    from alignment_bench.corpora import BenchCorpus, PairSet
+
+    sets = {}
+    start = 0
+    for name, gold in (("blind", None), ("dev", dev_gold), ("test", test_gold)):
+        size = len(gold) if gold is not None else 2
+        (tmp_path / f"{name}.de").write_text("a b c\n" * size, encoding="utf-8")
+        (tmp_path / f"{name}.en").write_text("x y z\n" * size, encoding="utf-8")
+        if gold is not None:
+            (tmp_path / f"{name}.gold").write_text("".join(line + "\n" for line in gold), encoding="utf-8")
+        sets[name] = PairSet(tmp_path / f"{name}.de", tmp_path / f"{name}.en",
+                             tmp_path / f"{name}.gold" if gold is not None else None, f"{name} pairs", start, size)
+        start += size
+    return BenchCorpus("multi30k", tmp_path, sets["dev"], sets["test"], sets["blind"], "test pairs")
+
+
 def test_the_eflomal_note_gives_each_readings_lowest_and_highest_aer_over_its_runs(tmp_path):
-    from alignment_bench.corpora import BenchCorpus, GoldSet
     from alignment_bench.eflomal import EflomalReading
     from alignment_bench.table import eflomal_spread
 
-    test = GoldSet(tmp_path / "t.de", tmp_path / "t.en", tmp_path / "t.gold", "1-50")
-    corpus = BenchCorpus("multi30k", tmp_path, test, test, test, None)
-    results = {"forward": EflomalReading([], 18.0, [0.2, 0.19, 0.21]),
-               "intersection": EflomalReading([], 18.0, [0.1874, 0.1967, 0.1803])}
-    assert eflomal_spread(corpus, results) == ("multi30k: eflomal's AER on pairs 1-50 over its 3 run(s), "
-                                                "lowest-highest: forward 0.1900-0.2100, intersection 0.1803-0.1967")
+    corpus = _pair_sets(tmp_path, ["0-0 1-1 2-2"], ["0-0 1-1 2-2"])
+    blind = [set(), set()]
+    perfect, half = {(0, 0), (1, 1), (2, 2)}, {(0, 0)}
+    results = {"forward": EflomalReading([blind + [perfect, half], blind + [half, perfect]], [18.0, 18.0]),
+               "intersection": EflomalReading([blind + [perfect, perfect]] * 3, [18.0] * 3)}
+    assert eflomal_spread(corpus, results) == (
+        "multi30k: eflomal's AER over its 2 run(s), lowest-highest: forward dev pairs 0.0000-0.5000, "
+        "test pairs 0.0000-0.5000; intersection dev pairs 0.0000-0.0000, test pairs 0.0000-0.0000")
+
+
+def test_eflomals_best_symmetrization_is_picked_on_the_dev_pairs(tmp_path):
+    """intersection is best on the test pairs, grow-diag-final on the dev pairs: dev decides."""
+    from alignment_bench.eflomal import EflomalReading
+    from alignment_bench.table import best_symmetrized
+
+    corpus = _pair_sets(tmp_path, ["0-0 1-1 2-2"], ["0-0 1-1 2-2"])
+    blind = [set(), set()]
+    perfect, half = {(0, 0), (1, 1), (2, 2)}, {(0, 0)}
+    results = {"intersection": EflomalReading([blind + [half, perfect]] * 3, [1.0] * 3),
+               "grow-diag-final": EflomalReading([blind + [perfect, half]] * 3, [1.0] * 3),
+               "grow-diag-final-and": EflomalReading([blind + [half, half]] * 3, [1.0] * 3)}
+    assert best_symmetrized(results, corpus.dev) == "grow-diag-final"
+    assert best_symmetrized(results, corpus.test) == "intersection"
+    # the median run on dev (AER 0.5, 0 and 0.2), and the counts summed over the runs
+    runs = EflomalReading([blind + [half, perfect], blind + [perfect, half], blind + [{(0, 0), (1, 1)}, half]], [1.0] * 3)
+    assert runs.median_run(corpus.dev) == 2
+    assert results["intersection"].counts(corpus.test).tolist() == [[9, 9, 9, 9]]
+
+
+def test_sentence_counts_add_up_to_the_corpus_score():
+    from alignment_bench.intervals import aer_of, sentence_counts
+
+    from nmt_cli.alignment import score_alignments
+    from nmt_cli.pharaoh import parse_links
+
+    gold = [parse_links("0-0 1p1 2-2"), parse_links("0-1 1-0 5-5")]  # 5-5 is out of range
+    links = [{(0, 0), (1, 1), (2, 1)}, {(0, 1)}]
+    lengths = [(3, 3), (2, 2)]
+    counts = sentence_counts(gold, links, lengths)
+    whole = score_alignments(gold, links, lengths)
+    assert counts.sum(axis=0).tolist() == [whole.predicted, whole.sure, whole.predicted_sure, whole.predicted_possible]
+    assert aer_of(counts) == pytest.approx(whole.aer)
+
+
+def test_the_bootstrap_interval_of_identical_systems_is_around_zero():
+    import numpy as np
+
+    from alignment_bench.intervals import paired_bootstrap
+
+    rng = np.random.default_rng(0)
+    predicted = rng.integers(5, 20, size=25)
+    sure = rng.integers(5, 20, size=25)
+    right = np.minimum(predicted, sure) // 2
+    counts = np.stack([predicted, sure, right, right], axis=1)
+    interval = paired_bootstrap(counts, counts.copy())
+    assert interval.difference == 0.0 and interval.low == 0.0 and interval.high == 0.0
+    assert "it includes 0: on these pairs neither can be said to align better" in interval.claim("ours", "eflomal")
+    # two systems better on different sentences, equal overall: an interval on both sides of 0
+    other = counts.copy()
+    other[:12, 2:] += 2
+    counts[12:24, 2:] += 2
+    interval = paired_bootstrap(counts, other)
+    assert interval.low < 0 < interval.high and interval.level == 0.95 and interval.samples == 10_000
+
+
+def test_the_bootstrap_interval_of_a_dominated_system_excludes_zero():
+    import numpy as np
+
+    from alignment_bench.intervals import aer_of, paired_bootstrap
+
+    better = np.array([[10, 10, 9, 9]] * 25)
+    worse = np.array([[10, 10, 6, 7]] * 20 + [[10, 10, 9, 9]] * 5)
+    interval = paired_bootstrap(worse, better)
+    assert interval.difference == pytest.approx(aer_of(worse) - aer_of(better)) and interval.low > 0
+    assert interval.claim("ours", "eflomal").endswith("it excludes 0: eflomal aligns these pairs better than ours")
+    assert paired_bootstrap(better, worse).claim("ours", "eflomal").endswith(
+        "it excludes 0: ours aligns these pairs better than eflomal")
+    again = paired_bootstrap(worse, better)
+    assert (again.low, again.high) == (interval.low, interval.high)  # a fixed seed: the same interval every run
+    with pytest.raises(ValueError, match="differ in shape"):
+        paired_bootstrap(worse[:24], better)
+
+
+class _Recorder:
+    """Stands in for the bench's aligning and tuning: records which pairs each step was handed."""
+
+    def __init__(self):
+        self.scored, self.tuned = [], []
+
+    def aligned(self, system, pairs, *args, **kwargs):
+        import numpy as np
+
+        from alignment_bench.scoring import Aligned
+
+        from nmt_cli.alignment import score_alignments
+        from nmt_cli.pharaoh import parse_links
+
+        self.scored.append(pairs.label)
+        score = score_alignments([parse_links("0-0")], [{(0, 0)}])
+        return Aligned(score, np.array([[1, 1, 1, 1]] * pairs.size), 1.0)
+
+
+def _fake_row(tmp_path: Path, name: str, setting: str, reverse: bool, seeds: int = 2, stage: str = ""):
+    from alignment_bench.systems import NmtSystem
+
+    return [NmtSystem(name, setting, tmp_path / f"run{seed}", 1.0, reverse=tmp_path / "rev" if reverse else None,
+                      translates=False, stage=stage) for seed in range(1, seeds + 1)]
+
+
+def test_every_tuned_choice_of_the_bench_reads_the_dev_pairs_only(tmp_path, monkeypatch):
+    from alignment_bench import table
+    from alignment_bench.settings import QUICK, Settings
+    from common import Report
+
+    corpus = _pair_sets(tmp_path, ["0-0"] * 3, ["0-0"] * 4)
+    recorder = _Recorder()
+    rows = [_fake_row(tmp_path, "nmt-cli plain attention", "default reading", False),
+            _fake_row(tmp_path, "nmt-cli bootstrap (no external aligner)", "both directions", True)]
+
+    def tuned_reading(system, pairs, out, settings):
+        recorder.tuned.append(pairs.label)
+        return ("--layer", "0"), 0.5, 1.0
+
+    def tuned_symmetrization(system, pairs, out, settings):
+        recorder.tuned.append(pairs.label)
+        return "intersection", (), 0.25, 1.0
+
+    monkeypatch.setattr(table, "nmt_systems", lambda *args: rows)
+    monkeypatch.setattr(table, "align_and_score", recorder.aligned)
+    monkeypatch.setattr(table, "tuned_reading", tuned_reading)
+    monkeypatch.setattr(table, "tuned_symmetrization", tuned_symmetrization)
+    monkeypatch.setattr(table, "_combined", lambda out: "intersection")
+    settings = Settings(tmp_path, QUICK, threads=1, reuse=False, eflomal_runs=1, systems=(), seeds=2)
+    report = Report("align_quality", "t", table.COLUMNS)
+    _, candidates = table.nmt_rows(report, corpus, settings, table.EflomalResult(None, 0.0), None)
+    assert recorder.tuned == ["dev pairs", "dev pairs"]  # each tuner is handed the dev pairs alone
+    # every row's figures are the test pairs' (both seeds, default and tuned); the dev ones go to the choice
+    assert recorder.scored.count("test pairs") == 2 * 2 * 2 and set(recorder.scored) == {"test pairs", "dev pairs"}
+    assert [row[3] for row in report.rows] == ["test pairs", "test pairs (picked on dev pairs)"] * 2
+    assert [row[4] for row in report.rows] == ["2 seeds"] * 4
+    assert [candidate.dev_aer for candidate in candidates] == [0.0, 0.5, 0.0, 0.25]
+
+
+def test_the_headline_reading_is_the_one_best_on_dev_not_on_test(tmp_path):
+    import numpy as np
+
+    from alignment_bench.table import Candidate, EflomalResult, Scored, headline_interval
+
+    from nmt_cli.alignment import score_alignments
+    from nmt_cli.pharaoh import parse_links
+
+    corpus = _pair_sets(tmp_path, ["0-0"], ["0-0"] * 3)
+    gold = [parse_links("0-0")]
+
+    def scored(right: int) -> Scored:
+        counts = np.array([[1, 1, right, right]] * 3)
+        return Scored([score_alignments(gold * 3, [{(0, 0)} if right else {(1, 1)}] * 3)], counts, "mean")
+
+    eflomal = EflomalResult(None, 1.0, "intersection", scored(1))
+    on_dev = Candidate("nmt-cli bootstrap (no external aligner)", "round 2: both directions", 0.1, scored(0))
+    on_test = Candidate("nmt-cli plain attention", "tuned: --layer 0", 0.3, scored(1))
+    note = headline_interval(corpus, eflomal, [on_test, on_dev])
+    assert "is nmt-cli bootstrap (no external aligner), round 2: both directions (0.1000 there)" in note
+    assert "its AER is 1.0000 against eflomal intersection's 0.0000" in note
+    assert "it excludes 0: eflomal aligns these pairs better than ours" in note
+
+
+def test_the_dev_sweep_reads_the_dev_pairs_only(tmp_path, monkeypatch):
+    import align_dev_sweep
+    from alignment_bench.settings import QUICK, Settings
+    from common import Report
+
+    corpus = _pair_sets(tmp_path, ["0-0"] * 3, ["0-0"] * 4)
+    recorder = _Recorder()
+    plain = [_fake_row(tmp_path, "plain", "both directions", True),
+             _fake_row(tmp_path, "plain", "both directions with --agree-heads", True)]
+    booted = [_fake_row(tmp_path, "boot", "both directions", True, stage=f"round {number}") for number in (1, 2)]
+    guided = [_fake_row(tmp_path, "guided", "default reading (supervised head)", False),
+              _fake_row(tmp_path, "guided", "both directions", True)]
+    monkeypatch.setattr(align_dev_sweep, "bootstrap_systems", lambda corpus, settings: (plain, booted))
+    monkeypatch.setattr(align_dev_sweep, "guided_systems", lambda *args, **kwargs: guided)
+    monkeypatch.setattr(align_dev_sweep, "guide_links", lambda corpus, settings: tmp_path)
+    monkeypatch.setattr(align_dev_sweep, "align_and_score", recorder.aligned)
+    settings = Settings(tmp_path, QUICK, threads=1, reuse=True, eflomal_runs=1, systems=(), seeds=2)
+    report = Report("align_dev_sweep", "t", align_dev_sweep.COLUMNS)
+    align_dev_sweep.sweep(report, corpus, settings)
+    assert set(recorder.scored) == {"dev pairs"}
+    choices = [row[1] for row in report.rows]
+    # two plain readings x 5 candidates, two guided pairs x 11, two rounds, shift true/false x 2 readings
+    assert len(choices) == 2 * 5 + 2 * 11 + 2 + 2 * 2
+    assert sum(row[7] == "yes" for row in report.rows) == 2 + 2 + 1 + 2  # each table marks its default
+    assert all(": keep " in note for note in report.notes), report.notes  # all tie: keep every default
+
+
+def test_a_verdict_changes_a_default_only_where_the_dev_interval_excludes_zero():
+    import numpy as np
+
+    from align_dev_sweep import verdict
+    from alignment_bench.scoring import Aligned
+
+    from nmt_cli.alignment import score_alignments
+    from nmt_cli.pharaoh import parse_links
+
+    def aligned(right: int, sentences: int = 25) -> list[Aligned]:
+        gold = [parse_links("0-0 1-1")] * sentences
+        links = [{(0, 0), (1, 1)} if right == 2 else {(0, 0), (1, 0)}] * sentences
+        return [Aligned(score_alignments(gold, links), np.array([[2, 2, right, right]] * sentences), 1.0)]
+
+    assert verdict("x", {"a": aligned(1), "b": aligned(2)}, "a").endswith(
+        "dev supports changing the default to b")
+    assert verdict("x", {"a": aligned(2), "b": aligned(1)}, "a") == "x: keep a: it has the lowest dev AER (0.0000)"
+    close = aligned(1)
+    close[0] = Aligned(close[0].score, np.array([[2, 2, 1, 1]] * 24 + [[2, 2, 2, 2]]), 1.0)
+    mixed = [Aligned(score_alignments([parse_links("0-0 1-1")] * 25, [{(0, 0), (1, 1)}] + [{(0, 0)}] * 24),
+                     np.array([[2, 2, 2, 2]] * 2 + [[2, 2, 1, 1]] * 22 + [[2, 2, 0, 0]]), 1.0)]
+    text = verdict("x", {"a": close, "b": mixed}, "a")
+    assert "includes 0" in text and text.endswith("dev does not support a change; keep a")
 
 
 def test_the_reversed_guide_swaps_every_link_of_every_line(tmp_path):
@@ -175,7 +432,7 @@ def test_reuse_keeps_models_whose_config_differs_only_in_decoding_speed(tmp_path
 
     from nmt_cli.config import Config
 
-    settings = Settings(tmp_path, QUICK, threads=1, reuse=True, repeats=1, systems=())
+    settings = Settings(tmp_path, QUICK, threads=1, reuse=True, eflomal_runs=1, systems=())
     stored = Config().with_overrides({"decode.max_tokens": 6000, "train.max_steps": 12})
     wanted = Config().with_overrides({"decode.max_tokens": 0, "train.max_steps": 12})
     path = tmp_path / "config.yaml"
@@ -184,7 +441,7 @@ def test_reuse_keeps_models_whose_config_differs_only_in_decoding_speed(tmp_path
     assert "max_tokens: 0" in path.read_text(encoding="utf-8")  # the new settings are written
     assert not models_kept(settings, path, wanted.with_overrides({"train.max_steps": 13}))
     assert not models_kept(settings, path, wanted.with_overrides({"decode.beam_size": 4}))
-    assert not models_kept(Settings(tmp_path, QUICK, 1, reuse=False, repeats=1, systems=()), path, wanted)
+    assert not models_kept(Settings(tmp_path, QUICK, 1, reuse=False, eflomal_runs=1, systems=()), path, wanted)
 
 
 def _finished_run(base: Path, steps: int, made: int) -> None:
@@ -214,7 +471,7 @@ def test_a_kept_finished_run_is_not_resumed(tmp_path, monkeypatch):
 
     commands = []
     monkeypatch.setattr(training, "run_step", lambda command, *args, **kwargs: commands.append(command[3:]))
-    settings = Settings(tmp_path, QUICK, threads=1, reuse=True, repeats=1, systems=())
+    settings = Settings(tmp_path, QUICK, threads=1, reuse=True, eflomal_runs=1, systems=())
     config = Config().with_overrides({"train.max_steps": 12})
     _finished_run(tmp_path / "done", steps=12, made=12)
     assert train_model(settings, tmp_path / "done", config) == 6.0

@@ -1,5 +1,10 @@
-"""eflomal: its forward, reverse and symmetrized links of a corpus over repeated runs, and
-the links of the whole training text that the guided models learn (:data:`GUIDE`)."""
+"""eflomal: its forward, reverse and symmetrized links of a corpus's sets over repeated runs,
+and the links of the whole training text that the guided models learn (:data:`GUIDE`).
+
+eflomal 2.0.0 takes no seed (``eflomal-align`` has no option for one; its sampler seeds
+itself from ``/dev/urandom``), so its runs differ and cannot be repeated: the bench reports
+each reading's median and range over its runs.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,10 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from alignment_bench.corpora import BenchCorpus, GoldSet, text_lines
+import numpy as np
+
+from alignment_bench.corpora import BenchCorpus, PairSet, text_lines
+from alignment_bench.intervals import sentence_counts
 from alignment_bench.settings import Settings
 from alignment_bench.steps import run_step
 from peers.install import venv_bin
@@ -24,19 +32,38 @@ GUIDE = "grow-diag-final-and"  # the eflomal links a guided model learns
 class EflomalReading:
     """One reading of eflomal's links over its runs."""
 
-    links: list  # of the test pairs, from the run with the median AER
-    seconds: float  # the median time of a run
-    aers: list[float]  # every run's AER (eflomal takes no seed, so runs differ)
+    runs: list[list]  # per run, the links of every line appended to the training text (blind, dev, test)
+    seconds: list[float]  # per run
+
+    def links(self, pairs: PairSet, run: int) -> list:
+        return self.runs[run][pairs.start:pairs.start + pairs.size]
+
+    def scores(self, pairs: PairSet) -> list[AlignmentScore]:
+        """Every run's score on ``pairs``."""
+        return [links_score(pairs, self.links(pairs, run)) for run in range(len(self.runs))]
+
+    def median_run(self, pairs: PairSet) -> int:
+        """The run whose AER on ``pairs`` is the median (the lower middle one of an even count)."""
+        aers = [score.aer for score in self.scores(pairs)]
+        return sorted(range(len(aers)), key=lambda run: aers[run])[(len(aers) - 1) // 2]
+
+    def counts(self, pairs: PairSet) -> np.ndarray:
+        """Per-sentence counts on ``pairs`` summed over every run (:mod:`alignment_bench.intervals`)."""
+        return sum(links_counts(pairs, self.links(pairs, run)) for run in range(len(self.runs)))
 
 
 def sentence_lengths(src: Path, tgt: Path) -> list[tuple[int, int]]:
     return [(len(de.split()), len(en.split())) for de, en in zip(text_lines(src), text_lines(tgt))]
 
 
-def links_score(gold: GoldSet, links: list, offset: int = 0) -> AlignmentScore:
-    """Score the links of ``gold``'s pairs, taken from ``links`` starting at ``offset``."""
-    lengths = sentence_lengths(gold.src, gold.tgt)
-    return score_alignments(read_alignments(gold.gold), links[offset:offset + len(lengths)], lengths)
+def links_score(pairs: PairSet, links: list) -> AlignmentScore:
+    """Score the links of ``pairs`` against their gold."""
+    return score_alignments(read_alignments(pairs.gold), links, sentence_lengths(pairs.src, pairs.tgt))
+
+
+def links_counts(pairs: PairSet, links: list) -> np.ndarray:
+    """Per-sentence counts of the links of ``pairs`` against their gold."""
+    return sentence_counts(read_alignments(pairs.gold), links, sentence_lengths(pairs.src, pairs.tgt))
 
 
 def _eflomal_readings(forward: Path, reverse: Path, lengths: list[tuple[int, int]]) -> dict[str, list]:
@@ -51,28 +78,49 @@ def _eflomal_readings(forward: Path, reverse: Path, lengths: list[tuple[int, int
     return readings
 
 
-def run_eflomal(corpus: BenchCorpus, settings: Settings) -> tuple[dict[str, EflomalReading], Path]:
-    """eflomal on the training text, ``repeats`` times: each reading over the runs; and the
+def _appended_lengths(corpus: BenchCorpus) -> list[tuple[int, int]]:
+    lengths = sentence_lengths(corpus.text("train", "de"), corpus.text("train", "en"))
+    return lengths[-corpus.appended:]
+
+
+def run_eflomal(corpus: BenchCorpus, settings: Settings, runs: int) -> tuple[dict[str, EflomalReading], Path]:
+    """eflomal on the training text ``runs`` times: each reading over the runs; and the
     folder with the :data:`GUIDE` links of the whole training text of the first run."""
     tool = venv_bin("eflomal", "eflomal-align")
-    test_lengths = sentence_lengths(corpus.test.src, corpus.test.tgt)
-    runs: dict[str, list[tuple[list, float, float]]] = {name: [] for name in EFLOMAL_READINGS}
+    lengths = _appended_lengths(corpus)
+    links: dict[str, list] = {name: [] for name in EFLOMAL_READINGS}
+    seconds = []
     out = settings.folders(corpus.name).eflomal
-    for repeat in range(settings.repeats):
-        forward, reverse = out / f"{repeat}.forward.align", out / f"{repeat}.reverse.align"
-        out.mkdir(parents=True, exist_ok=True)
-        measured = run_step([str(tool), "-s", corpus.text("train", "de"), "-t", corpus.text("train", "en"),
-                             "-f", forward, "-r", reverse, "--overwrite"], out / f"{repeat}.log", settings)
-        for name, links in _eflomal_readings(forward, reverse, test_lengths).items():
-            aer = links_score(corpus.test, links).aer
-            runs[name].append((links, measured.seconds, aer))
+    for repeat in range(runs):
+        forward, reverse, spent = _run(corpus, settings, tool, out, repeat)
+        seconds.append(spent)
+        for name, found in _eflomal_readings(forward, reverse, lengths).items():
+            links[name].append(found)
     guide = _write_guide(corpus, out / "0.forward.align", out / "0.reverse.align", settings)
-    results = {}
-    for name, found in runs.items():
-        ordered = sorted(found, key=lambda run: run[2])
-        results[name] = EflomalReading(ordered[len(ordered) // 2][0], statistics.median(run[1] for run in found),
-                                       [run[2] for run in found])
-    return results, guide
+    return {name: EflomalReading(found, seconds) for name, found in links.items()}, guide
+
+
+def _run(corpus: BenchCorpus, settings: Settings, tool: Path, out: Path, repeat: int) -> tuple[Path, Path, float]:
+    """One eflomal run on the training text: its forward and reverse links and its seconds."""
+    forward, reverse = out / f"{repeat}.forward.align", out / f"{repeat}.reverse.align"
+    out.mkdir(parents=True, exist_ok=True)
+    measured = run_step([str(tool), "-s", corpus.text("train", "de"), "-t", corpus.text("train", "en"),
+                         "-f", forward, "-r", reverse, "--overwrite"], out / f"{repeat}.log", settings)
+    return forward, reverse, measured.seconds
+
+
+def guide_links(corpus: BenchCorpus, settings: Settings) -> Path:
+    """The :data:`GUIDE` links of the training text: an earlier run's (``--reuse-models``), else one eflomal run's."""
+    folder = settings.folders(corpus.name).guide
+    if settings.reuse and (folder / "train.align").is_file():
+        return folder
+    forward, reverse, _ = _run(corpus, settings, venv_bin("eflomal", "eflomal-align"),
+                                 settings.folders(corpus.name).eflomal, 0)
+    return _write_guide(corpus, forward, reverse, settings)
+
+
+def median_seconds(reading: EflomalReading) -> float:
+    return statistics.median(reading.seconds)
 
 
 def _write_guide(corpus: BenchCorpus, forward: Path, reverse: Path, settings: Settings) -> Path:

@@ -1,42 +1,66 @@
-"""Aligning gold pairs with an nmt-cli system and scoring them: its default reading, the
-reading or symmetrization tuned on the tuning pairs, and the BLEU of its translations."""
+"""Aligning a corpus's sets with an nmt-cli system and scoring them: its default reading, the
+reading or symmetrization picked on the dev pairs alone, the blind pairs' links, and the
+BLEU of its translations."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
-from alignment_bench.corpora import BenchCorpus, GoldSet
+import numpy as np
+
+from alignment_bench.corpora import BenchCorpus, PairSet
+from alignment_bench.eflomal import links_counts
 from alignment_bench.settings import Settings
 from alignment_bench.steps import nmt_command, run_step
 from alignment_bench.systems import NmtSystem
 
-from nmt_cli.alignment import AlignmentScore, score_files
+from nmt_cli.alignment import AlignmentScore, read_alignments, score_files
 
 #: the symmetrizations a tuned both-directions row of ours picks from: these link heuristics,
 #: and ``average`` at ``nmt align``'s default threshold and each threshold of the scale
 SYMMETRIZED_TRIED = ("intersection", "grow-diag", "grow-diag-final", "grow-diag-final-and")
 
 
-def align_and_score(system: NmtSystem, gold: GoldSet, out: Path, settings: Settings, options: tuple = (),
-                    symmetrization: str | None = None) -> tuple[AlignmentScore, float]:
-    """``nmt align`` of ``gold``'s pairs with ``options`` (none: the defaults), a system with a
-    reverse model symmetrized by ``symmetrization`` (None: `nmt align`'s default); its score and seconds."""
-    measured = run_step(nmt_command("align", *system.align_options(symmetrization), "--src", gold.src, "--tgt",
-                                    gold.tgt, "--out", out, "--device", settings.device, *options),
+@dataclass(frozen=True)
+class Aligned:
+    """A system's links of a gold set: its score, per-sentence counts and the seconds ``nmt align`` took."""
+
+    score: AlignmentScore
+    counts: np.ndarray
+    seconds: float
+
+
+def align(system: NmtSystem, pairs: PairSet, out: Path, settings: Settings, options: tuple = (),
+          symmetrization: str | None = None) -> tuple[Path, float]:
+    """``nmt align`` of ``pairs`` with ``options`` (none: the defaults), a system with a reverse
+    model symmetrized by ``symmetrization`` (None: `nmt align`'s default); its links file and seconds."""
+    measured = run_step(nmt_command("align", *system.align_options(symmetrization), "--src", pairs.src, "--tgt",
+                                    pairs.tgt, "--out", out, "--device", settings.device, *options),
                         out.with_suffix(".log"), settings)
-    return score_files(gold.gold, out / "alignments.align", gold.src, gold.tgt), measured.seconds
+    return out / "alignments.align", measured.seconds
 
 
-def tuned_reading(system: NmtSystem, corpus: BenchCorpus, out: Path, settings: Settings) -> tuple[str, float]:
-    """The ``nmt align`` options with the lowest AER on the tuning pairs: every layer, head and
-    shift (``nmt align sweep``) with argmax links and each threshold of the scale."""
+def align_and_score(system: NmtSystem, pairs: PairSet, out: Path, settings: Settings, options: tuple = (),
+                    symmetrization: str | None = None) -> Aligned:
+    """:func:`align` of a gold set, scored against its gold."""
+    links, seconds = align(system, pairs, out, settings, options, symmetrization)
+    counts = links_counts(pairs, [pair.possible for pair in read_alignments(links)])
+    return Aligned(score_files(pairs.gold, links, pairs.src, pairs.tgt), counts, seconds)
+
+
+def tuned_reading(system: NmtSystem, dev: PairSet, out: Path,
+                  settings: Settings) -> tuple[tuple[str, ...], float, float]:
+    """The ``nmt align`` options with the lowest AER on the dev pairs: every layer, head and
+    shift (``nmt align sweep``) with argmax links and each threshold of the scale; that AER
+    and the seconds spent."""
     best, seconds = None, 0.0
     rules = [("argmax", 0.2)] + [("threshold", value) for value in settings.scale.thresholds]
     for number, (method, threshold) in enumerate(rules):
         ranking = out / f"sweep-{number}.jsonl"
-        measured = run_step(nmt_command("align", "sweep", "--checkpoint", system.checkpoint, "--src", corpus.tune.src,
-                                        "--tgt", corpus.tune.tgt, "--gold", corpus.tune.gold, "--method", method,
+        measured = run_step(nmt_command("align", "sweep", "--checkpoint", system.checkpoint, "--src", dev.src,
+                                        "--tgt", dev.tgt, "--gold", dev.gold, "--method", method,
                                         "--threshold", threshold, "--json", "--device", settings.device),
                             out / f"sweep-{number}.log", settings, stdout=ranking)
         seconds += measured.seconds
@@ -44,24 +68,29 @@ def tuned_reading(system: NmtSystem, corpus: BenchCorpus, out: Path, settings: S
         options = f"{top['options']} --method {method}" + (f" --threshold {threshold}" if method == "threshold" else "")
         if best is None or top["aer"] < best[1]:
             best = (options, top["aer"])
-    return best[0], seconds
+    return tuple(best[0].split()), best[1], seconds
 
 
-def tuned_symmetrization(system: NmtSystem, corpus: BenchCorpus, out: Path,
-                         settings: Settings) -> tuple[str, tuple, float]:
-    """How to combine the two default readings with the lowest AER on the tuning pairs: each
-    link heuristic, and the average of their weights at each threshold (:data:`SYMMETRIZED_TRIED`);
-    the symmetrization, its ``nmt align`` options and the seconds spent."""
-    candidates = [(method, ()) for method in SYMMETRIZED_TRIED] + [
-        ("average", ("--average-threshold", value)) for value in settings.scale.average_thresholds]
+def symmetrization_candidates(thresholds: list[float]) -> list[tuple[str, tuple]]:
+    """Each link heuristic of :data:`SYMMETRIZED_TRIED`, and the average of the two directions' weights at each threshold."""
+    return [(method, ()) for method in SYMMETRIZED_TRIED] + [
+        ("average", ("--average-threshold", value)) for value in thresholds]
+
+
+def tuned_symmetrization(system: NmtSystem, dev: PairSet, out: Path,
+                         settings: Settings) -> tuple[str, tuple, float, float]:
+    """How to combine the two default readings with the lowest AER on the dev pairs
+    (:func:`symmetrization_candidates` at the scale's thresholds); the symmetrization, its
+    ``nmt align`` options, that AER and the seconds spent."""
+    candidates = symmetrization_candidates(settings.scale.average_thresholds)
     scored, seconds = [], 0.0
     for number, (method, options) in enumerate(candidates):
-        score, spent = align_and_score(system, corpus.tune, out / f"symmetrize-{number}", settings, options,
-                                       symmetrization=method)
-        scored.append((score.aer, number))
-        seconds += spent
-    method, options = candidates[min(scored)[1]]
-    return method, options, seconds
+        aligned = align_and_score(system, dev, out / f"symmetrize-{number}", settings, options, symmetrization=method)
+        scored.append((aligned.score.aer, number))
+        seconds += aligned.seconds
+    aer, number = min(scored)
+    method, options = candidates[number]
+    return method, options, aer, seconds
 
 
 def bleu(system: NmtSystem, corpus: BenchCorpus, out: Path, settings: Settings,

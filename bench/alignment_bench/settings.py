@@ -9,6 +9,7 @@ from pathlib import Path
 from common import SHARED_DATA
 
 from nmt_cli.alignment.symmetrize import AVERAGE_THRESHOLD
+from nmt_cli.bootstrap import DEFAULT_ROUNDS
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,12 @@ FULL = Scale(synthetic_train=20000, synthetic_test=500,
                         dropout=0.1))
 
 
+def seed_suffix(seed: int) -> str:
+    """What a model's folder adds for its ``train.seed``: nothing for seed 1 (the folders of
+    runs made before the bench had seeds), ``-seedN`` for the others."""
+    return "" if seed == 1 else f"-seed{seed}"
+
+
 @dataclass(frozen=True)
 class CorpusFolders:
     """Where a run writes for one corpus (``<work>/<corpus>/``)."""
@@ -52,18 +59,10 @@ class CorpusFolders:
         """The text ``nmt prepare`` reads and the gold sets."""
         return self.root / "raw"
 
-    @property
-    def bootstrap(self) -> Path:
-        """``nmt align bootstrap``'s directory; its config and log are beside it."""
-        return self.root / "bootstrap"
-
-    @property
-    def bootstrap_config(self) -> Path:
-        return self.root / "bootstrap.yaml"
-
-    @property
-    def bootstrap_log(self) -> Path:
-        return self.root / "bootstrap.log"
+    def bootstrap(self, seed: int = 1) -> Path:
+        """``nmt align bootstrap``'s directory for ``train.seed`` ``seed``; its config
+        (``.yaml``) and log (``.log``) are beside it."""
+        return self.root / f"bootstrap{seed_suffix(seed)}"
 
     @property
     def eflomal(self) -> Path:
@@ -97,11 +96,14 @@ class Settings:
     scale: Scale
     threads: int
     reuse: bool
-    repeats: int
+    eflomal_runs: int  # eflomal runs per corpus (it takes no seed): median and range
     systems: tuple[str, ...]  # of systems.NMT_SYSTEMS
     device: str = "cpu"  # where every nmt-cli step runs (nmt's --device)
-    seeds: int = 1  # guided models per direction (train.seed 1..seeds); more than one adds an ensemble row
+    #: the bootstrap's and the guided models are each trained with train.seed 1..seeds (the
+    #: rows give mean and range); the guided ones also align as one ensemble when seeds > 1
+    seeds: int = 1
     data: Path = SHARED_DATA  # the real data the de-en corpora read
+    rounds: int = DEFAULT_ROUNDS  # nmt align bootstrap --rounds
 
     def folders(self, corpus: str) -> CorpusFolders:
         return CorpusFolders(self.work / corpus)

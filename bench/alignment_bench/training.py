@@ -82,13 +82,15 @@ def training_devices(runs: list[Path], work: Path) -> str:
     return "; ".join(f"{device}: {', '.join(names)}" for device, names in by_device.items())
 
 
-def bootstrap_record(corpus: BenchCorpus, settings: Settings) -> PipelineRecord:
-    """``nmt align bootstrap`` (forward, reverse, links, guided, in rounds) of ``corpus``, with
-    the null in its guided stages; its record of every stage and its cost."""
-    folders = settings.folders(corpus.name)
-    config = model_config(corpus, settings).with_overrides({"model.alignment_null": True})  # its guided stage's
-    if not models_kept(settings, folders.bootstrap_config, config) and folders.bootstrap.exists():
-        shutil.rmtree(folders.bootstrap)
-    run_step(nmt_command("align", "bootstrap", "--config", folders.bootstrap_config, "--out", folders.bootstrap,
-                         "--device", settings.device, "--quiet"), folders.bootstrap_log, settings)
-    return PipelineRecord(folders.bootstrap / RECORD)
+def bootstrap_record(corpus: BenchCorpus, settings: Settings, seed: int = 1) -> PipelineRecord:
+    """``nmt align bootstrap`` (forward, reverse, links, guided, in ``settings.rounds`` rounds) of
+    ``corpus`` with ``train.seed`` ``seed``, the null in its guided stages; its record of every stage and its cost."""
+    folder = settings.folders(corpus.name).bootstrap(seed)
+    config_path, log = folder.with_suffix(".yaml"), folder.with_suffix(".log")
+    config = model_config(corpus, settings).with_overrides({"model.alignment_null": True,  # its guided stages'
+                                                            "train.seed": seed})
+    if not models_kept(settings, config_path, config) and folder.exists():
+        shutil.rmtree(folder)
+    run_step(nmt_command("align", "bootstrap", "--config", config_path, "--out", folder, "--rounds", settings.rounds,
+                         "--device", settings.device, "--quiet"), log, settings)
+    return PipelineRecord(folder / RECORD)

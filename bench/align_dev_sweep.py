@@ -1,0 +1,172 @@
+"""nmt-cli's alignment defaults re-made on the dev pairs alone (issue 52).
+
+Each default below was once picked by AER on all 50 de-en gold pairs, the pairs its headline
+is scored on. This sweep makes each choice again on the dev pairs (gold pairs 1-25; ``--quick``:
+the synthetic corpus's generated dev set) and never reads the test pairs (26-50):
+
+* ``plain pair``: how ``nmt align`` combines two plain-attention directions (default
+  grow-diag-final-and, ``api.default_symmetrization``): the bootstrap's plain pair, read by
+  default and with ``--agree-heads``;
+* ``guided pair``: how it combines two guided directions read with their null (default
+  ``--symmetrize average`` at 0.4): the pair guided by eflomal and the bootstrap's aligner;
+* ``rounds``: ``nmt align bootstrap --rounds`` (default 2): each round's pair, read as the
+  command's aligner is;
+* ``alignment_shift``: ``model.alignment_shift`` (default true) of the guided models: the
+  pair guided by eflomal trained both ways, each direction alone and both averaged.
+
+Every candidate is scored on the dev pairs with every seed's models (``--seeds``: mean and
+range); a choice's verdict compares its dev-best candidate with the current default by a
+paired bootstrap interval over the dev sentences (counts summed over the seeds): a change is
+supported only where that interval excludes 0. The models are the bench's own
+(``bench/align_quality.py``, same ``--work``, ``--steps`` and ``--seeds``; with ``--reuse-models``
+the ones it trained are kept), plus the guided pairs trained with ``model.alignment_shift`` false.
+The sweep reports; it changes no default.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from alignment_bench.corpora import BenchCorpus, PairSet, corpora
+from alignment_bench.eflomal import guide_links
+from alignment_bench.intervals import paired_bootstrap
+from alignment_bench.scoring import Aligned, align_and_score, symmetrization_candidates
+from alignment_bench.settings import FULL, QUICK, Settings
+from alignment_bench.systems import AGREE_HEADS, BOTH_DIRECTIONS, Seeded, bootstrap_systems, guided_systems
+from alignment_bench.table import machine_note
+from common import SHARED_DATA, Report, absolute_path, bench_arguments
+
+from nmt_cli.alignment.symmetrize import AVERAGE_THRESHOLD
+from nmt_cli.bootstrap import DEFAULT_ROUNDS
+
+COLUMNS = ["corpus", "choice", "system", "candidate", "pairs", "runs", "dev AER", "default"]
+#: the thresholds the guided pairs' average is tried at, around the default
+AVERAGE_THRESHOLDS = (0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5)
+PLAIN_DEFAULT, GUIDED_DEFAULT = "grow-diag-final-and", f"average {AVERAGE_THRESHOLD}"
+
+
+def candidate_name(method: str, options: tuple) -> str:
+    """``grow-diag-final-and``, ``average 0.35``."""
+    return " ".join([method, *map(str, options[1:])])
+
+
+def score_on_dev(row: Seeded, dev: PairSet, out: Path, settings: Settings, options: tuple = (),
+                 symmetrization: str | None = None) -> list[Aligned]:
+    """Every seed's models of ``row`` aligning the dev pairs: the one set any choice here reads."""
+    return [align_and_score(system, dev, out / f"seed{seed}", settings, options, symmetrization)
+            for seed, system in enumerate(row, start=1)]
+
+
+def symmetrization_choice(row: Seeded, dev: PairSet, out: Path, settings: Settings,
+                          thresholds: tuple[float, ...]) -> dict[str, list[Aligned]]:
+    """Each link heuristic and the average at each threshold combining ``row``'s two directions, on dev."""
+    return {candidate_name(method, options): score_on_dev(row, dev, out / f"candidate-{number}", settings, options,
+                                                          method)
+            for number, (method, options) in enumerate(symmetrization_candidates(list(thresholds)))}
+
+
+def verdict(choice: str, scored: dict[str, list[Aligned]], default: str) -> str:
+    """Keep or change ``default``: the dev-best candidate against it, with the paired bootstrap
+    interval of the difference over the dev sentences (each side's counts summed over its seeds)."""
+    means = {name: statistics.mean(a.score.aer for a in aligned) for name, aligned in scored.items()}
+    best = min(means, key=means.get)
+    if means[default] <= means[best]:
+        return f"{choice}: keep {default}: it has the lowest dev AER ({means[default]:.4f})"
+    interval = paired_bootstrap(sum(a.counts for a in scored[best]), sum(a.counts for a in scored[default]))
+    head = (f"{choice}: {best} has the lowest dev AER, {means[best]:.4f} against the default {default}'s "
+            f"{means[default]:.4f}; ")
+    if interval.high < 0:
+        return head + interval.claim(best, default) + f": dev supports changing the default to {best}"
+    return head + interval.claim(best, default) + f": dev does not support a change; keep {default}"
+
+
+def _rows(report: Report, corpus: BenchCorpus, choice: str, system: str, scored: dict[str, list[Aligned]],
+          default: str) -> None:
+    for name, aligned in scored.items():
+        aers = [a.score.aer for a in aligned]
+        spread = f" [{min(aers):.4f}, {max(aers):.4f}]" if len(aers) > 1 else ""
+        report.add_row(corpus.name, choice, system, name, corpus.dev.label, f"{len(aers)} seed(s)",
+                       f"{statistics.mean(aers):.4f}{spread}", "yes" if name == default else "")
+    report.notes.append(verdict(f"{corpus.name}, {choice} ({system})", scored, default))
+
+
+def _both(rows: list[Seeded], setting: str, stage: str = "") -> Seeded:
+    """The row of ``rows`` with ``setting`` (and ``stage``)."""
+    return next(row for row in rows if row[0].setting == setting and row[0].stage == stage)
+
+
+def sweep(report: Report, corpus: BenchCorpus, settings: Settings) -> None:
+    """Every choice of the module docstring on ``corpus``'s dev pairs."""
+    dev = corpus.dev
+    out = settings.folders(corpus.name).root / "dev-sweep"
+    plain, booted = bootstrap_systems(corpus, settings)
+    for number, setting in enumerate((BOTH_DIRECTIONS, f"{BOTH_DIRECTIONS} with {AGREE_HEADS}")):
+        scored = symmetrization_choice(_both(plain, setting), dev, out / f"plain-{number}", settings,
+                                       (AVERAGE_THRESHOLD,))
+        _rows(report, corpus, "plain pair: symmetrization", f"plain attention, {setting}", scored, PLAIN_DEFAULT)
+    guide = guide_links(corpus, settings)
+    guided = guided_systems(corpus, settings, guide, 0.0)
+    last = f"round {settings.rounds}"
+    for number, (system, row) in enumerate((("guided by eflomal", _both(guided, BOTH_DIRECTIONS)),
+                                             (f"bootstrap {last}", _both(booted, BOTH_DIRECTIONS, last)))):
+        scored = symmetrization_choice(row, dev, out / f"guided-{number}", settings, AVERAGE_THRESHOLDS)
+        _rows(report, corpus, "guided pair: symmetrization and threshold", system, scored, GUIDED_DEFAULT)
+    rounds = {f"{round_number} round(s)": score_on_dev(_both(booted, BOTH_DIRECTIONS, f"round {round_number}"),
+                                                       dev, out / "rounds" / str(round_number), settings)
+              for round_number in range(1, settings.rounds + 1)}
+    _rows(report, corpus, "bootstrap --rounds", "bootstrap's aligner (average 0.4)", rounds,
+          f"{DEFAULT_ROUNDS} round(s)")
+    unshifted = guided_systems(corpus, settings, guide, 0.0, shift=False)
+    for number, setting in enumerate(("default reading (supervised head)", BOTH_DIRECTIONS)):
+        scored = {f"alignment_shift {shift}": score_on_dev(_both(rows, setting), dev,
+                                                           out / f"shift-{number}-{shift}", settings)
+                  for shift, rows in ((True, guided), (False, unshifted))}
+        _rows(report, corpus, "model.alignment_shift", f"guided by eflomal, {setting}", scored,
+              "alignment_shift True")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = bench_arguments(__doc__.splitlines()[0])
+    parser.add_argument("--corpora", default="multi30k+tatoeba",
+                        help="comma list of multi30k, multi30k+tatoeba (default multi30k+tatoeba; --quick: synthetic)")
+    parser.add_argument("--data", type=absolute_path, default=SHARED_DATA, help="the real data's folder")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads of every step (default 2)")
+    parser.add_argument("--reuse-models", action="store_true",
+                        help="keep the bench's finished training runs with the same settings")
+    parser.add_argument("--device", default="cpu", help="cpu (default), cuda or cuda:N")
+    parser.add_argument("--steps", type=int, default=None, metavar="N",
+                        help="training steps of every model (default: the bench's, 2,000)")
+    parser.add_argument("--seeds", type=int, default=1, metavar="N", help="train.seed 1..N of every model (default 1)")
+    parser.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS, metavar="N",
+                        help=f"the bootstrap's rounds compared (1..N; default {DEFAULT_ROUNDS})")
+    args = parser.parse_args(argv)
+    scale = QUICK if args.quick else FULL
+    if args.steps is not None:
+        scale = replace(scale, steps={name: args.steps for name in scale.steps})
+    work = (args.work / "align_quality" / ("quick" if args.quick else "full")).resolve()
+    settings = Settings(work, scale, args.threads, args.reuse_models, 1, ("bootstrap", "guided"), args.device,
+                        args.seeds, args.data, args.rounds)
+    report = Report(script="align_dev_sweep", columns=COLUMNS, quick=args.quick,
+                    title="nmt-cli's alignment defaults chosen on the dev pairs alone (AER, lower is better)",
+                    variant="" if scale == (QUICK if args.quick else FULL) else f"{args.steps:,} training steps")
+    load_before = os.getloadavg()
+    names = ["synthetic"] if args.quick else [name.strip() for name in args.corpora.split(",")]
+    found, skipped = corpora(names, args.quick, settings)
+    report.notes += skipped
+    for corpus in found:
+        sweep(report, corpus, settings)
+    steps = ", ".join(f"{name} {steps:,}" for name, steps in scale.steps.items() if name in names)
+    report.notes.append(f"models: the bench's ({steps} training steps, train.seed 1-{settings.seeds}, "
+                        f"{settings.threads} thread(s), device {settings.device}); every figure is on the dev pairs "
+                        "only, mean and [lowest, highest] over the seeds")
+    report.notes.append(machine_note(load_before))
+    report.emit(args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
