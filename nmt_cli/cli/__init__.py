@@ -37,6 +37,7 @@ COMMAND_MODULES = {
     "translate": "translate",
     "evaluate": "evaluate",
     "align": "align",
+    "distill": "distill",
     "score": "score",
     "export": "export",
     "serve": "serve",
@@ -52,6 +53,8 @@ COMMAND_HELP = {
     "translate": "Translate text with a trained checkpoint (stdin to stdout by default).",
     "evaluate": "Score translations with sacreBLEU (BLEU, chrF, TER).",
     "align": "Align sentence pairs with a model's cross-attention (forced decoding of the given target).",
+    "distill": "Distill a teacher (or an ensemble) into a small student: translate the training source, drop the "
+               "worst pairs, prepare them with the teacher's pieces, train, average, export.",
     "score": "Score each sentence pair: log P(target | source), summed and per target token (EOS counted).",
     "export": "Export a Transformer checkpoint to CTranslate2 (pip install 'nmt-cli[ctranslate2]').",
     "serve": "Serve a checkpoint: POST /v1/translate, LibreTranslate's POST /translate, a web page at /.",

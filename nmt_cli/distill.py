@@ -1,0 +1,534 @@
+"""Sequence-level knowledge distillation: a small, fast student trained on a teacher's translations.
+
+``nmt distill --teacher RUN [--teacher RUN ...] --data PREPARED --out DIR`` runs, into DIR:
+
+1. ``translate``: the teacher (several: their ensemble) translates the training source of
+   PREPARED with beam search and an n-best list as long as the beam; of each list it keeps
+   the hypothesis closest to the reference by sentence chrF (the sequence-level
+   interpolation of Kim & Rush 2016), or the beam's best (``keep="best"``).
+   ``translate/train.<tgt>`` is line-exact with the training source (a blank source, or
+   one too long for the teacher, gives an empty line) and ``translate/train.scores`` holds
+   the teacher's log-probability of each kept line divided by its tokens + 1 (EOS). The
+   corpus is translated ``chunk_lines`` lines at a time, each chunk written whole, so a
+   killed translation resumes at its last finished chunk; on the CPU every core decodes
+   (``decode.workers``), a GPU when there is one;
+2. ``filter``: the worst ``drop_share`` of the pairs by that score are dropped (and every
+   empty translation); ``filter/`` holds the kept pairs and the validation and test text
+   of PREPARED (the real references);
+3. ``prepare``: ``filter/`` prepared with the teacher's SentencePiece model
+   (``--tokenizer-from``), so the student's pieces are the teacher's;
+4. ``train``: the student (:data:`STUDENT_PRESETS`, or a config file) on that data;
+5. ``average``: the student's last ``average_last`` checkpoints averaged (``student/average``);
+6. ``export``: that average as an int8 CTranslate2 model (``export/``), or recorded as
+   skipped when CTranslate2 is not installed or the student is not a softmax Transformer.
+
+(A lexical shortlist, computed from the distilled corpus, will be a stage after ``filter``.)
+
+Every stage is recorded in ``DIR/distill.json`` (:mod:`nmt_cli.stages`: inputs, outputs,
+details, seconds) and skipped on a rerun once finished; the settings of the distillation
+are recorded there too, and a rerun with other settings is refused rather than mixed into
+the same directory. Ctrl-C and SIGTERM leave every file whole: the training stage saves its
+step and stops the pipeline, which the same command resumes.
+
+:func:`distill_check` (``nmt distill --check``) runs everything on the synthetic corpus,
+with a small teacher trained first in DIR, and scores teacher and student on its test split.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import itertools
+import json
+import math
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, Sequence, TextIO
+
+import numpy as np
+
+from nmt_cli.checkpoint import (checkpoints_to_average, load_checkpoint_config, load_checkpoint_state,
+                                tokenizer_directory, write_average)
+from nmt_cli.config import Config, load_config
+from nmt_cli.data.prepare import prepare
+from nmt_cli.data.prepared import PreparedData
+from nmt_cli.decoding import load_translator
+from nmt_cli.decoding.hypothesis import Hypothesis
+from nmt_cli.device import resolve_device
+from nmt_cli.errors import InputError, NmtError
+from nmt_cli.evaluation.checkpoint_eval import evaluate_split
+from nmt_cli.evaluation.metrics import build_metric
+from nmt_cli.export import export_ctranslate2
+from nmt_cli.fileio import atomic_open, atomic_write_json
+from nmt_cli.progress import Progress, format_duration
+from nmt_cli.stages import PipelineRecord, Stage, run_finished, training_seconds
+from nmt_cli.textio import CHUNK_LINES, iter_lines, one_line
+from nmt_cli.tokenization import Tokenizer
+from nmt_cli.training import train
+
+__all__ = ["DEFAULT_AVERAGE_LAST", "DEFAULT_DROP_SHARE", "EXPORT_QUANTIZATION", "KEEP_CHOICES", "RECORD",
+           "STUDENT_DECODERS", "STUDENT_PRESETS", "DistillOptions", "closest_by_chrf", "distill", "distill_check",
+           "machine_cores", "student_config", "worst_share"]
+
+#: the pipeline's record of its stages (:class:`~nmt_cli.stages.PipelineRecord`), in its directory
+RECORD = "distill.json"
+DEFAULT_DROP_SHARE = 0.05
+DEFAULT_AVERAGE_LAST = 4
+EXPORT_QUANTIZATION = "int8"
+#: which n-best entry a line keeps: the closest to the reference by chrF, or the beam's best
+KEEP_CHOICES = ("closest", "best")
+
+#: student sizes (config overrides on top of the teacher's config, so that positions, norms,
+#: dropout, training and decoding settings stay the teacher's): Bergamot's tiny student
+#: (6 encoder / 2 decoder layers, d 256, FFN 1536) and a base one (d 512, FFN 2048)
+STUDENT_PRESETS: dict[str, dict[str, Any]] = {
+    "tiny": {"model.arch": "transformer", "model.attention_kernel": "softmax", "model.encoder_layers": 6,
+             "model.decoder_layers": 2, "model.d_model": 256, "model.ffn_dim": 1536, "model.heads": 8},
+    "base": {"model.arch": "transformer", "model.attention_kernel": "softmax", "model.encoder_layers": 6,
+             "model.decoder_layers": 2, "model.d_model": 512, "model.ffn_dim": 2048, "model.heads": 8},
+}
+#: what a preset student does not take from its teacher: it learns plain distilled text from scratch
+PRESET_RESETS: dict[str, Any] = {"train.alignment_weight": 0.0, "train.objective": "auto",
+                                 "model.alignment_null": False, "train.init_from": "", "train.init_keep": []}
+#: the student's decoder self-attention: softmax, or the linear attention of ``linear_transformer``
+#: (a constant cost per output token, as Bergamot's SSRU decoder)
+STUDENT_DECODERS: dict[str, dict[str, Any]] = {
+    "softmax": {},
+    "linear": {"model.arch": "linear_transformer", "model.linear_sites": ["decoder_self"]},
+}
+
+# stage outputs, relative to the pipeline's directory
+TRANSLATED = "translate"
+FILTERED = "filter"
+PREPARED = "prepared"
+STUDENT_RUN = "student/run"
+AVERAGED = "student/average"
+EXPORTED = "export"
+TEACHER = "teacher"  # --check: the teacher trained in DIR
+
+#: --check: the synthetic corpus, the teacher trained on it, and the student's few steps
+CHECK_DATA: dict[str, Any] = {"data.source": "synthetic", "data.synthetic_train_size": 4000,
+                              "data.synthetic_valid_size": 100, "data.synthetic_test_size": 500, "data.vocab_size": 300}
+CHECK_TEACHER: dict[str, Any] = {
+    "model.d_model": 64, "model.heads": 4, "model.ffn_dim": 256, "model.encoder_layers": 2, "model.decoder_layers": 2,
+    "model.dropout": 0.0, "train.max_tokens": 2048, "train.lr": 0.006, "train.warmup_steps": 100,
+    "train.max_steps": 600, "train.log_every": 100, "train.valid_every": 600, "train.valid_bleu": False,
+    "train.early_stop_metric": "loss", "train.seed": 1, "decode.beam_size": 4}
+CHECK_STEPS: dict[str, Any] = {"train.max_steps": 600, "train.valid_every": 600, "train.save_every": 50,
+                               "train.log_every": 100}
+#: --check's student unless one is named: the tiny preset's shape (a deep encoder, a shallow decoder)
+#: at a size that trains in a minute on two cores, smaller than the check's teacher
+CHECK_STUDENT: dict[str, Any] = {"model.d_model": 32, "model.heads": 2, "model.ffn_dim": 128,
+                                 "model.encoder_layers": 3, "model.decoder_layers": 1}
+
+
+@dataclass(frozen=True)
+class DistillOptions:
+    """What a distillation makes (recorded; a rerun must give the same): which hypothesis each
+    line keeps, the share of pairs dropped, the beam (None: the teacher's), the student (a
+    preset name or a config file), its decoder, the checkpoints averaged, any ``--set``
+    overrides of the student's config, and the lines translated between resume points."""
+
+    keep: str = "closest"
+    drop_share: float = DEFAULT_DROP_SHARE
+    beam: int | None = None
+    student: str | None = None
+    student_decoder: str = "softmax"
+    average_last: int = DEFAULT_AVERAGE_LAST
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+    chunk_lines: int = CHUNK_LINES
+
+    def __post_init__(self) -> None:
+        if self.keep not in KEEP_CHOICES:
+            raise NmtError(f"distill: keep must be one of {', '.join(KEEP_CHOICES)}, not {self.keep!r}")
+        if not 0 <= self.drop_share < 1:
+            raise NmtError(f"distill: the share of pairs dropped must be in [0, 1), not {self.drop_share}")
+        if self.student_decoder not in STUDENT_DECODERS:
+            raise NmtError(f"distill: the student decoder must be one of {', '.join(STUDENT_DECODERS)}, "
+                           f"not {self.student_decoder!r}")
+        if self.average_last < 1 or self.chunk_lines < 1 or (self.beam is not None and self.beam < 1):
+            raise NmtError("distill: beam, average_last and chunk_lines must be at least 1")
+
+
+def machine_cores() -> int:
+    """The CPU cores this process may run on: the teacher's decoding workers on the CPU."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def closest_by_chrf(candidates: Sequence[str], reference: str) -> int:
+    """The index of the candidate with the highest sentence chrF against ``reference`` (the
+    earlier, better ranked one on a tie)."""
+    chrf = build_metric("chrf")
+    scores = [chrf.sentence_score(candidate, [reference]).score for candidate in candidates]
+    return max(range(len(scores)), key=lambda index: (scores[index], -index))
+
+
+def worst_share(scores: Sequence[float | None], share: float) -> tuple[np.ndarray, float | None]:
+    """Which lines to keep (a boolean mask) when the lowest ``share`` of the scored lines
+    (``floor(share * scored)``, the earlier line first on a tie) and every unscored line
+    (None: an empty translation) are dropped; and the best score dropped (None: none)."""
+    values = np.array([math.nan if score is None else score for score in scores], dtype=np.float64)
+    scored = np.flatnonzero(~np.isnan(values))
+    dropped = scored[np.argsort(values[scored], kind="stable")[:math.floor(share * len(scored) + 1e-9)]]
+    keep = ~np.isnan(values)
+    keep[dropped] = False
+    return keep, (float(values[dropped].max()) if len(dropped) else None)
+
+
+def student_config(teacher: Config, data: PreparedData, corpus: Path, options: DistillOptions) -> Config:
+    """The student's config: a preset's sizes on the teacher's config (or a config file's
+    model, training and decoding settings), the data settings ``data`` was prepared with,
+    reading the distilled corpus in the folder ``corpus``; its ``train.keep_last`` keeps the
+    checkpoints the average stage needs, and training averages none itself."""
+    student = options.student or "tiny"
+    if student in STUDENT_PRESETS:
+        base = teacher.with_overrides({**STUDENT_PRESETS[student], **PRESET_RESETS})
+    elif Path(student).is_file():
+        base = load_config(student)
+    else:
+        raise NmtError(f"--student {student}: neither a preset ({', '.join(STUDENT_PRESETS)}) "
+                       "nor a config file")
+    splits = {f"data.{name}_split": name if name in data.split_names else "" for name in ("train", "valid", "test")}
+    corpus_keys = {"data.source": "files", "data.path": str(corpus), "data.hf_config": "", "data.corpora": [],
+                   "data.alignment_path": "", "data.src_lang": data.src_lang, "data.tgt_lang": data.tgt_lang,
+                   "data.max_train_pairs": 0, "data.max_eval_pairs": 0, **splits}
+    config = dataclasses.replace(base, data=data.config.data).with_overrides({
+        **corpus_keys, **STUDENT_DECODERS[options.student_decoder], "train.average_last": 0, **options.overrides})
+    if config.train.keep_last < options.average_last:
+        config = config.with_overrides({"train.keep_last": options.average_last})
+    return config
+
+
+def distill(teachers: Sequence[str | os.PathLike], data: str | os.PathLike, out_dir: str | os.PathLike,
+            options: DistillOptions = DistillOptions(), device: str = "auto", workers: int | None = None,
+            progress: bool = True, stream: TextIO | None = None) -> dict:
+    """Run (or resume) every stage into ``out_dir``; returns the record of ``distill.json``.
+
+    ``workers``: CPU decoding processes of the translation (None: :func:`machine_cores`; one
+    process on a GPU). ``progress``: data preparation's progress on stderr; ``stream``: each
+    stage's progress lines (none without one).
+    """
+    if not teachers:
+        raise NmtError("distill: name at least one teacher (a run or checkpoint directory)")
+    teachers = [str(Path(teacher).expanduser().resolve()) for teacher in teachers]
+    prepared = PreparedData(Path(data).expanduser().resolve())
+    _check_tokenizers(teachers, prepared)
+    root = Path(out_dir).expanduser().resolve()
+    teacher_config = load_checkpoint_config(teachers[0])
+    config = student_config(teacher_config, prepared, root / FILTERED, options)
+    beam = options.beam or teacher_config.decode.beam_size
+    settings = {"teachers": teachers, "data": str(prepared.path), "keep": options.keep, "beam": beam,
+                "drop_share": options.drop_share, "chunk_lines": options.chunk_lines,
+                "student": options.student or "tiny", "student_decoder": options.student_decoder,
+                "average_last": options.average_last, "student_config": config.to_dict()}
+    root.mkdir(parents=True, exist_ok=True)
+    record = PipelineRecord(root / RECORD)
+    _check_same_settings(record, settings)
+    record.save_results(settings=settings)
+    say = _teller(stream)
+    sources = tuple(f"teacher: {teacher}" for teacher in teachers) + (f"data: {prepared.path}",)
+
+    def run_stage(stage: Stage, work: Callable[[], tuple[float | None, dict]]) -> None:
+        """Run ``stage`` unless it has finished; ``work`` returns its seconds (None: as timed here) and details."""
+        if record.finished(stage):
+            say(f"distill: {stage.name} finished earlier ({record.stages[stage.name].seconds:,.1f} s)")
+            return
+        say(f"distill: {stage.name} ...")
+        started = time.perf_counter()
+        seconds, details = work()
+        recorded = record.finish(stage, time.perf_counter() - started if seconds is None else seconds, details)
+        say(f"distill: {stage.name} done in {format_duration(recorded.seconds)}")
+
+    tgt = f"train.{prepared.tgt_lang}"
+    translate_stage = Stage("translate", sources, (f"{TRANSLATED}/{tgt}", f"{TRANSLATED}/train.scores"))
+    run_stage(translate_stage, lambda: _translate(teachers, prepared, root / TRANSLATED, beam, options, device,
+                                                  workers, stream))
+    shutil.rmtree(root / TRANSLATED / "chunks", ignore_errors=True)  # once recorded, the merged files hold them
+    filter_stage = Stage("filter", (f"data: {prepared.path}", *translate_stage.outputs),
+                         (f"{FILTERED}/train.{prepared.src_lang}", f"{FILTERED}/{tgt}"))
+    run_stage(filter_stage, lambda: _filter(prepared, root, options.drop_share, stream))
+    prepare_stage = Stage("prepare", (FILTERED, f"teacher: {teachers[0]}"), (PREPARED,))
+    run_stage(prepare_stage, lambda: _prepare(config, root, teachers[0], progress))
+    train_stage = Stage("train", (PREPARED,), (STUDENT_RUN,))
+    run_stage(train_stage, lambda: _train(config, root, device, stream))
+    average_stage = Stage("average", (STUDENT_RUN,), (AVERAGED,))
+    run_stage(average_stage, lambda: _average(root, options.average_last))
+    skipped = _export_skip_reason(config)
+    export_stage = Stage("export", (AVERAGED,), () if skipped else (EXPORTED,))
+    run_stage(export_stage, lambda: _export(root, skipped))
+    record.save_results(student=str(root / AVERAGED), export=None if skipped else str(root / EXPORTED))
+    return record.to_json()
+
+
+def _teller(stream: TextIO | None) -> Callable[[str], None]:
+    """Print a line on ``stream`` (nothing without one)."""
+    def say(line: str) -> None:
+        if stream is not None:
+            print(line, file=stream, flush=True)
+    return say
+
+
+def _check_tokenizers(teachers: Sequence[str], data: PreparedData) -> None:
+    """Every teacher must use the SentencePiece model ``data`` was prepared with: the student
+    is prepared with the teacher's, and learns the pairs the teacher was trained on."""
+    for teacher in teachers:
+        if Tokenizer.from_directory(tokenizer_directory(teacher)).model_files() != data.tokenizer.model_files():
+            raise NmtError(f"{teacher}: its SentencePiece model is not the one {data.path} was prepared with; "
+                           "distill the prepared data the teacher was trained on")
+
+
+def _check_same_settings(record: PipelineRecord, settings: dict) -> None:
+    """A directory distilled with other settings is refused, naming the first that differs."""
+    recorded = record.results.get("settings")
+    current = json.loads(json.dumps(settings))
+    if recorded is not None and recorded != current:
+        key, old, new = _first_difference(recorded, current)
+        raise NmtError(f"{record.root}: was distilled with {key} {old!r}, not {new!r}; rerun with the same settings "
+                       "to resume, or distill into another --out")
+
+
+def _first_difference(old: dict, new: dict, prefix: str = "") -> tuple[str, Any, Any]:
+    """The first key (dotted, through nested dicts) whose value differs, with both values."""
+    for key in new:
+        before, after = old.get(key), new[key]
+        if before != after:
+            if isinstance(before, dict) and isinstance(after, dict):
+                return _first_difference(before, after, f"{prefix}{key}.")
+            return f"{prefix}{key}", before, after
+    return prefix.rstrip(".") or "settings", old, new
+
+
+# ---- translate ------------------------------------------------------------------------------------------
+
+
+def _translate(teachers: Sequence[str], data: PreparedData, folder: Path, beam: int, options: DistillOptions,
+               device: str, workers: int | None, stream: TextIO | None) -> tuple[float, dict]:
+    """The teacher's translation of the training source, chunk by chunk into ``folder/chunks``
+    (a chunk already there is kept), then merged into the stage's two files."""
+    resolved = resolve_device(device)
+    workers = (workers or machine_cores()) if resolved.type == "cpu" else 1
+    src_path, ref_path = data.text_path("train", "src"), data.text_path("train", "tgt")
+    total = data.manifest["splits"]["train"]["kept"]
+    chunks = folder / "chunks"
+    chunks.mkdir(parents=True, exist_ok=True)
+    starts = range(0, total, options.chunk_lines)
+    todo = [start for start in starts if not (chunks / _chunk_name(start)).is_file()]
+    remaining = sum(min(options.chunk_lines, total - start) for start in todo)
+    translator = load_translator(teachers, engine="torch", device=resolved, overrides={
+        "decode.beam_size": beam, "decode.nbest": beam, "decode.search": "beam", "decode.sampling": "none",
+        "decode.on_long_line": "skip", "decode.workers": workers})
+    resumed = f" (resumed at line {todo[0] + 1:,})" if todo and todo[0] > 0 else ""
+    lines = _paired_lines(src_path, ref_path, total)
+    try:
+        with Progress(f"distill translate{resumed}", total=remaining, unit="sentences", enabled=stream is not None,
+                      stream=stream) as counter:
+            for start in starts:
+                pairs = list(itertools.islice(lines, options.chunk_lines))
+                if start in todo:
+                    begun = time.perf_counter()
+                    entries = _distilled_entries(translator.translate([source for source, _ in pairs]),
+                                                 [reference for _, reference in pairs], options.keep)
+                    atomic_write_json(chunks / _chunk_name(start),
+                                      {"seconds": time.perf_counter() - begun, "entries": entries})
+                    counter.update(len(pairs))
+            for _ in lines:  # the end of the files: their line count is checked there
+                pass
+    finally:
+        translator.close()
+    return _merge_chunks(chunks, starts, folder, f"train.{data.tgt_lang}", {
+        "sentences": total, "teachers": len(teachers), "beam": beam, "keep": options.keep, "device": str(resolved),
+        "workers": workers, "chunks": len(starts)})
+
+
+def _chunk_name(start: int) -> str:
+    return f"{start:010d}.json"
+
+
+def _paired_lines(src_path: Path, ref_path: Path, total: int) -> Iterator[tuple[str, str]]:
+    """The training pairs, line by line, then a check that they were the ``total`` the
+    manifest counts; files that do not pair are a one-line error naming them."""
+    count = 0
+    for source, reference in itertools.zip_longest(iter_lines(src_path), iter_lines(ref_path)):
+        if source is None or reference is None:
+            short, other = (src_path, ref_path) if source is None else (ref_path, src_path)
+            raise InputError(short, f"ends at line {count:,} but {other} goes on; they must pair line by line")
+        count += 1
+        yield source, reference
+    if count != total:
+        raise InputError(src_path, f"has {count:,} lines but the manifest counts {total:,}; prepare the data again")
+
+
+def _distilled_entries(hypotheses: Sequence[Hypothesis], references: Sequence[str], keep: str) -> list[dict]:
+    """Each line's kept hypothesis: its text, its score (log-probability per token, EOS
+    counted; None for an empty translation), its rank in the n-best list and whether the
+    source was too long for the teacher."""
+    entries = []
+    for hypothesis, reference in zip(hypotheses, references):
+        candidates = hypothesis.nbest or [hypothesis]
+        rank = closest_by_chrf([candidate.text for candidate in candidates], reference) if keep == "closest" else 0
+        chosen = candidates[rank]
+        empty = not chosen.text.strip()
+        entries.append({"text": "" if empty else one_line(chosen.text),
+                        "score": None if empty else chosen.log_prob / (len(chosen.tokens) + 1),
+                        "rank": rank, "long": bool(hypothesis.long_input)})
+    return entries
+
+
+def _merge_chunks(chunks: Path, starts: range, folder: Path, text_name: str, details: dict) -> tuple[float, dict]:
+    """Write the chunks' translations and scores as the stage's two line-exact files; the
+    stage's cost is what the chunks took, whichever session translated them."""
+    seconds, ranks, empty, long_lines = 0.0, {}, 0, 0
+    with atomic_open(folder / text_name) as text, atomic_open(folder / "train.scores") as scores:
+        for start in starts:
+            chunk = json.loads((chunks / _chunk_name(start)).read_text(encoding="utf-8"))
+            seconds += chunk["seconds"]
+            for entry in chunk["entries"]:
+                text.write(entry["text"] + "\n")
+                scores.write(("" if entry["score"] is None else repr(entry["score"])) + "\n")
+                ranks[entry["rank"]] = ranks.get(entry["rank"], 0) + 1
+                empty += entry["score"] is None
+                long_lines += entry["long"]
+    kept_rank = [ranks.get(rank, 0) for rank in range(max(ranks, default=-1) + 1)]
+    return seconds, {**details, "kept_rank": kept_rank, "empty": empty, "too_long": long_lines,
+                     "sentences_per_second": round(details["sentences"] / max(seconds, 1e-9), 1)}
+
+
+# ---- filter, prepare, train, average, export --------------------------------------------------------------
+
+
+def _filter(data: PreparedData, root: Path, share: float, stream: TextIO | None) -> tuple[None, dict]:
+    """``filter/``: the distilled pairs without the worst ``share`` by teacher score (nor the
+    empty ones), in their order; beside them links to the validation and test text of ``data``."""
+    folder, translated = root / FILTERED, root / TRANSLATED
+    scores = _read_scores(translated / "train.scores")
+    keep, threshold = worst_share(scores, share)
+    src_name, tgt_name = f"train.{data.src_lang}", f"train.{data.tgt_lang}"
+    folder.mkdir(parents=True, exist_ok=True)
+    with (atomic_open(folder / src_name) as src, atomic_open(folder / tgt_name) as tgt,
+          Progress("distill filter", total=len(scores), enabled=stream is not None, stream=stream) as counter):
+        for kept, source, target in zip(keep, iter_lines(data.text_path("train", "src")),
+                                        iter_lines(translated / tgt_name)):
+            if kept:
+                src.write(source + "\n")
+                tgt.write(target + "\n")
+            counter.update()
+    for split in ("valid", "test"):
+        if split in data.split_names:
+            for side in ("src", "tgt"):
+                link = folder / data.text_path(split, side).name
+                if not link.exists():
+                    link.symlink_to(data.text_path(split, side))
+    empty = sum(score is None for score in scores)
+    return None, {"pairs": len(scores), "empty": empty, "dropped": len(scores) - empty - int(keep.sum()),
+                  "kept": int(keep.sum()), "drop_share": share, "threshold": threshold}
+
+
+def _read_scores(path: Path) -> list[float | None]:
+    """The translate stage's scores, one per line (an empty line: an empty translation)."""
+    scores: list[float | None] = []
+    for number, line in enumerate(iter_lines(path), 1):
+        try:
+            scores.append(float(line) if line else None)
+        except ValueError:
+            raise InputError(path, f"not a score: {line[:40]!r}", number) from None
+    return scores
+
+
+def _prepare(config: Config, root: Path, teacher: str, progress: bool) -> tuple[float, dict]:
+    """The distilled pairs prepared with the teacher's SentencePiece model; the cost is what
+    the manifest records (a rerun that reuses the directory keeps it)."""
+    manifest = prepare(config, root / PREPARED, progress=progress, tokenizer_from=tokenizer_directory(teacher))
+    return manifest["elapsed_seconds"], {
+        "pairs": {split: stats["kept"] for split, stats in manifest["splits"].items()},
+        "dropped_by_cleaning": manifest["splits"]["train"]["dropped"], "tokenizer": manifest["tokenizer"]["from"]}
+
+
+def _train(config: Config, root: Path, device: str, stream: TextIO | None) -> tuple[float, dict]:
+    """Train (or resume) the student; a run that has made its steps is kept as it is. Its cost
+    is the run's training time as its checkpoint records it."""
+    run = root / STUDENT_RUN
+    stop_reason = "max_steps"
+    if not run_finished(run, config.train.max_steps):
+        summary = train(config, root / PREPARED, run, device=device, stream=stream)
+        if summary.stop_reason == "interrupted":  # Ctrl-C / SIGTERM stops the pipeline, not just this stage
+            raise KeyboardInterrupt(f"distill: the student's training interrupted at step {summary.step}")
+        stop_reason = summary.stop_reason
+    state = load_checkpoint_state(run)
+    return state["elapsed_seconds"], {"step": state["step"], "stop_reason": stop_reason,
+                                      "arch": config.model.arch, "d_model": config.model.d_model,
+                                      "layers": [config.model.encoder_layers, config.model.decoder_layers]}
+
+
+def _average(root: Path, last: int) -> tuple[None, dict]:
+    paths = checkpoints_to_average([root / STUDENT_RUN], last=last)
+    write_average(paths, root / AVERAGED)
+    return None, {"checkpoints": [path.name for path in paths]}
+
+
+def _export_skip_reason(config: Config) -> str | None:
+    """Why the student cannot become a CTranslate2 model here (None: it can)."""
+    if importlib.util.find_spec("ctranslate2") is None:
+        return "ctranslate2 not installed"
+    model = config.model
+    if model.arch != "transformer" or model.attention_kernel != "softmax" or model.alignment_null:
+        return f"CTranslate2 runs softmax Transformers alone, not this {model.arch} student"
+    return None
+
+
+def _export(root: Path, skipped: str | None) -> tuple[None, dict]:
+    if skipped:
+        return None, {"skipped": skipped}
+    export_ctranslate2(root / AVERAGED, root / EXPORTED, EXPORT_QUANTIZATION)
+    return None, {"quantization": EXPORT_QUANTIZATION}
+
+
+# ---- --check: the whole pipeline on the synthetic corpus ----------------------------------------------------
+
+
+def distill_check(out_dir: str | os.PathLike, options: DistillOptions = DistillOptions(), device: str = "auto",
+                  workers: int | None = None, progress: bool = True, stream: TextIO | None = None) -> dict:
+    """Train a small teacher on the synthetic corpus in ``out_dir/teacher`` (a stage of its
+    own), distill it (``options``; :data:`CHECK_STEPS`, and :data:`CHECK_STUDENT`'s sizes when
+    it names no student, under its overrides), and score the teacher, the student and its
+    export on the test split; returns the record, whose ``check`` holds those scores."""
+    root = Path(out_dir).expanduser().resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    record = PipelineRecord(root / RECORD)
+    prepared, run = root / TEACHER / "prepared", root / TEACHER / "run"
+    stage = Stage("teacher", ("data: synthetic",), (f"{TEACHER}/prepared", f"{TEACHER}/run"))
+    if not record.finished(stage):
+        config = Config().with_overrides({**CHECK_DATA, **CHECK_TEACHER})
+        prepare(config, prepared, progress=progress)
+        if not run_finished(run, config.train.max_steps):
+            summary = train(config, prepared, run, device=device, stream=stream)
+            if summary.stop_reason == "interrupted":
+                raise KeyboardInterrupt(f"distill --check: the teacher's training interrupted at step {summary.step}")
+        record.finish(stage, training_seconds(prepared, run), {"step": load_checkpoint_state(run)["step"]})
+    sizes = CHECK_STUDENT if options.student is None else {}
+    options = dataclasses.replace(options, overrides={**CHECK_STEPS, **sizes, **options.overrides})
+    result = distill([run], prepared, root, options, device, workers, progress, stream)
+    models = [("teacher", run), ("student", Path(result["student"]))]
+    if result["export"]:
+        models.append((f"student {EXPORT_QUANTIZATION} CTranslate2", Path(result["export"])))
+    scores = {name: _test_score(path, prepared, device, workers) for name, path in models}
+    PipelineRecord(root / RECORD).save_results(check=scores)
+    return PipelineRecord(root / RECORD).to_json()
+
+
+def _test_score(model: Path, prepared: Path, device: str, workers: int | None) -> dict:
+    """BLEU on the test split and sentences translated per second, with the model's own
+    decoding settings (the CPU decoding workers of the translation stage)."""
+    translator = load_translator(model, device=device, overrides={"decode.workers": workers or machine_cores()})
+    try:
+        started = time.perf_counter()
+        evaluation = evaluate_split(translator, prepared, "test", metrics=("bleu",))
+        seconds = time.perf_counter() - started
+    finally:
+        close = getattr(translator, "close", None)
+        if close is not None:
+            close()
+    return {"bleu": round(evaluation.scores[0].score, 2),
+            "sentences_per_second": round(len(evaluation.hypotheses) / max(seconds, 1e-9), 1)}

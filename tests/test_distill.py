@@ -1,0 +1,222 @@
+"""``nmt distill``: the n-best choice, the filter, the student presets, the tokenizer check, and the
+pipeline itself: line-exact translation, a kill and a rerun that resumes it, a rerun that retrains nothing."""
+
+from __future__ import annotations
+
+import io
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from nmt_cli.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
+from nmt_cli.cli import cli
+from nmt_cli.config import Config
+from nmt_cli.data.prepare import prepare
+from nmt_cli.data.prepared import PreparedData
+from nmt_cli.distill import (DistillOptions, closest_by_chrf, distill, student_config, worst_share)
+from nmt_cli.errors import NmtError
+from nmt_cli.export import read_export_record
+from nmt_cli.models import build_model
+from nmt_cli.textio import read_lines
+
+REPO = Path(__file__).resolve().parents[1]
+
+#: a student small enough to train a few steps in a test
+SMALL_STUDENT = {
+    "model.d_model": 32, "model.heads": 2, "model.ffn_dim": 64, "model.encoder_layers": 1, "model.decoder_layers": 1,
+    "model.positions": "learned", "model.max_positions": 128, "train.max_steps": 4, "train.max_tokens": 2000,
+    "train.valid_every": 2, "train.log_every": 2, "train.valid_bleu": False, "train.early_stop_metric": "loss",
+    "train.num_threads": 1, "decode.beam_size": 2}
+
+
+def test_the_closest_hypothesis_by_chrf_is_kept_and_a_tie_keeps_the_better_ranked():
+    reference = "the small cat sat on the mat"
+    assert closest_by_chrf(["a dog ran in the park", "the big dog sat on a mat", reference], reference) == 2
+    assert closest_by_chrf(["the cat", "the small cat sat on the mat today", "a small dog"], reference) == 1
+    assert closest_by_chrf(["the cat", "the cat", "dog"], "the cat") == 0
+    assert closest_by_chrf(["dog", "the cat", "the cat"], "the cat") == 1
+
+
+def test_the_filter_drops_exactly_the_worst_share_and_every_empty_translation():
+    scores = [-0.1 * n for n in range(20)]  # line n scores -0.1 n: the last lines are the worst
+    keep, threshold = worst_share(scores, 0.1)
+    assert keep.tolist() == [True] * 18 + [False] * 2 and threshold == pytest.approx(-1.8)
+    keep, threshold = worst_share([-1.0, None, -3.0, -2.0, -3.0], 0.5)  # 4 scored: 2 dropped, the earlier on a tie
+    assert keep.tolist() == [True, False, False, True, False] and threshold == -3.0
+    keep, threshold = worst_share([-1.0, None, -2.0], 0.0)
+    assert keep.tolist() == [True, False, True] and threshold is None
+    assert worst_share([-0.5] * 100, 0.07)[0].sum() == 93  # floor(0.07 * 100), not one short of it
+
+
+def test_the_student_presets_have_the_documented_shapes(tiny_prepared, tmp_path):
+    data = PreparedData(tiny_prepared)
+    teacher = Config().with_overrides({"train.alignment_weight": 0.05, "train.keep_last": 1})
+    for preset, width, ffn in (("tiny", 256, 1536), ("base", 512, 2048)):
+        config = student_config(teacher, data, tmp_path, DistillOptions(student=preset, average_last=3))
+        model = config.model
+        assert (model.arch, model.encoder_layers, model.decoder_layers, model.d_model, model.ffn_dim, model.heads) == \
+            ("transformer", 6, 2, width, ffn, 8)
+        # a preset learns plain distilled text: no guide from the teacher, and the checkpoints to average kept
+        assert config.train.alignment_weight == 0 and config.train.keep_last == 3 and config.train.average_last == 0
+        assert (config.data.source, config.data.path, config.data.test_split) == ("files", str(tmp_path), "test")
+        built = build_model(model, data.tokenizer.src_vocab_size, data.tokenizer.tgt_vocab_size, True)
+        assert len(built.encoder.layers) == 6 and len(built.decoder.layers) == 2
+        assert built.encoder.layers[0].ffn.linear1.weight.shape == (ffn, width)
+    linear = student_config(teacher, data, tmp_path, DistillOptions(student="tiny", student_decoder="linear"))
+    assert (linear.model.arch, linear.model.linear_sites, linear.model.d_model) == \
+        ("linear_transformer", ("decoder_self",), 256)
+    path = tmp_path / "student.yaml"
+    path.write_text(Config().with_overrides(SMALL_STUDENT).to_yaml(), encoding="utf-8")
+    from_file = student_config(teacher, data, tmp_path, DistillOptions(student=str(path), overrides={
+        "train.max_steps": 7}))
+    assert (from_file.model.d_model, from_file.train.max_steps, from_file.data.tgt_lang) == (32, 7, data.tgt_lang)
+    with pytest.raises(NmtError, match="--student small: neither a preset"):
+        student_config(teacher, data, tmp_path, DistillOptions(student="small"))
+
+
+def test_a_teacher_with_another_tokenizer_is_a_one_line_error(tiny_prepared, tmp_path):
+    """The teacher: an untrained checkpoint of a corpus with other pieces than the data given."""
+    other = Config().with_overrides({
+        "data.source": "synthetic", "data.synthetic_train_size": 100, "data.synthetic_valid_size": 0,
+        "data.synthetic_test_size": 0, "data.vocab_size": 120, **SMALL_STUDENT})
+    prepare(other, tmp_path / "other", progress=False)
+    tokenizer = PreparedData(tmp_path / "other").tokenizer
+    model = build_model(other.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.joint)
+    save_checkpoint(tmp_path / "teacher", model.state_dict(), other, tokenizer, {"step": 0})
+    result = CliRunner().invoke(cli, ["distill", "--teacher", str(tmp_path / "teacher"), "--data", str(tiny_prepared),
+                                      "--out", str(tmp_path / "out"), "--quiet"])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.output.splitlines() == [(
+        f"error: {tmp_path / 'teacher'}: its SentencePiece model is not the one {tiny_prepared} was prepared with; "
+        "distill the prepared data the teacher was trained on")]
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.fixture(scope="module")
+def distill_data(tiny_prepared, tmp_path_factory) -> Path:
+    """The tiny corpus's first 120 training pairs, one of them far longer than the teacher takes
+    (its translation is an empty line), prepared with the teacher's pieces."""
+    data = PreparedData(tiny_prepared)
+    folder = tmp_path_factory.mktemp("distill-text")
+    for side, lang in (("src", data.src_lang), ("tgt", data.tgt_lang)):
+        lines = read_lines(data.text_path("train", side))
+        lines = lines[:60] + [" ".join(lines[:60])] + lines[60:119]
+        (folder / f"train.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        for split in ("valid", "test"):
+            (folder / f"{split}.{lang}").write_text(data.text_path(split, side).read_text(encoding="utf-8"),
+                                                    encoding="utf-8")
+    config = data.config.with_overrides({"data.source": "files", "data.path": str(folder), "data.max_length": 0,
+                                         "data.max_length_ratio": 0, "data.valid_split": "valid"})
+    out = tmp_path_factory.mktemp("distill-data") / "prepared"
+    prepare(config, out, progress=False, tokenizer_from=tiny_prepared)
+    return out
+
+
+def _student_file(tmp_path: Path) -> Path:
+    path = tmp_path / "student.yaml"
+    path.write_text(Config().with_overrides(SMALL_STUDENT).to_yaml(), encoding="utf-8")
+    return path
+
+
+def _distill_process(teacher: Path, data: Path, out: Path, student: Path) -> subprocess.Popen:
+    command = [sys.executable, "-m", "nmt_cli", "distill", "--teacher", teacher, "--data", data, "--out", out,
+               "--student", student, "--average-last", "2", "--chunk-lines", "10", "--workers", "1", "--device",
+               "cpu", "--quiet"]
+    return subprocess.Popen(list(map(str, command)), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+@pytest.mark.slow  # the pipeline twice, one of them in a process killed mid-translation
+def test_a_killed_distillation_resumes_line_exact_and_a_finished_one_retrains_nothing(
+        tiny_trained_run, distill_data, tmp_path, monkeypatch):
+    import nmt_cli.distill as distill_module
+
+    student = _student_file(tmp_path)
+    options = DistillOptions(student=str(student), average_last=2, chunk_lines=10)
+    data = PreparedData(distill_data)
+    # uninterrupted, in this process
+    reference = distill([tiny_trained_run], distill_data, tmp_path / "whole", options, device="cpu", workers=1,
+                        progress=False, stream=io.StringIO())
+    assert list(reference["stages"]) == ["translate", "filter", "prepare", "train", "average", "export"]
+    whole = tmp_path / "whole"
+    sources = read_lines(data.text_path("train", "src"))
+    translations = read_lines(whole / "translate" / f"train.{data.tgt_lang}")
+    scores = read_lines(whole / "translate" / "train.scores")
+    # line-exact: line N is the translation of source line N; the overlong line 61 is an empty line
+    assert len(sources) == len(translations) == len(scores) == 120 and not (whole / "translate" / "chunks").exists()
+    assert translations[60] == "" and scores[60] == "" and all(translations[:60] + translations[61:])
+    translated = reference["stages"]["translate"]
+    assert (translated["too_long"], translated["empty"], sum(translated["kept_rank"])) == (1, 1, 120)
+    # the filter drops the empty line and floor(5% of the 119 scored) = 5 worst, keeping the order
+    filtered = reference["stages"]["filter"]
+    assert (filtered["empty"], filtered["dropped"], filtered["kept"]) == (1, 5, 114)
+    keep, _ = worst_share([float(score) if score else None for score in scores], 0.05)
+    assert read_lines(whole / "filter" / f"train.{data.src_lang}") == [line for line, kept in zip(sources, keep) if kept]
+    worst = sorted(float(score) for score in scores if score)[:5]
+    assert filtered["threshold"] == worst[-1]
+    # the student is prepared with the teacher's pieces, trained, averaged and exported as int8
+    prepared = PreparedData(whole / "prepared")
+    assert prepared.tokenizer.model_files() == load_checkpoint(tiny_trained_run).tokenizer.model_files()
+    assert prepared.manifest["splits"]["train"]["kept"] == 114 and prepared.split_names == ["train", "valid", "test"]
+    assert load_checkpoint(whole / "student" / "average").state["averaged"] == [
+        str(path) for path in list_checkpoints(whole / "student" / "run")[-2:]]
+    assert read_export_record(whole / "export").quantization == "int8"
+    assert reference["student"] == str(whole / "student" / "average")
+
+    # killed (SIGKILL) mid-translation, then resumed: the finished chunks are not translated again
+    process = _distill_process(tiny_trained_run, distill_data, tmp_path / "killed", student)
+    chunks = tmp_path / "killed" / "translate" / "chunks"
+    deadline = time.monotonic() + 120
+    while len(list(chunks.glob("*.json"))) < 3 and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)
+    process.communicate()
+    done = len(list(chunks.glob("*.json")))
+    assert 3 <= done < 12 and not (tmp_path / "killed" / "translate" / "train.scores").exists()
+    translated_again = []
+    real_loader = distill_module.load_translator
+
+    def counting_loader(*args, **kwargs):
+        translator = real_loader(*args, **kwargs)
+        translate = translator.translate
+        translator.translate = lambda sentences, *rest: translated_again.append(len(sentences)) or translate(
+            sentences, *rest)
+        return translator
+
+    monkeypatch.setattr(distill_module, "load_translator", counting_loader)
+    resumed = distill([tiny_trained_run], distill_data, tmp_path / "killed", options, device="cpu", workers=1,
+                      progress=False, stream=io.StringIO())
+    assert sum(translated_again) == 120 - 10 * done
+    for name in ("translate/train.en", "translate/train.scores", "filter/train.de", "filter/train.en"):
+        assert (tmp_path / "killed" / name).read_text(encoding="utf-8") == (whole / name).read_text(encoding="utf-8")
+    assert {key: value for key, value in resumed["stages"]["filter"].items() if key != "seconds"} == \
+        {key: value for key, value in reference["stages"]["filter"].items() if key != "seconds"}
+
+    # a rerun of a finished distillation retrains nothing and rewrites nothing
+    run = tmp_path / "killed" / "student" / "run"
+    written = {path: path.stat().st_mtime_ns for path in [*run.rglob("*"), *(tmp_path / "killed").glob("*/*")]}
+    again = distill([tiny_trained_run], distill_data, tmp_path / "killed", options, device="cpu", workers=1,
+                    progress=False, stream=io.StringIO())
+    assert again["stages"] == resumed["stages"] and sum(translated_again) == 120 - 10 * done
+    assert {path: path.stat().st_mtime_ns for path in written} == written
+
+    # other settings are refused, naming the first that differs
+    with pytest.raises(NmtError, match=r"killed: was distilled with drop_share 0.05, not 0.1; rerun with the same"):
+        distill([tiny_trained_run], distill_data, tmp_path / "killed", DistillOptions(
+            student=str(student), average_last=2, chunk_lines=10, drop_share=0.1), device="cpu", workers=1)
+    with pytest.raises(NmtError, match=r"with student_config.train.max_steps 4, not 5"):
+        distill([tiny_trained_run], distill_data, tmp_path / "killed", DistillOptions(
+            student=str(student), average_last=2, chunk_lines=10, overrides={"train.max_steps": 5}), device="cpu",
+            workers=1)
+
+
+def test_nmt_distill_needs_a_teacher_and_data_or_check(tmp_path):
+    result = CliRunner().invoke(cli, ["distill", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2 and "nmt distill needs --teacher and --data (or --check)" in result.output
+    result = CliRunner().invoke(cli, ["distill", "--check", "--data", str(tmp_path), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2 and "--check trains its own teacher" in result.output
