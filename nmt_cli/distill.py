@@ -71,7 +71,7 @@ from nmt_cli.training import train
 
 __all__ = ["DEFAULT_AVERAGE_LAST", "DEFAULT_DROP_SHARE", "EXPORT_QUANTIZATION", "KEEP_CHOICES", "RECORD",
            "STUDENT_DECODERS", "STUDENT_PRESETS", "DistillOptions", "closest_by_chrf", "distill", "distill_check",
-           "machine_cores", "student_config", "worst_share"]
+           "export_skip_reason", "machine_cores", "student_config", "worst_share"]
 
 #: the pipeline's record of its stages (:class:`~nmt_cli.stages.PipelineRecord`), in its directory
 RECORD = "distill.json"
@@ -166,16 +166,15 @@ def closest_by_chrf(candidates: Sequence[str], reference: str) -> int:
     return max(range(len(scores)), key=lambda index: (scores[index], -index))
 
 
-def worst_share(scores: Sequence[float | None], share: float) -> tuple[np.ndarray, float | None]:
+def worst_share(scores: np.ndarray, share: float) -> tuple[np.ndarray, float | None]:
     """Which lines to keep (a boolean mask) when the lowest ``share`` of the scored lines
     (``floor(share * scored)``, the earlier line first on a tie) and every unscored line
-    (None: an empty translation) are dropped; and the best score dropped (None: none)."""
-    values = np.array([math.nan if score is None else score for score in scores], dtype=np.float64)
-    scored = np.flatnonzero(~np.isnan(values))
-    dropped = scored[np.argsort(values[scored], kind="stable")[:math.floor(share * len(scored) + 1e-9)]]
-    keep = ~np.isnan(values)
+    (NaN: an empty translation) are dropped; and the best score dropped (None: none)."""
+    scored = np.flatnonzero(~np.isnan(scores))
+    dropped = scored[np.argsort(scores[scored], kind="stable")[:math.floor(share * len(scored) + 1e-9)]]
+    keep = ~np.isnan(scores)
     keep[dropped] = False
-    return keep, (float(values[dropped].max()) if len(dropped) else None)
+    return keep, (float(scores[dropped].max()) if len(dropped) else None)
 
 
 def student_config(teacher: Config, data: PreparedData, corpus: Path, options: DistillOptions) -> Config:
@@ -256,7 +255,7 @@ def distill(teachers: Sequence[str | os.PathLike], data: str | os.PathLike, out_
     run_stage(train_stage, lambda: _train(config, root, device, stream))
     average_stage = Stage("average", (STUDENT_RUN,), (AVERAGED,))
     run_stage(average_stage, lambda: _average(root, options.average_last))
-    skipped = _export_skip_reason(config)
+    skipped = export_skip_reason(config)
     export_stage = Stage("export", (AVERAGED,), () if skipped else (EXPORTED,))
     run_stage(export_stage, lambda: _export(root, skipped))
     record.save_results(student=str(root / AVERAGED), export=None if skipped else str(root / EXPORTED))
@@ -315,12 +314,12 @@ def _translate(teachers: Sequence[str], data: PreparedData, folder: Path, beam: 
     chunks = folder / "chunks"
     chunks.mkdir(parents=True, exist_ok=True)
     starts = range(0, total, options.chunk_lines)
-    todo = [start for start in starts if not (chunks / _chunk_name(start)).is_file()]
+    todo = {start for start in starts if not (chunks / _chunk_name(start)).is_file()}
     remaining = sum(min(options.chunk_lines, total - start) for start in todo)
     translator = load_translator(teachers, engine="torch", device=resolved, overrides={
         "decode.beam_size": beam, "decode.nbest": beam, "decode.search": "beam", "decode.sampling": "none",
         "decode.on_long_line": "skip", "decode.workers": workers})
-    resumed = f" (resumed at line {todo[0] + 1:,})" if todo and todo[0] > 0 else ""
+    resumed = f" (resumed at line {min(todo) + 1:,})" if todo and min(todo) > 0 else ""
     lines = _paired_lines(src_path, ref_path, total)
     try:
         with Progress(f"distill translate{resumed}", total=remaining, unit="sentences", enabled=stream is not None,
@@ -421,20 +420,20 @@ def _filter(data: PreparedData, root: Path, share: float, stream: TextIO | None)
                 link = folder / data.text_path(split, side).name
                 if not link.exists():
                     link.symlink_to(data.text_path(split, side))
-    empty = sum(score is None for score in scores)
+    empty = int(np.isnan(scores).sum())
     return None, {"pairs": len(scores), "empty": empty, "dropped": len(scores) - empty - int(keep.sum()),
                   "kept": int(keep.sum()), "drop_share": share, "threshold": threshold}
 
 
-def _read_scores(path: Path) -> list[float | None]:
-    """The translate stage's scores, one per line (an empty line: an empty translation)."""
-    scores: list[float | None] = []
-    for number, line in enumerate(iter_lines(path), 1):
-        try:
-            scores.append(float(line) if line else None)
-        except ValueError:
-            raise InputError(path, f"not a score: {line[:40]!r}", number) from None
-    return scores
+def _read_scores(path: Path) -> np.ndarray:
+    """The translate stage's scores, one per line (an empty line, an empty translation: NaN)."""
+    def values() -> Iterator[float]:
+        for number, line in enumerate(iter_lines(path), 1):
+            try:
+                yield float(line) if line else math.nan
+            except ValueError:
+                raise InputError(path, f"not a score: {line[:40]!r}", number) from None
+    return np.fromiter(values(), dtype=np.float64)
 
 
 def _prepare(config: Config, root: Path, teacher: str, progress: bool) -> tuple[float, dict]:
@@ -468,7 +467,7 @@ def _average(root: Path, last: int) -> tuple[None, dict]:
     return None, {"checkpoints": [path.name for path in paths]}
 
 
-def _export_skip_reason(config: Config) -> str | None:
+def export_skip_reason(config: Config) -> str | None:
     """Why the student cannot become a CTranslate2 model here (None: it can)."""
     if importlib.util.find_spec("ctranslate2") is None:
         return "ctranslate2 not installed"

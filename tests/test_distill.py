@@ -4,12 +4,14 @@ pipeline itself: line-exact translation, a kill and a rerun that resumes it, a r
 from __future__ import annotations
 
 import io
+import math
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -18,7 +20,8 @@ from nmt_cli.cli import cli
 from nmt_cli.config import Config
 from nmt_cli.data.prepare import prepare
 from nmt_cli.data.prepared import PreparedData
-from nmt_cli.distill import (DistillOptions, closest_by_chrf, distill, student_config, worst_share)
+from nmt_cli.distill import (DistillOptions, closest_by_chrf, distill, export_skip_reason, student_config,
+                             worst_share)
 from nmt_cli.errors import NmtError
 from nmt_cli.export import read_export_record
 from nmt_cli.models import build_model
@@ -43,14 +46,15 @@ def test_the_closest_hypothesis_by_chrf_is_kept_and_a_tie_keeps_the_better_ranke
 
 
 def test_the_filter_drops_exactly_the_worst_share_and_every_empty_translation():
-    scores = [-0.1 * n for n in range(20)]  # line n scores -0.1 n: the last lines are the worst
+    scores = -0.1 * np.arange(20)  # line n scores -0.1 n: the last lines are the worst
     keep, threshold = worst_share(scores, 0.1)
     assert keep.tolist() == [True] * 18 + [False] * 2 and threshold == pytest.approx(-1.8)
-    keep, threshold = worst_share([-1.0, None, -3.0, -2.0, -3.0], 0.5)  # 4 scored: 2 dropped, the earlier on a tie
+    nan = math.nan  # an empty translation: always dropped, not counted in the share
+    keep, threshold = worst_share(np.array([-1.0, nan, -3.0, -2.0, -3.0]), 0.5)  # 4 scored: 2 dropped, earlier first
     assert keep.tolist() == [True, False, False, True, False] and threshold == -3.0
-    keep, threshold = worst_share([-1.0, None, -2.0], 0.0)
+    keep, threshold = worst_share(np.array([-1.0, nan, -2.0]), 0.0)
     assert keep.tolist() == [True, False, True] and threshold is None
-    assert worst_share([-0.5] * 100, 0.07)[0].sum() == 93  # floor(0.07 * 100), not one short of it
+    assert worst_share(np.full(100, -0.5), 0.07)[0].sum() == 93  # floor(0.07 * 100), not one short of it
 
 
 def test_the_student_presets_have_the_documented_shapes(tiny_prepared, tmp_path):
@@ -70,6 +74,10 @@ def test_the_student_presets_have_the_documented_shapes(tiny_prepared, tmp_path)
     linear = student_config(teacher, data, tmp_path, DistillOptions(student="tiny", student_decoder="linear"))
     assert (linear.model.arch, linear.model.linear_sites, linear.model.d_model) == \
         ("linear_transformer", ("decoder_self",), 256)
+    # CTranslate2 runs softmax Transformers: the linear student's export stage is skipped, saying why
+    assert export_skip_reason(config) is None
+    assert export_skip_reason(linear) == \
+        "CTranslate2 runs softmax Transformers alone, not this linear_transformer student"
     path = tmp_path / "student.yaml"
     path.write_text(Config().with_overrides(SMALL_STUDENT).to_yaml(), encoding="utf-8")
     from_file = student_config(teacher, data, tmp_path, DistillOptions(student=str(path), overrides={
@@ -155,8 +163,9 @@ def test_a_killed_distillation_resumes_line_exact_and_a_finished_one_retrains_no
     # the filter drops the empty line and floor(5% of the 119 scored) = 5 worst, keeping the order
     filtered = reference["stages"]["filter"]
     assert (filtered["empty"], filtered["dropped"], filtered["kept"]) == (1, 5, 114)
-    keep, _ = worst_share([float(score) if score else None for score in scores], 0.05)
-    assert read_lines(whole / "filter" / f"train.{data.src_lang}") == [line for line, kept in zip(sources, keep) if kept]
+    keep, _ = worst_share(np.array([float(score) if score else math.nan for score in scores]), 0.05)
+    kept_sources = [line for line, kept in zip(sources, keep) if kept]
+    assert read_lines(whole / "filter" / f"train.{data.src_lang}") == kept_sources
     worst = sorted(float(score) for score in scores if score)[:5]
     assert filtered["threshold"] == worst[-1]
     # the student is prepared with the teacher's pieces, trained, averaged and exported as int8
