@@ -1,4 +1,4 @@
-# nmt-cli: make install | test | test-fast | demo | config-doc | recipes | recipe NAME=... (or make NAME) | domain-adaptation | recipes-check | bench
+# nmt-cli: make install | test | test-fast | demo | distill-demo | config-doc | recipes | recipe NAME=... (or make NAME) | domain-adaptation | recipes-check | bench
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -13,7 +13,7 @@ RECIPE_NAMES := $(filter-out demo,$(basename $(notdir $(wildcard recipes/*.yaml)
 # domain adaptation (recipes/adaptation/NAME.yaml): make adapt-ted, make adapt-news, make domain-adaptation
 ADAPTATION_NAMES := $(addprefix adapt-,$(basename $(notdir $(wildcard recipes/adaptation/*.yaml))))
 
-.PHONY: install test test-fast config-doc demo recipes recipe recipes-check bench clean domain-adaptation $(RECIPE_NAMES) $(ADAPTATION_NAMES)
+.PHONY: install test test-fast config-doc demo distill-demo recipes recipe recipes-check bench clean domain-adaptation $(RECIPE_NAMES) $(ADAPTATION_NAMES)
 
 install: $(VENV)/.installed
 
@@ -40,6 +40,11 @@ config-doc: install
 
 demo: install
 	$(BIN)/python recipes/run_recipe.py demo
+
+# the whole distillation pipeline on the synthetic corpus (docs/distilling.md): a small teacher,
+# its translations, a student, their BLEU side by side; rerun it to see every stage skipped
+distill-demo: install
+	$(BIN)/nmt distill --check --out work/distill-demo
 
 recipes: install
 	$(BIN)/python recipes/run_recipe.py --list
