@@ -24,7 +24,7 @@ from nmt_cli.textio import CHUNK_LINES
 @click.option("--student", default=None,
               help=f"A preset ({', '.join(STUDENT_PRESETS)}: 6 encoder / 2 decoder layers, d 256 or 512) on the "
                    "teacher's settings, or a config file (its model, train and decode sections)  [default: tiny; "
-                   "--check: a smaller one of tiny's shape].")
+                   "--check: one of tiny's shape at the check teacher's width].")
 @click.option("--student-decoder", type=click.Choice(list(STUDENT_DECODERS)), default="softmax",
               help="The student decoder's self-attention: softmax, or linear attention (a constant cost per "
                    "output token; no CTranslate2 export).")
