@@ -499,7 +499,9 @@ def distill_check(out_dir: str | os.PathLike, options: DistillOptions = DistillO
     record = PipelineRecord(root / RECORD)
     prepared, run = root / TEACHER / "prepared", root / TEACHER / "run"
     stage = Stage("teacher", ("data: synthetic",), (f"{TEACHER}/prepared", f"{TEACHER}/run"))
-    if not record.finished(stage):
+    if record.finished(stage):
+        _teller(stream)(f"distill: teacher finished earlier ({record.stages['teacher'].seconds:,.1f} s)")
+    else:
         config = Config().with_overrides({**CHECK_DATA, **CHECK_TEACHER})
         prepare(config, prepared, progress=progress)
         if not run_finished(run, config.train.max_steps):
