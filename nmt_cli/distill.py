@@ -281,9 +281,12 @@ def _check_tokenizers(teachers: Sequence[str], data: PreparedData) -> None:
 
 
 def _check_same_settings(record: PipelineRecord, settings: dict) -> None:
-    """A directory distilled with other settings is refused, naming the first that differs."""
+    """A directory distilled with other settings is refused, naming the first that differs; a
+    config key the recorded student config lacks (one added since) counts as its default."""
     recorded = record.results.get("settings")
-    current = json.loads(json.dumps(settings))
+    if recorded is not None and "student_config" in recorded:
+        recorded = {**recorded, "student_config": Config.from_dict(recorded["student_config"]).to_dict()}
+    recorded, current = json.loads(json.dumps(recorded)), json.loads(json.dumps(settings))
     if recorded is not None and recorded != current:
         key, old, new = _first_difference(recorded, current)
         raise NmtError(f"{record.root}: was distilled with {key} {old!r}, not {new!r}; rerun with the same settings "

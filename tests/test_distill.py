@@ -4,6 +4,7 @@ pipeline itself: line-exact translation, a kill and a rerun that resumes it, a r
 from __future__ import annotations
 
 import io
+import json
 import math
 import signal
 import subprocess
@@ -213,6 +214,13 @@ def test_a_killed_distillation_resumes_line_exact_and_a_finished_one_retrains_no
                     progress=False, stream=io.StringIO())
     assert again["stages"] == resumed["stages"] and sum(translated_again) == 120 - 10 * done
     assert {path: path.stat().st_mtime_ns for path in written} == written
+
+    # a record written before a config key existed resumes: the key counts as its default
+    record = json.loads((tmp_path / "killed" / "distill.json").read_text(encoding="utf-8"))
+    del record["settings"]["student_config"]["data"]["spm_seed"]
+    (tmp_path / "killed" / "distill.json").write_text(json.dumps(record), encoding="utf-8")
+    assert distill([tiny_trained_run], distill_data, tmp_path / "killed", options, device="cpu", workers=1,
+                   progress=False)["stages"] == resumed["stages"]
 
     # other settings are refused, naming the first that differs
     with pytest.raises(NmtError, match=r"killed: was distilled with drop_share 0.05, not 0.1; rerun with the same"):
