@@ -1,7 +1,7 @@
 """Pipelines of resumable stages: one JSON file records what each stage read and wrote,
 whether it finished and what it cost.
 
-A pipeline (``nmt align bootstrap``; ``nmt distill`` next) runs named stages in order into
+A pipeline (``nmt align bootstrap``, ``nmt distill``) runs named stages in order into
 one directory. It declares each stage as a :class:`Stage` (its name, and the paths it reads
 and writes, relative to that directory) and, once the stage is done, records it with
 :meth:`PipelineRecord.finish`, which rewrites the record at once (atomically): a rerun asks
