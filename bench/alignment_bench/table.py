@@ -311,8 +311,9 @@ def method_notes(settings: Settings) -> list[str]:
         f"every nmt-cli model: {model['arch']} (Mask-Align rows: mask_align) {model['encoder_layers']}+"
         f"{model['decoder_layers']} layers, d_model "
         f"{model['d_model']}, {model['heads']} heads, FFN {model['ffn_dim']}, {scale.precision}, batches of "
-        f"{scale.max_tokens:,} tokens; training steps: {steps}; {settings.threads} thread(s) per step; this run trains, "
-        f"aligns and translates on device {settings.device}",
+        f"{scale.max_tokens:,} tokens; training steps: {steps}; {settings.threads} thread(s) per step; this run aligns and "
+        f"translates on device {settings.device} and trains there the models it trains (models kept by "
+        "--reuse-models keep the device they were trained on: see where each model was trained)",
         "guided models: train.alignment_weight 0.05 on head 0 of the penultimate decoder layer, learning each "
         "word's links at the step where it is the decoder input (model.alignment_shift, the default); "
         f"guided by eflomal = its {GUIDE} links of the whole training text (its first run), with a learned "
