@@ -136,8 +136,8 @@ def check_quick_report(tmp_path: Path, report: dict, stdout: str) -> None:
         assert ("synthetic", "eflomal", label) in rows
         assert not (work / "guided-eflomal-seed2").exists()
     assert "| synthetic | nmt-cli plain attention |" in stdout
-    assert any("training steps: synthetic 12; 1 thread(s) per step; this run trains, aligns and translates on "
-               "device cpu" in note for note in report["notes"])
+    assert any("training steps: synthetic 12; 1 thread(s) per step; this run aligns and translates on device cpu "
+               "and trains there the models it trains" in note for note in report["notes"])
     assert report["variant"] == "12 training steps"  # not --quick's 10: a section of its own in BENCHMARKS.md
     trained = next(note for note in report["notes"] if note.startswith("where each model trained"))
     assert ("cpu x 1: synthetic/bootstrap/forward/run, synthetic/bootstrap-seed2/forward/run, "
