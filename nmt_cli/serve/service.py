@@ -92,7 +92,7 @@ class TranslationService:
             for key, value in asked.items():
                 self._check_phrases(key, value, f"{key}{suffix}")
             line = make_input(self.model.engine.tokenizer, glossary, text, prefix, **asked)
-            self._check_size(line, name)
+            self._check_size(line, len(asked["avoid"]), name)
             inputs.append(line)
         return inputs
 
@@ -123,13 +123,14 @@ class TranslationService:
                 for number, phrase in enumerate(item):
                     self._check_phrase(phrase, f"{name}[{index}][{number}]")
 
-    def _check_size(self, line: Input, name: str) -> None:
-        """A sentence the model takes, asking for no more phrases than ``max_constraints``."""
+    def _check_size(self, line: Input, avoided: int, name: str) -> None:
+        """A sentence the model takes, asking for no more phrases than ``max_constraints``
+        (``avoided``: the phrases it avoids as given, not their spellings in the request)."""
         request, limit = line.request, self.settings.max_constraints
         if len(request.source) > self.model.max_source_tokens:
             raise RequestError(422, f"{name} is {len(request.source)} pieces long; the model takes at most "
                                     f"{self.model.max_source_tokens}")
-        phrases = sum(len(constraint) for constraint in request.constraints) + len(request.avoid)
+        phrases = sum(len(constraint) for constraint in request.constraints) + avoided
         if phrases > limit:
             raise RequestError(413, f"{name} asks for {phrases} constraint and avoid phrases (alternatives and "
                                     f"glossary matches counted); at most {limit} per sentence (--max-constraints)")
