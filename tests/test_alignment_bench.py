@@ -37,7 +37,8 @@ def check_quick_report(tmp_path: Path, report: dict, stdout: str) -> None:
     --eflomal-runs 2``) must have written and reported; apart so that a run made by hand can be checked."""
     rows = {(row[0], row[1], row[2]): dict(zip(report["columns"], row)) for row in report["rows"]}
     # the protocol: every row is scored on the test pairs; tuned ones name the dev pairs they were picked on
-    assert {row["pairs"] for row in rows.values()} <= {"test 1-30", "test 1-30 (picked on dev 1-30)"}
+    scored = [row for row in rows.values() if row["AER"] != "-"]  # not an aligner that is not installed
+    assert {row["pairs"] for row in scored} <= {"test 1-30", "test 1-30 (picked on dev 1-30)"}
     assert all(row["pairs"] == "test 1-30 (picked on dev 1-30)" for (_, _, setting), row in rows.items()
                if setting.startswith("tuned: "))
     ours = rows[("synthetic", "nmt-cli plain attention", "default reading (last layer, heads averaged)")]
