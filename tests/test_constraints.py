@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from nmt_cli.config import DecodeConfig
 from nmt_cli.decoding.constraints import (ConstraintTable, advance, all_met, constraints_met, contains, initial_state,
-                                          met_units, next_tokens)
+                                          met_units, next_tokens, tokens_needed)
 from nmt_cli.decoding.ensemble import Ensemble
 from nmt_cli.decoding.generator import generate
 from nmt_cli.decoding.request import Request, UnfitConstraintsError
@@ -57,6 +57,10 @@ def test_tracking_agrees_with_brute_force_on_every_prefix_of_an_output(constrain
                                                               max(longest_match(output, a) for a in c))
                              for c, m in zip(constraints, met))
         assert int(met_units(table, sentence, progress, matched)) == expected_units
+        unmet = [c for c, m in zip(constraints, met) if not m]
+        expected_needed = sum(min(map(len, c)) for c in unmet) - max(
+            [min(map(len, c)) - min(len(a) - longest_match(output, a) for a in c) for c in unmet] + [0])
+        assert int(tokens_needed(table, sentence, progress, matched)) == expected_needed
         upcoming = next_tokens(table, sentence, progress, matched).tolist()
         for p, alt in enumerate(alternatives):
             assert upcoming[p] == (-1 if met[owners[p]] else alt[int(progress[p])])
@@ -150,6 +154,16 @@ def test_on_unmet_error_names_the_sentence_relax_raises_the_limit_drop_keeps_wha
     assert len(dropped.tokens) <= 4
 
 
+@pytest.mark.parametrize("beam", [1, 2])
+def test_constraints_that_share_their_first_token_both_fit_a_limit_with_no_slack(beam):
+    """"A B" and "A C": after "A" only one of them can go on, so the other must be written whole;
+    a limit of 4 holds both only if the search counts it so."""
+    model = ScriptedModel(EagerToEnd())
+    request = Request([1], constraints=(((A, B),), ((A, C),)))
+    result = generate(model, [request], decode_config(beam_size=beam, max_len_a=0.0, max_len_b=4))[0]
+    assert result.constraints_met == [True, True] and result.tokens in ([A, B, A, C], [A, C, A, B])
+
+
 def test_relax_never_passes_the_models_longest_output(tiny_trained_run):
     translator = Translator.from_checkpoint(tiny_trained_run, device="cpu", overrides={"decode.on_unmet": "relax"})
     long_phrase = " ".join(["kitchen"] * 80)  # far more pieces than the 127 positions of the model hold
@@ -208,6 +222,20 @@ def test_constraints_and_the_prefix_always_appear_in_every_family(arch, requests
             assert entry.tokens[:len(request.prefix)] == list(request.prefix)
             assert entry.constraints_met == constraints_met(request.constraints, entry.tokens)
             assert sum(entry.token_log_probs) == pytest.approx(entry.log_prob, abs=1e-6)
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
+@settings(max_examples=6, deadline=None)
+@given(requests=st.lists(constrained_requests(), min_size=1, max_size=3), beam=st.sampled_from([1, 3]))
+def test_with_no_slack_left_the_constraints_fill_the_output_in_every_family(arch, requests, beam):
+    """An output limit of exactly what the prefix and constraints take: however the model would
+    wander, a hypothesis with no slack left may only advance a constraint, so all are met."""
+    for request in requests:
+        needed = len(request.prefix) + sum(min(map(len, constraint)) for constraint in request.constraints)
+        decode = DecodeConfig(beam_size=beam, alpha=0.6, max_len_a=0.0, max_len_b=needed, on_unmet="error")
+        result = generate(MODELS[arch], [request], decode)[0]
+        assert result.constraints_met == [True] * len(request.constraints), (request, result.tokens)
+        assert len(result.tokens) <= needed
 
 
 def test_an_ensemble_meets_constraints_with_nbest_and_attention_of_the_right_shape():

@@ -24,7 +24,7 @@ from torch import Tensor
 from nmt_cli.decoding.request import Constraint
 
 __all__ = ["ConstraintTable", "advance", "all_met", "constraints_met", "contains", "initial_state", "met_units",
-           "next_tokens", "shortest_length"]
+           "next_tokens", "shortest_length", "tokens_needed"]
 
 
 def contains(tokens: Sequence[int], phrase: Sequence[int]) -> bool:
@@ -128,6 +128,28 @@ def met_units(table: ConstraintTable, sentence: Tensor, progress: Tensor, matche
     units = (owner * table.units[sentence][..., None, :]).amax(dim=-1)  # (..., P) its constraint's units
     per_alternative = torch.where(matched, units, progress.minimum(units - 1))  # (..., P); missing ones: 0
     return (per_alternative[..., :, None] * owner).amax(dim=-2).sum(dim=-1)
+
+
+def tokens_needed(table: ConstraintTable, sentence: Tensor, progress: Tensor, matched: Tensor) -> Tensor:
+    """(...) output tokens that surely meet every unmet constraint: the rest of the nearest one, then
+    each other one whole.
+
+    ``U = sum_c s(c) - max_c (s(c) - r(c))`` over the unmet constraints ``c``, with ``s(c)`` the
+    length of c's shortest alternative and ``r(c) = min_a (|a| - progress(a))`` over c's
+    alternatives the fewest tokens that finish one. Only one partial match can be finished
+    (two constraints may share their first tokens, and one token cannot extend both), so
+    the others count whole. One token of the nearest constraint always lowers ``U`` by one.
+    ``sentence`` (...), ``progress``/``matched`` (..., P).
+    """
+    owner = table.owner[sentence]  # (..., P, C)
+    lengths = table.lengths[sentence]  # (..., P)
+    unowned = torch.iinfo(lengths.dtype).max
+    rest = torch.where(owner, (lengths - progress)[..., None], unowned).amin(dim=-2)  # (..., C) r(c)
+    shortest = torch.where(owner, lengths[..., None], unowned).amin(dim=-2)  # (..., C) s(c)
+    unmet = owner.any(dim=-2) & ~(owner & matched[..., None]).any(dim=-2)  # (..., C)
+    whole = torch.where(unmet, shortest, 0)  # (..., C)
+    gain = torch.where(unmet, shortest - rest, 0)  # (..., C)
+    return whole.sum(dim=-1) - gain.amax(dim=-1)
 
 
 def all_met(table: ConstraintTable, sentence: Tensor, matched: Tensor) -> Tensor:

@@ -10,10 +10,13 @@ candidate's *bank* is the number of constraint tokens it has met
 stripes: the best of the highest bank, the best of the next bank, ..., then the second
 best of each bank, and so on. So every bank keeps a share of the beam, however unlikely
 its hypotheses are, and the hypotheses that have met more constraints come first. EOS is
-blocked for a hypothesis until all its constraints are met, except at its output limit,
-where it is forced and the hypothesis ends unsatisfied; so the finished hypotheses meet
-the constraints wherever the limit leaves room to. (A hypothesis the model or the guards
-leave no other token may end too, as in every strategy.) The hypotheses that meet all
+blocked for a hypothesis until all its constraints are met, and a hypothesis with no slack
+left (its unmet constraints need as many tokens as its output limit leaves,
+:func:`~nmt_cli.decoding.constraints.tokens_needed`) may only take a token that brings a
+constraint one token nearer: so a hypothesis that wanders (a looping output, say) still
+writes its constraints before the limit, and the finished hypotheses meet them wherever
+the limit leaves room to. (A hypothesis the model or the guards leave no other token may
+end too, as in every strategy.) The hypotheses that meet all
 their constraints rank before those that do not, whatever their scores.
 
 A sentence without constraints has one bank and no added candidates, so in a mixed batch
@@ -33,7 +36,7 @@ from torch import Tensor
 
 from nmt_cli.config import DecodeConfig
 from nmt_cli.decoding.constraints import (ConstraintTable, advance, all_met, constraints_met, initial_state, met_units,
-                                          next_tokens)
+                                          next_tokens, tokens_needed)
 from nmt_cli.decoding.request import Request
 from nmt_cli.decoding.search import NEG_INF
 from nmt_cli.decoding.strategies.base import Finished
@@ -94,6 +97,31 @@ class ConstrainedSearch(BeamSearch):
 
     def eos_blocked(self, step: int, max_lens: Tensor) -> Tensor:
         return ~all_met(self.table, self.row_sentences(), self.matched) & (max_lens > step)
+
+    def shape(self, step: int, log_probs: Tensor, max_lens: Tensor, forced: Tensor | None) -> Tensor:
+        """The base distribution, then, on rows without slack, only the tokens that advance a constraint."""
+        log_probs = super().shape(step, log_probs, max_lens, forced)
+        sentences = self.row_sentences()  # (N,)
+        needed = tokens_needed(self.table, sentences, self.progress, self.matched)  # (N,)
+        budget = max_lens - step  # (N,) tokens the row may still write before its limit forces EOS
+        tight = (needed > 0) & (needed >= budget) & (budget > 0)
+        if forced is not None:
+            tight &= forced < 0  # a prefix's tokens come first; the limit was raised to hold both
+        rows = tight.nonzero().squeeze(1)  # (R,)
+        if not rows.numel():
+            return log_probs
+        row_sentences, progress, matched = sentences[rows], self.progress[rows], self.matched[rows]
+        wanted = next_tokens(self.table, row_sentences, progress, matched)  # (R, P)
+        count = wanted.size(1)
+        after = advance(self.table, row_sentences[:, None], progress[:, None].expand(-1, count, -1),
+                        matched[:, None].expand(-1, count, -1), wanted.clamp(min=0))  # (R, P, P) twice
+        nearer = (wanted >= 0) & (tokens_needed(self.table, row_sentences[:, None], *after) < needed[rows, None])
+        allowed = torch.zeros((len(rows), log_probs.size(1)), dtype=torch.long, device=log_probs.device)
+        allowed.scatter_reduce_(1, wanted.clamp(min=0), nearer.long(), reduce="amax")  # (R, V)
+        narrowed = log_probs[rows].masked_fill(allowed == 0, NEG_INF)  # (R, V)
+        possible = torch.isfinite(narrowed.amax(dim=1))  # (R,) the guards may have blocked every such token
+        log_probs[rows[possible]] = narrowed[possible]
+        return log_probs
 
     def candidates(self, log_probs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         active, width, vocab = log_probs.shape
