@@ -15,14 +15,19 @@
 2. ``filter``: the worst ``drop_share`` of the pairs by that score are dropped (and every
    empty translation); ``filter/`` holds the kept pairs and the validation and test text
    of PREPARED (the real references);
-3. ``prepare``: ``filter/`` prepared with the teacher's SentencePiece model
+3. ``shortlist``: the lexical shortlist of the kept pairs (:mod:`nmt_cli.shortlist`): the
+   teacher (the ensemble) aligns them, ``chunk_lines`` pairs at a time into
+   ``shortlist/train.align.chunks`` (a killed alignment resumes at its last finished chunk),
+   and each source piece keeps its ``k`` likeliest target pieces, with the ``frequent``
+   most frequent ones (``shortlist/shortlist.txt``, Marian's ``50 50`` by default; none
+   with ``shortlist=None``);
+4. ``prepare``: ``filter/`` prepared with the teacher's SentencePiece model
    (``--tokenizer-from``), so the student's pieces are the teacher's;
-4. ``train``: the student (:data:`STUDENT_PRESETS`, or a config file) on that data;
-5. ``average``: the student's last ``average_last`` checkpoints averaged (``student/average``);
-6. ``export``: that average as an int8 CTranslate2 model (``export/``), or recorded as
-   skipped when CTranslate2 is not installed or the student is not a softmax Transformer.
-
-(A lexical shortlist, computed from the distilled corpus, will be a stage after ``filter``.)
+5. ``train``: the student (:data:`STUDENT_PRESETS`, or a config file) on that data;
+6. ``average``: the student's last ``average_last`` checkpoints averaged (``student/average``);
+7. ``export``: that average as an int8 CTranslate2 model (``export/``) with the shortlist as
+   its vocabulary map, or recorded as skipped when CTranslate2 is not installed or the
+   student is not a softmax Transformer.
 
 Every stage is recorded in ``DIR/distill.json`` (:mod:`nmt_cli.stages`: inputs, outputs,
 details, seconds) and skipped on a rerun once finished; the settings of the distillation
@@ -31,7 +36,8 @@ the same directory. Ctrl-C and SIGTERM leave every file whole: the training stag
 step and stops the pipeline, which the same command resumes.
 
 :func:`distill_check` (``nmt distill --check``) runs everything on the synthetic corpus,
-with a small teacher trained first in DIR, and scores teacher and student on its test split.
+with a small teacher trained first in DIR, and scores teacher and student (with and without
+the shortlist) on its test split.
 """
 
 from __future__ import annotations
@@ -64,6 +70,8 @@ from nmt_cli.evaluation.metrics import build_metric
 from nmt_cli.export import export_ctranslate2
 from nmt_cli.fileio import atomic_open, atomic_write_json
 from nmt_cli.progress import Progress, format_duration
+from nmt_cli.shortlist import DEFAULT_FREQUENT, DEFAULT_K, write_shortlist
+from nmt_cli.shortlist_build import align_in_chunks, shortlist_from_links
 from nmt_cli.stages import PipelineRecord, Stage, run_finished, training_seconds
 from nmt_cli.textio import CHUNK_LINES, iter_lines, one_line
 from nmt_cli.tokenization import Tokenizer
@@ -107,6 +115,8 @@ PREPARED = "prepared"
 STUDENT_RUN = "student/run"
 AVERAGED = "student/average"
 EXPORTED = "export"
+SHORTLISTED = "shortlist/shortlist.txt"
+SHORTLIST_LINKS = "shortlist/train.align"
 TEACHER = "teacher"  # --check: the teacher trained in DIR
 
 #: --check: the synthetic corpus, the teacher trained on it, and the student's steps (twice the
@@ -131,7 +141,8 @@ class DistillOptions:
     """What a distillation makes (recorded; a rerun must give the same): which hypothesis each
     line keeps, the share of pairs dropped, the beam (None: the teacher's), the student (a
     preset name or a config file), its decoder, the checkpoints averaged, any ``--set``
-    overrides of the student's config, and the lines translated between resume points."""
+    overrides of the student's config, the lines translated (and aligned) between resume
+    points, and the shortlist's ``(k, frequent)`` (None: no shortlist)."""
 
     keep: str = "closest"
     drop_share: float = DEFAULT_DROP_SHARE
@@ -141,6 +152,7 @@ class DistillOptions:
     average_last: int = DEFAULT_AVERAGE_LAST
     overrides: Mapping[str, Any] = field(default_factory=dict)
     chunk_lines: int = CHUNK_LINES
+    shortlist: tuple[int, int] | None = (DEFAULT_K, DEFAULT_FREQUENT)
 
     def __post_init__(self) -> None:
         if self.keep not in KEEP_CHOICES:
@@ -152,6 +164,8 @@ class DistillOptions:
                            f"not {self.student_decoder!r}")
         if self.average_last < 1 or self.chunk_lines < 1 or (self.beam is not None and self.beam < 1):
             raise NmtError("distill: beam, average_last and chunk_lines must be at least 1")
+        if self.shortlist is not None and min(self.shortlist) < 0:
+            raise NmtError(f"distill: the shortlist's k and frequent count must be at least 0, not {self.shortlist}")
 
 
 def machine_cores() -> int:
@@ -223,7 +237,8 @@ def distill(teachers: Sequence[str | os.PathLike], data: str | os.PathLike, out_
     settings = {"teachers": teachers, "data": str(prepared.path), "keep": options.keep, "beam": beam,
                 "drop_share": options.drop_share, "chunk_lines": options.chunk_lines,
                 "student": options.student or "tiny", "student_decoder": options.student_decoder,
-                "average_last": options.average_last, "student_config": config.to_dict()}
+                "average_last": options.average_last, "student_config": config.to_dict(),
+                "shortlist": None if options.shortlist is None else list(options.shortlist)}
     root.mkdir(parents=True, exist_ok=True)
     record = PipelineRecord(root / RECORD)
     _check_same_settings(record, settings)
@@ -250,6 +265,9 @@ def distill(teachers: Sequence[str | os.PathLike], data: str | os.PathLike, out_
     filter_stage = Stage("filter", (f"data: {prepared.path}", *translate_stage.outputs),
                          (f"{FILTERED}/train.{prepared.src_lang}", f"{FILTERED}/{tgt}"))
     run_stage(filter_stage, lambda: _filter(prepared, root, options.drop_share, stream))
+    if options.shortlist is not None:
+        shortlist_stage = Stage("shortlist", (*filter_stage.outputs, *sources[:-1]), (SHORTLISTED,))
+        run_stage(shortlist_stage, lambda: _shortlist(teachers, prepared, root, options, device, stream))
     prepare_stage = Stage("prepare", (FILTERED, f"teacher: {teachers[0]}"), (PREPARED,))
     run_stage(prepare_stage, lambda: _prepare(config, root, teachers[0], progress))
     train_stage = Stage("train", (PREPARED,), (STUDENT_RUN,))
@@ -257,9 +275,11 @@ def distill(teachers: Sequence[str | os.PathLike], data: str | os.PathLike, out_
     average_stage = Stage("average", (STUDENT_RUN,), (AVERAGED,))
     run_stage(average_stage, lambda: _average(root, options.average_last))
     skipped = export_skip_reason(config)
-    export_stage = Stage("export", (AVERAGED,), () if skipped else (EXPORTED,))
-    run_stage(export_stage, lambda: _export(root, skipped))
-    record.save_results(student=str(root / AVERAGED), export=None if skipped else str(root / EXPORTED))
+    shortlist = None if options.shortlist is None else root / SHORTLISTED
+    export_stage = Stage("export", (AVERAGED, *([SHORTLISTED] if shortlist else [])), () if skipped else (EXPORTED,))
+    run_stage(export_stage, lambda: _export(root, skipped, shortlist))
+    record.save_results(student=str(root / AVERAGED), export=None if skipped else str(root / EXPORTED),
+                        shortlist=None if shortlist is None else str(shortlist))
     return record.to_json()
 
 
@@ -286,6 +306,8 @@ def _check_same_settings(record: PipelineRecord, settings: dict) -> None:
     recorded = record.results.get("settings")
     if recorded is not None and "student_config" in recorded:
         recorded = {**recorded, "student_config": Config.from_dict(recorded["student_config"]).to_dict()}
+    if recorded is not None and "shortlist" not in recorded:  # recorded before the shortlist stage existed
+        recorded = {**recorded, "shortlist": settings["shortlist"]}
     recorded, current = json.loads(json.dumps(recorded)), json.loads(json.dumps(settings))
     if recorded is not None and recorded != current:
         key, old, new = _first_difference(recorded, current)
@@ -440,6 +462,25 @@ def _read_scores(path: Path) -> np.ndarray:
     return np.fromiter(values(), dtype=np.float64)
 
 
+def _shortlist(teachers: Sequence[str], data: PreparedData, root: Path, options: DistillOptions, device: str,
+               stream: TextIO | None) -> tuple[float, dict]:
+    """The kept pairs aligned by the teacher(s), chunk by chunk (resumable), and their shortlist;
+    the cost is what the chunks took, whichever session aligned them, and the counting."""
+    src, tgt = (root / FILTERED / f"train.{lang}" for lang in (data.src_lang, data.tgt_lang))
+    aligned = align_in_chunks(teachers, src, tgt, root / SHORTLIST_LINKS, device=str(resolve_device(device)),
+                              chunk_lines=options.chunk_lines, stream=stream)
+    began = time.perf_counter()
+    k, frequent = options.shortlist
+    built = shortlist_from_links(src, tgt, root / SHORTLIST_LINKS, data.tokenizer, k, frequent, stream,
+                                 {"aligner": aligned["aligner"]})
+    write_shortlist(root / SHORTLISTED, built)
+    shutil.rmtree(root / f"{SHORTLIST_LINKS}.chunks", ignore_errors=True)  # the merged links hold them
+    return aligned["align_seconds"] + time.perf_counter() - began, {
+        "k": k, "frequent": frequent, "pairs": built.built_from["pairs"], "piece_links": built.built_from["links"],
+        "source_pieces": len(built.translations), "unmatched_pairs": built.built_from["unmatched_pairs"],
+        "fingerprint": built.fingerprint}
+
+
 def _prepare(config: Config, root: Path, teacher: str, progress: bool) -> tuple[float, dict]:
     """The distilled pairs prepared with the teacher's SentencePiece model; the cost is what
     the manifest records (a rerun that reuses the directory keeps it)."""
@@ -481,11 +522,11 @@ def export_skip_reason(config: Config) -> str | None:
     return None
 
 
-def _export(root: Path, skipped: str | None) -> tuple[None, dict]:
+def _export(root: Path, skipped: str | None, shortlist: Path | None) -> tuple[None, dict]:
     if skipped:
         return None, {"skipped": skipped}
-    export_ctranslate2(root / AVERAGED, root / EXPORTED, EXPORT_QUANTIZATION)
-    return None, {"quantization": EXPORT_QUANTIZATION}
+    export_ctranslate2(root / AVERAGED, root / EXPORTED, EXPORT_QUANTIZATION, shortlist=shortlist)
+    return None, {"quantization": EXPORT_QUANTIZATION, "vocabulary_map": shortlist is not None}
 
 
 # ---- --check: the whole pipeline on the synthetic corpus ----------------------------------------------------
@@ -515,18 +556,23 @@ def distill_check(out_dir: str | os.PathLike, options: DistillOptions = DistillO
     sizes = CHECK_STUDENT if options.student is None else {}
     options = dataclasses.replace(options, overrides={**CHECK_STEPS, **sizes, **options.overrides})
     result = distill([run], prepared, root, options, device, workers, progress, stream)
-    models = [("teacher", run), ("student", Path(result["student"]))]
+    models = [("teacher", run, False), ("student", Path(result["student"]), False)]
+    if result["shortlist"]:
+        models.append(("student shortlist", Path(result["student"]), result["shortlist"]))
     if result["export"]:
-        models.append((f"student {EXPORT_QUANTIZATION} CTranslate2", Path(result["export"])))
-    scores = {name: _test_score(path, prepared, device, workers) for name, path in models}
+        models.append((f"student {EXPORT_QUANTIZATION} CTranslate2", Path(result["export"]), None))
+    scores = {name: _test_score(path, prepared, device, workers, shortlist) for name, path, shortlist in models}
     PipelineRecord(root / RECORD).save_results(check=scores)
     return PipelineRecord(root / RECORD).to_json()
 
 
-def _test_score(model: Path, prepared: Path, device: str, workers: int | None) -> dict:
+def _test_score(model: Path, prepared: Path, device: str, workers: int | None,
+                shortlist: str | bool | None = None) -> dict:
     """BLEU on the test split and sentences translated per second, with the model's own
-    decoding settings (the CPU decoding workers of the translation stage)."""
-    translator = load_translator(model, device=device, overrides={"decode.workers": workers or machine_cores()})
+    decoding settings (the CPU decoding workers of the translation stage) and ``shortlist``
+    (:func:`~nmt_cli.decoding.load_translator`'s: an export uses its own vocabulary map)."""
+    translator = load_translator(model, device=device, overrides={"decode.workers": workers or machine_cores()},
+                                 shortlist=shortlist)
     try:
         started = time.perf_counter()
         evaluation = evaluate_split(translator, prepared, "test", metrics=("bleu",))

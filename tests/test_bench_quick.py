@@ -113,6 +113,20 @@ def test_engine_ratio_quick_compares_engines_on_forced_equal_work(work: Path) ->
         assert figure(rows[torch_row]["vs CTranslate2, same weights"].rstrip("x")) == pytest.approx(ratio, rel=0.1)
 
 
+def test_shortlist_speed_quick_compares_each_engine_with_and_without_its_shortlist(work: Path) -> None:
+    report = run_bench("shortlist_speed", work)
+    rows = {(row[1], row[2]): dict(zip(report["columns"], row)) for row in report["rows"]}
+    engines = {"torch fp32", "torch int8", "CTranslate2 int8"}
+    assert {beam for beam, _ in rows} == {"1", "5"} and {name.split(" + ")[0] for _, name in rows} == engines
+    for (beam, name), row in rows.items():
+        assert figure(row["out tok/s (CPU time)"]) > 0
+        if " + " in name:  # each shortlisted row against its engine without
+            base = figure(rows[(beam, name.split(" + ")[0])]["out tok/s (CPU time)"])
+            ratio = figure(row["out tok/s (CPU time)"]) / base
+            assert figure(row["vs the same engine without"].rstrip("x")) == pytest.approx(ratio, rel=0.1)
+    assert any("load average when measured" in note for note in report["notes"])
+
+
 def test_decode_profile_quick_splits_the_decode_into_parts_and_states_the_ceiling(work: Path) -> None:
     report = run_bench("decode_profile", work)
     rows = {row[1]: dict(zip(report["columns"], row)) for row in report["rows"] if row[0] == "tiny"}

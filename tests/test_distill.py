@@ -151,7 +151,7 @@ def test_a_killed_distillation_resumes_line_exact_and_a_finished_one_retrains_no
     # uninterrupted, in this process
     reference = distill([tiny_trained_run], distill_data, tmp_path / "whole", options, device="cpu", workers=1,
                         progress=False, stream=io.StringIO())
-    assert list(reference["stages"]) == ["translate", "filter", "prepare", "train", "average", "export"]
+    assert list(reference["stages"]) == ["translate", "filter", "shortlist", "prepare", "train", "average", "export"]
     whole = tmp_path / "whole"
     sources = read_lines(data.text_path("train", "src"))
     translations = read_lines(whole / "translate" / f"train.{data.tgt_lang}")
@@ -176,6 +176,11 @@ def test_a_killed_distillation_resumes_line_exact_and_a_finished_one_retrains_no
     assert load_checkpoint(whole / "student" / "average").state["averaged"] == [
         str(path) for path in list_checkpoints(whole / "student" / "run")[-2:]]
     assert read_export_record(whole / "export").quantization == "int8"
+    # the shortlist of the kept pairs, by the teacher's alignments, is the export's vocabulary map
+    shortlisted = reference["stages"]["shortlist"]
+    assert (shortlisted["pairs"], shortlisted["k"], shortlisted["frequent"]) == (114, 50, 50)
+    assert read_export_record(whole / "export").shortlist["fingerprint"] == shortlisted["fingerprint"]
+    assert reference["shortlist"] == str(whole / "shortlist" / "shortlist.txt")
     assert reference["student"] == str(whole / "student" / "average")
 
     # killed (SIGKILL) mid-translation, then resumed: the finished chunks are not translated again

@@ -40,6 +40,7 @@ COMMAND_MODULES = {
     "distill": "distill",
     "score": "score",
     "export": "export",
+    "shortlist": "shortlist",
     "serve": "serve",
 }
 
@@ -57,6 +58,8 @@ COMMAND_HELP = {
                "worst pairs, prepare them with the teacher's pieces, train, average, export.",
     "score": "Score each sentence pair: log P(target | source), summed and per target token (EOS counted).",
     "export": "Export a Transformer checkpoint to CTranslate2 (pip install 'nmt-cli[ctranslate2]').",
+    "shortlist": "Build a lexical shortlist: each source piece's K likeliest target pieces, and the most frequent "
+                 "ones.",
     "serve": "Serve a checkpoint: POST /v1/translate, LibreTranslate's POST /translate, a web page at /.",
 }
 

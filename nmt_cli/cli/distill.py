@@ -11,6 +11,7 @@ from nmt_cli.cli.options import DEVICE_HELP
 from nmt_cli.config import parse_overrides
 from nmt_cli.distill import (DEFAULT_AVERAGE_LAST, DEFAULT_DROP_SHARE, KEEP_CHOICES, STUDENT_DECODERS,
                              STUDENT_PRESETS, DistillOptions, distill, distill_check)
+from nmt_cli.shortlist import DEFAULT_FREQUENT, DEFAULT_K
 from nmt_cli.textio import CHUNK_LINES
 
 
@@ -37,6 +38,12 @@ from nmt_cli.textio import CHUNK_LINES
               help="The teacher's beam and n-best size  [default: the teacher's decode.beam_size].")
 @click.option("--average-last", type=click.IntRange(min=1), default=DEFAULT_AVERAGE_LAST,
               help="The student's last checkpoints averaged.")
+@click.option("--shortlist-k", type=click.IntRange(min=0), default=DEFAULT_K,
+              help="The lexical shortlist's target pieces per source piece (by lexical translation probability "
+                   "in the teacher's alignments of the kept pairs).")
+@click.option("--shortlist-frequent", type=click.IntRange(min=0), default=DEFAULT_FREQUENT,
+              help="The lexical shortlist's most frequent target pieces, candidates of every sentence.")
+@click.option("--no-shortlist", is_flag=True, help="No shortlist stage (and no vocabulary map in the export).")
 @click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE",
               help="Override a setting of the student's config, e.g. --set train.max_steps=20000 (repeatable).")
 @click.option("--chunk-lines", type=click.IntRange(min=1), default=CHUNK_LINES,
@@ -49,9 +56,13 @@ from nmt_cli.textio import CHUNK_LINES
                    "their BLEU on its test split (no --teacher or --data).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output from data preparation.")
 def distill_command(teachers, data, out_dir, student, student_decoder, keep, drop_share, beam, average_last,
-                    overrides, chunk_lines, workers, device, check, quiet) -> None:
+                    shortlist_k, shortlist_frequent, no_shortlist, overrides, chunk_lines, workers, device, check,
+                    quiet) -> None:
     """Distill a teacher (or an ensemble) into a small student: translate the training source,
     drop the worst pairs, prepare them with the teacher's pieces, train, average, export.
+
+    A lexical shortlist of the kept pairs (the teacher's alignments) becomes the export's
+    vocabulary map (OUT/shortlist/shortlist.txt, for nmt translate --shortlist too).
 
     Every stage is recorded in OUT/distill.json and a rerun resumes where it stopped.
     """
@@ -61,12 +72,14 @@ def distill_command(teachers, data, out_dir, student, student_decoder, keep, dro
         raise click.UsageError("nmt distill needs --teacher and --data (or --check)")
     options = DistillOptions(keep=keep, drop_share=drop_share, beam=beam, student=student,
                              student_decoder=student_decoder, average_last=average_last,
-                             overrides=parse_overrides(overrides), chunk_lines=chunk_lines)
+                             overrides=parse_overrides(overrides), chunk_lines=chunk_lines,
+                             shortlist=None if no_shortlist else (shortlist_k, shortlist_frequent))
     settings = {"device": device, "workers": workers, "progress": not quiet, "stream": sys.stderr}
     record = (distill_check(out_dir, options, **settings) if check
               else distill(teachers, data, out_dir, options, **settings))
     for name, stage in record["stages"].items():
         click.echo(f"{name:<10} {stage['seconds']:>9,.1f} s" + (f"  {stage['skipped']}" if "skipped" in stage else ""))
-    click.echo(f"student: {record['student']}" + (f"  export: {record['export']}" if record["export"] else ""))
+    click.echo(f"student: {record['student']}" + (f"  export: {record['export']}" if record["export"] else "")
+               + (f"  shortlist: {record['shortlist']}" if record.get("shortlist") else ""))
     for name, score in record.get("check", {}).items():
         click.echo(f"{name:<28} BLEU {score['bleu']:5.1f}  {score['sentences_per_second']:>8,.1f} sentences/s")

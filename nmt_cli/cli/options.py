@@ -63,12 +63,13 @@ def model_options(func: Command) -> Command:
 
 
 def decode_options(func: Command) -> Command:
-    """``--beam --alpha --nbest --workers --on-long-line --on-unmet --engine --quantize --set decode.*`` and
-    :func:`model_options`.
+    """``--beam --alpha --nbest --workers --on-long-line --on-unmet --engine --quantize --shortlist
+    --set decode.*`` and :func:`model_options`.
 
-    Adds ``engine``, ``quantize`` and ``overrides`` (``{"decode.beam_size": 4, ...}``,
-    applied to the checkpoint's config) to the ``translator_options`` it passes on, the
-    keyword arguments of :func:`nmt_cli.decoding.load_translator`.
+    Adds ``engine``, ``quantize``, ``shortlist`` (a file, False for ``none``, None unset) and
+    ``overrides`` (``{"decode.beam_size": 4, ...}``, applied to the checkpoint's config) to
+    the ``translator_options`` it passes on, the keyword arguments of
+    :func:`nmt_cli.decoding.load_translator`.
     """
 
     @click.option("--beam", type=click.IntRange(min=1), help="Beam size; 1 = greedy [default: the checkpoint's].")
@@ -89,17 +90,21 @@ def decode_options(func: Command) -> Command:
     @click.option("--quantize", metavar="TYPE",
                   help="torch: int8 (dynamic int8 Linear/LSTM/GRU, on the CPU, which --device auto then picks); "
                        "ctranslate2: float32, int8, int8_float32, int16, float16 or bfloat16 [default: the export's].")
+    @click.option("--shortlist", metavar="FILE|none",
+                  help="A lexical shortlist (nmt shortlist): each sentence may output only its candidates. The "
+                       "ctranslate2 engine uses an export's own (nmt export --shortlist) unless this is none.")
     @click.option("--set", "overrides", multiple=True, metavar="decode.KEY=VALUE",
                   help="Any decoding setting, e.g. --set decode.max_len_b=50 (repeatable).")
     @model_options
     @functools.wraps(func)
-    def wrapper(*args: Any, beam, alpha, nbest, workers, on_long_line, on_unmet, engine, quantize, overrides,
-                translator_options, **kwargs: Any) -> Any:
+    def wrapper(*args: Any, beam, alpha, nbest, workers, on_long_line, on_unmet, engine, quantize, shortlist,
+                overrides, translator_options, **kwargs: Any) -> Any:
         changes = parse_overrides(overrides)
         flags = (("beam_size", beam), ("alpha", alpha), ("nbest", nbest), ("workers", workers),
                  ("on_long_line", on_long_line), ("on_unmet", on_unmet))
         changes.update({f"decode.{key}": value for key, value in flags if value is not None})
-        options = {**translator_options, "engine": engine, "quantize": quantize, "overrides": changes}
+        options = {**translator_options, "engine": engine, "quantize": quantize, "overrides": changes,
+                   "shortlist": False if shortlist == "none" else shortlist}
         return func(*args, translator_options=options, **kwargs)
 
     return wrapper

@@ -8,7 +8,8 @@ decoder state, and the ensemble's score of token ``v`` is
     log p_ens(v | y_<t, x) = (1 / M) * sum_m log p_m(v | y_<t, x)
 
 (Marian's ensembling with equal weights; not renormalised, so the score of a given
-translation is exactly the mean of the members' scores). Members may be of different
+translation is exactly the mean of the members' scores). With a lexical shortlist each
+member takes its softmax over the sentence's candidates before the mean. Members may be of different
 families; they must share the vocabulary. Attention, when asked for, is the first
 member's (``attention_model``, which forced alignment of a translation runs). An
 ensemble decodes and scores; it is not trained.
@@ -22,6 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from nmt_cli.models.base import Memory, Seq2SeqModel, State
+from nmt_cli.models.output_rows import OutputVocabulary
 
 def _shortest(limits: Iterable[int | None]) -> int | None:
     """The tightest of the members' length limits (None: no member has one)."""
@@ -47,13 +49,14 @@ class Ensemble(Seq2SeqModel):
         return {"src_mask": src_mask, "members": [member.encode(src_tokens, src_mask) for member in self.members]}
 
     def step_log_probs(
-        self, prev_tokens: Tensor, memory: Memory, state: State | None, need_attention: bool = False
+        self, prev_tokens: Tensor, memory: Memory, state: State | None, need_attention: bool = False,
+        vocabulary: OutputVocabulary | None = None,
     ) -> tuple[Tensor, State, Tensor | None]:
         states = state["members"] if state is not None else [None] * len(self.members)
         total, new_states, attention = None, [], None
         for number, (member, member_memory, member_state) in enumerate(zip(self.members, memory["members"], states)):
             log_probs, member_state, member_attention = member.step_log_probs(
-                prev_tokens, member_memory, member_state, need_attention and number == 0)
+                prev_tokens, member_memory, member_state, need_attention and number == 0, vocabulary)
             total = log_probs if total is None else total + log_probs
             new_states.append(member_state)
             attention = member_attention if number == 0 else attention

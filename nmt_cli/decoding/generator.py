@@ -12,6 +12,11 @@ finished sentences leave the batch so later steps cost less. Each sentence is a
 Before the search, :func:`fit_constraints` applies ``decode.on_unmet`` to sentences whose
 prefix and constraints cannot fit their output limit; after it, every hypothesis of a
 sentence with constraints says which it contains (``Hypothesis.constraints_met``).
+
+With a lexical shortlist (:mod:`nmt_cli.shortlist`) each sentence may output only its own
+candidates (its source pieces' lists, the frequent pieces, the specials, its prefix and
+constraint pieces): the model projects onto the batch's candidates alone and each row's
+softmax is taken over its sentence's (:mod:`nmt_cli.decoding.candidates`).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from torch import Tensor
 
 from nmt_cli.config import DecodeConfig
 from nmt_cli.decoding.batching import batch_token_budget, pad_sources, token_budget_batches
+from nmt_cli.decoding.candidates import BatchCandidates
 from nmt_cli.decoding.constraints import constraints_met, shortest_length
 from nmt_cli.decoding.hypothesis import Hypothesis
 from nmt_cli.decoding.request import Request, UnfitConstraintsError
@@ -38,6 +44,7 @@ from nmt_cli.decoding.workers import WorkerPool, map_in_processes
 from nmt_cli.device import model_device
 from nmt_cli.models.base import Seq2SeqModel
 from nmt_cli.registry import SEARCH_STRATEGIES
+from nmt_cli.shortlist import Shortlist
 from nmt_cli.specials import BOS_ID
 
 #: what :func:`generate` translates: requests, or bare source ids (a request with nothing else)
@@ -57,11 +64,14 @@ def make_search(requests: Sequence[Request], max_lens: Tensor, decode: DecodeCon
 
 @dataclass(frozen=True)
 class BatchTask:
-    """One batch of non-empty requests to decode, as a worker process receives it."""
+    """One batch of non-empty requests to decode, as a worker process receives it, with each
+    request's shortlist candidates (None: no shortlist) among the ``target_vocab`` tokens."""
 
     requests: list[Request]
     decode: DecodeConfig
     need_attention: bool
+    candidates: list[np.ndarray] | None = None
+    target_vocab: int = 0
 
 
 def decode_task(model: Seq2SeqModel, device: torch.device, number: int, task: BatchTask) -> list[Hypothesis]:
@@ -70,7 +80,8 @@ def decode_task(model: Seq2SeqModel, device: torch.device, number: int, task: Ba
     generator = None
     if task.decode.sampling != "none":
         generator = torch.Generator(device=device).manual_seed(task.decode.seed + number)
-    return decode_batch(model, task.requests, task.decode, device, task.need_attention, generator)
+    return decode_batch(model, task.requests, task.decode, device, task.need_attention, generator, task.candidates,
+                        task.target_vocab)
 
 
 def decoding_workers(model: Seq2SeqModel, device: torch.device, workers: int) -> WorkerPool:
@@ -86,6 +97,7 @@ def generate(
     device: torch.device | str | None = None,
     need_attention: bool = False,
     pool: WorkerPool | None = None,
+    shortlist: Shortlist | None = None,
 ) -> list[Hypothesis]:
     """Translate :class:`Request` s (or bare source ids, no BOS/EOS); one :class:`Hypothesis`
     each, in input order. A request's prefix starts its output.
@@ -108,6 +120,9 @@ def generate(
     Constraints that cannot fit a sentence's output limit follow ``decode.on_unmet``
     (:func:`fit_constraints`; ``error`` raises :class:`~nmt_cli.decoding.request.UnfitConstraintsError`
     naming the sentence's index in ``sources``).
+
+    ``shortlist``: each sentence may output only its candidates
+    (:func:`sentence_candidates`), whatever else is in its batch.
     """
     device = model_device(model) if device is None else torch.device(device)
     asked = [as_request(source) for source in sources]
@@ -118,7 +133,10 @@ def generate(
     budget = batch_token_budget(decode.max_tokens, device)
     batches = [[nonempty[j] for j in batch] for batch in token_budget_batches(lengths, budget, decode.max_sentences)]
 
-    tasks = [BatchTask([requests[i] for i in indices], decode, need_attention) for indices in batches]
+    tasks = [BatchTask([requests[i] for i in indices], decode, need_attention,
+                       None if shortlist is None else [sentence_candidates(shortlist, requests[i]) for i in indices],
+                       0 if shortlist is None else shortlist.target_vocab)
+             for indices in batches]
     decode_numbered = functools.partial(decode_task, model, device)
     workers = min(decode.workers, len(batches)) if device.type == "cpu" else 1
     with evaluation_mode(model):
@@ -133,6 +151,14 @@ def generate(
             results[index] = hypothesis
     return [_with_constraints_met(result, request.constraints) if request.constraints else result
             for result, request in zip(results, asked)]
+
+
+def sentence_candidates(shortlist: Shortlist, request: Request) -> np.ndarray:
+    """The target ids ``request`` may output: its source pieces' shortlist candidates, with
+    its prefix and every alternative of its constraints forced in."""
+    forced = [*request.prefix, *(piece for constraint in request.constraints for alternative in constraint
+                                 for piece in alternative)]
+    return shortlist.candidates(request.source, forced)
 
 
 def output_limit(request: Request, decode: DecodeConfig, max_target_length: int | None) -> int:
@@ -206,8 +232,12 @@ def decode_batch(
     device: torch.device,
     need_attention: bool = False,
     generator: torch.Generator | None = None,
+    candidates: Sequence[np.ndarray] | None = None,
+    target_vocab: int = 0,
 ) -> list[Hypothesis]:
     """Search one padded batch of non-empty requests; hypotheses in the order given.
+    ``candidates``: each request's shortlist candidates among the ``target_vocab`` tokens
+    (None: the whole vocabulary).
 
     A sentence's output limit is ``a * |x| + b``, raised to what its prefix and constraints
     need (:func:`needed_length`), and never past the model's last position.
@@ -221,7 +251,8 @@ def decode_batch(
     if model.max_target_length is not None:  # never step past the model's last position
         max_lens = max_lens.clamp(max=model.max_target_length)
     search = make_search(requests, max_lens, decode, need_attention, generator)
-    run_search(model, src, src_mask, search, need_attention)
+    shortlisted = None if candidates is None else BatchCandidates.build(candidates, target_vocab, device)
+    run_search(model, src, src_mask, search, need_attention, shortlisted)
     shape = (model.attention_layers, model.attention_heads)
     return [
         _hypothesis(finished, int(length), shape)
@@ -230,10 +261,12 @@ def decode_batch(
 
 
 @torch.inference_mode()
-def run_search(model: Seq2SeqModel, src: Tensor, src_mask: Tensor, search: Search, need_attention: bool) -> None:
+def run_search(model: Seq2SeqModel, src: Tensor, src_mask: Tensor, search: Search, need_attention: bool,
+               candidates: BatchCandidates | None = None) -> None:
     """The decoding loop: encode once, then one ``decode_step`` per output position.
 
     ``src`` and ``src_mask`` are (B, S); the results are left in ``search.finished``.
+    ``candidates``: the batch's shortlist (each row computes and chooses only its sentence's).
     """
     memory = model.encode(src, src_mask)
     expand = search.initial_rows()
@@ -244,7 +277,12 @@ def run_search(model: Seq2SeqModel, src: Tensor, src_mask: Tensor, search: Searc
     state = None
     step = 0
     while True:
-        log_probs, state, attention = model.step_log_probs(tokens, memory, state, need_attention)  # (N, V)
+        if candidates is None:
+            log_probs, state, attention = model.step_log_probs(tokens, memory, state, need_attention)  # (N, V)
+        else:
+            log_probs, state, attention = model.step_log_probs(
+                tokens, memory, state, need_attention, candidates.step(search.row_sentences()))  # (N, C)
+            log_probs = candidates.expand(log_probs)  # (N, V)
         outcome = search.advance(step, log_probs, attention)
         if outcome is None:
             return
@@ -291,4 +329,4 @@ def _attention_arrays(steps: list[Tensor] | None, src_length: int, shape: tuple[
 
 
 __all__ = ["Source", "as_request", "generate", "decode_batch", "fit_constraints", "needed_length", "output_limit",
-           "run_search", "make_search"]
+           "run_search", "make_search", "sentence_candidates"]

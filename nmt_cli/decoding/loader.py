@@ -21,6 +21,7 @@ def load_translator(
     average: str | None = None,
     quantize: str | None = None,
     overrides: Mapping[str, Any] | None = None,
+    shortlist: str | os.PathLike | bool | None = None,
 ) -> Any:
     """A translator for ``path``: a checkpoint, a run directory or an ``nmt export`` directory
     (several checkpoints: an ensemble, torch engine only), by the engine named ``engine``
@@ -29,9 +30,14 @@ def load_translator(
     ``quantize``: ``int8`` for the torch engine; any CTranslate2 compute type for ctranslate2
     (default: the export's own). ``overrides`` (``{"decode.beam_size": 1}``) go on top of the
     model's decoding settings.
+
+    ``shortlist``: a lexical shortlist file (:mod:`nmt_cli.shortlist`) restricting each
+    sentence's output to its candidates; None: the engine's default (an export's own
+    vocabulary map for ctranslate2, none for torch); False: none at all.
     """
     paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
-    return ENGINES.get(engine)(paths, device=device, average=average, quantize=quantize, overrides=overrides)
+    return ENGINES.get(engine)(paths, device=device, average=average, quantize=quantize, overrides=overrides,
+                               shortlist=shortlist)
 
 
 __all__ = ["load_translator"]

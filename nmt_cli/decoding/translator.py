@@ -4,7 +4,8 @@ A :class:`Translator` holds a model, the SentencePiece models it was trained wit
 the search settings. It never prints and never reads files or stdin: callers pass
 strings (or :class:`~nmt_cli.decoding.request.Request` s, for a sentence that asks for
 more, such as a target prefix) and get :class:`~nmt_cli.decoding.hypothesis.Hypothesis`
-objects back.
+objects back. With a lexical shortlist (``shortlist``, :mod:`nmt_cli.shortlist`) each
+sentence's output is restricted to its own candidates.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from nmt_cli.models.base import Seq2SeqModel
 from nmt_cli.models.packed import can_pack, pack_linear_layers
 from nmt_cli.models.quantization import quantize_model
 from nmt_cli.precision import Precision
+from nmt_cli.shortlist import Shortlist, read_shortlist
 from nmt_cli.textio import CHUNK_LINES
 from nmt_cli.tokenization import Tokenizer
 
@@ -82,6 +84,7 @@ class Translator:
         average: str | None = None,
         quantize: str | None = None,
         config: Config | None = None,
+        shortlist: Shortlist | None = None,
     ):
         keep_freed_memory()
         self.device = resolve_device(device)
@@ -96,6 +99,10 @@ class Translator:
         self.quantize = quantize
         #: the (first) checkpoint's config (None: built from parts), e.g. which head reads alignments
         self.config = config
+        #: the lexical shortlist each sentence's output is restricted to (None: the whole vocabulary)
+        self.shortlist = shortlist
+        if shortlist is not None:
+            shortlist.check_tokenizer(tokenizer, checkpoint or "the model")
         #: CPU decoding workers by count, forked on first use; shared with :meth:`with_decode`'s copies
         self._pools: dict[int, WorkerPool] = {}
 
@@ -108,6 +115,7 @@ class Translator:
         decode: DecodeConfig | None = None,
         overrides: Mapping[str, Any] | None = None,
         quantize: str | None = None,
+        shortlist: Shortlist | str | os.PathLike | None = None,
     ) -> "Translator":
         """Load a checkpoint (or a run's newest one), optionally averaging ``last:N``.
 
@@ -119,7 +127,11 @@ class Translator:
         ``quantize="int8"``: dynamic int8 quantization of the Linear and LSTM/GRU layers (CPU,
         which ``device="auto"`` then means);
         otherwise, on the CPU, float32 Linear layers are packed for oneDNN (:mod:`nmt_cli.models.packed`).
+        ``shortlist``: a lexical shortlist (or its file) built with the model's SentencePiece
+        model; each sentence may then output only its candidates.
         """
+        if isinstance(shortlist, (str, os.PathLike)):
+            shortlist = read_shortlist(shortlist)
         if quantize is not None and is_auto(device):
             device = "cpu"  # torch's dynamic int8 kernels run on the CPU alone, GPU or not
         resolved_device = resolve_device(device)
@@ -140,7 +152,7 @@ class Translator:
                    checkpoint="+".join(str(checkpoint.path) for checkpoint in checkpoints),
                    step="+".join(str(checkpoint.step) for checkpoint in checkpoints),
                    average=averaged_label(first.state.get("averaged", [])), quantize=quantize,
-                   config=first.config)
+                   config=first.config, shortlist=shortlist)
 
     def with_decode(self, overrides: Mapping[str, Any]) -> "Translator":
         """The same model and tokenizer with other search settings (``{"decode.beam_size": 1}``).
@@ -165,7 +177,7 @@ class Translator:
         pool = self._worker_pool()
         with self.precision.autocast():
             hypotheses = generate(self.model, [request for request, _ in fitted], self.decode, self.device,
-                                  with_attention, pool)
+                                  with_attention, pool, self.shortlist)
         return [dataclasses.replace(self._with_text(hypothesis), long_input=how)
                 for hypothesis, (_, how) in zip(hypotheses, fitted)]
 
@@ -208,6 +220,8 @@ class Translator:
         parts = signature_parts(self.decode, self.checkpoint, self.step, self.average)
         if self.quantize:
             parts.insert(-1, f"quantize:{self.quantize}")
+        if self.shortlist is not None:
+            parts.insert(-1, shortlist_part(self.shortlist))
         return "|".join(parts)
 
     def _with_text(self, hypothesis: Hypothesis) -> Hypothesis:
@@ -257,6 +271,11 @@ def signature_parts(decode: DecodeConfig, checkpoint: str, step: int | str, aver
         parts += [f"sampling:{decode.sampling}", limit, f"temperature:{decode.temperature:g}", f"seed:{decode.seed}"]
     parts.append(f"version:{__version__}")
     return parts
+
+
+def shortlist_part(shortlist: Shortlist) -> str:
+    """The signature field of a lexical shortlist: its sizes and the fingerprint of its lists."""
+    return f"shortlist:{shortlist.k}+{len(shortlist.frequent)}@{shortlist.fingerprint}"
 
 
 def as_requests(tokenizer: Tokenizer, sentences: Sequence[Sentence]) -> list[Request]:
@@ -309,4 +328,4 @@ def _translate_chunk(translate: Callable[[Sequence[Item], bool, bool], list[Hypo
 
 
 __all__ = ["LongInputError", "Sentence", "Translator", "apply_decode_overrides", "as_requests", "averaged_label",
-           "fit_requests", "signature_parts", "stream_in_chunks"]
+           "fit_requests", "shortlist_part", "signature_parts", "stream_in_chunks"]

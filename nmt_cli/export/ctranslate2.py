@@ -14,6 +14,10 @@ table), so sources and outputs are limited to that many pieces.
 
 RNN and linear-attention models, and kernels other than ``softmax`` (``model.attention_kernel``),
 have no CTranslate2 equivalent and are refused.
+
+With a lexical shortlist (:mod:`nmt_cli.shortlist`) the export also holds ``vmap.txt``,
+CTranslate2's vocabulary map of the same candidates (:func:`write_vocabulary_map`), which
+``translate_batch(..., use_vmap=True)`` reads, and its record names the shortlist.
 """
 
 from __future__ import annotations
@@ -34,11 +38,14 @@ from nmt_cli.export.record import EXPORT_RECORD, RECORD_FORMAT, is_export_dir
 from nmt_cli.fileio import atomic_directory, atomic_write_json
 from nmt_cli.models.embeddings import LearnedPositions, sinusoidal_table
 from nmt_cli.models.transformer import Transformer
+from nmt_cli.shortlist import Shortlist, read_shortlist
 from nmt_cli.specials import BOS_ID, EOS_ID, UNK_ID
 
 #: weight types ``nmt export --quantization`` accepts (CTranslate2's names)
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "int16", "float16", "bfloat16")
 INSTALL_HINT = "pip install 'nmt-cli[ctranslate2]'"
+#: CTranslate2's vocabulary map in an export directory (the name it loads)
+VOCABULARY_MAP = "vmap.txt"
 
 
 def require_ctranslate2() -> Any:
@@ -51,13 +58,18 @@ def require_ctranslate2() -> Any:
 
 
 def export_ctranslate2(checkpoint: str | os.PathLike, out_dir: str | os.PathLike,
-                       quantization: str = "float32", average: str | None = None) -> Path:
+                       quantization: str = "float32", average: str | None = None,
+                       shortlist: Shortlist | str | os.PathLike | None = None) -> Path:
     """Write ``out_dir`` (replaced atomically if it is an earlier export) and return it.
 
     ``checkpoint`` is a checkpoint or run directory; ``average`` (``last:N``) averages the
-    run's last N checkpoints first. Refuses to write over a directory that is not an export.
+    run's last N checkpoints first. ``shortlist`` (or its file), built with the model's
+    SentencePiece model, is written as the vocabulary map. Refuses to write over a
+    directory that is not an export.
     """
     out_dir = Path(out_dir)
+    if isinstance(shortlist, (str, os.PathLike)):
+        shortlist = read_shortlist(shortlist)
     if quantization not in QUANTIZATIONS:
         raise NmtError(f"unknown quantization {quantization!r}; choose from {', '.join(QUANTIZATIONS)}")
     if out_dir.exists() and not is_export_dir(out_dir) and (not out_dir.is_dir() or any(out_dir.iterdir())):
@@ -75,6 +87,8 @@ def export_ctranslate2(checkpoint: str | os.PathLike, out_dir: str | os.PathLike
     if loaded.config.model.alignment_null:
         raise NmtError(f"{loaded.path}: a model with a null position (model.alignment_null) cannot be exported to "
                        "CTranslate2, which attends to the source words alone; translate it with the torch engine")
+    if shortlist is not None:
+        shortlist.check_tokenizer(loaded.tokenizer, str(loaded.path))
     ctranslate2 = require_ctranslate2()
     model = loaded.build_model("cpu")
     spec = transformer_spec(model, loaded)
@@ -84,16 +98,37 @@ def export_ctranslate2(checkpoint: str | os.PathLike, out_dir: str | os.PathLike
         spec.save(str(tmp))
         for name, data in loaded.tokenizer.model_files().items():
             (tmp / name).write_bytes(data)
-        atomic_write_json(tmp / EXPORT_RECORD, export_record(loaded, quantization, positions_of(model),
-                                                             ctranslate2.__version__))
+        record = export_record(loaded, quantization, positions_of(model), ctranslate2.__version__)
+        if shortlist is not None:
+            write_vocabulary_map(tmp / VOCABULARY_MAP, shortlist, loaded.tokenizer)
+            record["shortlist"] = {**shortlist.describe(), "vocabulary_map": VOCABULARY_MAP}
+        atomic_write_json(tmp / EXPORT_RECORD, record)
     return out_dir
 
 
 def _export_entry(name: str) -> bool:
     """Whether a file of that name is one ``nmt export`` writes (an earlier export holding
     anything else is not replaced)."""
-    return name in (EXPORT_RECORD, "model.bin", "config.json") or name.endswith((".model", "_vocabulary.json",
-                                                                                 "_vocabulary.txt"))
+    return name in (EXPORT_RECORD, "model.bin", "config.json", VOCABULARY_MAP) or name.endswith(
+        (".model", "_vocabulary.json", "_vocabulary.txt"))
+
+
+def write_vocabulary_map(path: Path, shortlist: Shortlist, tokenizer: Any) -> None:
+    """CTranslate2's vocabulary map of ``shortlist``: a line ``<TAB>frequent pieces`` (the
+    empty key: candidates of every sentence) and ``source piece<TAB>target pieces`` per
+    source piece. CTranslate2 adds UNK, BOS and EOS itself, and the pieces of a target prefix."""
+    def pieces(ids: Any, processor: Any) -> list[str]:
+        names = [processor.id_to_piece(int(i)) for i in ids]
+        bad = [name for name in names if not name or any(char in name for char in " \t\n")]
+        if bad:
+            raise NmtError(f"{path}: the piece {bad[0]!r} cannot be written in a vocabulary map (a space or tab)")
+        return names
+
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write("\t" + " ".join(pieces(shortlist.frequent, tokenizer.tgt)) + "\n")
+        for source in sorted(shortlist.translations):
+            (key,) = pieces([source], tokenizer.src)
+            handle.write(key + "\t" + " ".join(pieces(shortlist.translations[source], tokenizer.tgt)) + "\n")
 
 
 def export_record(loaded: Checkpoint, quantization: str, positions: int, ctranslate2_version: str) -> dict:
@@ -217,5 +252,5 @@ def fill_decoder(spec: Any, model: Transformer, pre_norm: bool) -> None:
     _linear(spec.projection, model.output_projection.weight, None)
 
 
-__all__ = ["QUANTIZATIONS", "INSTALL_HINT", "export_ctranslate2", "require_ctranslate2",
-           "transformer_spec"]
+__all__ = ["QUANTIZATIONS", "INSTALL_HINT", "VOCABULARY_MAP", "export_ctranslate2", "require_ctranslate2",
+           "transformer_spec", "write_vocabulary_map"]

@@ -48,6 +48,11 @@ class ExportRecord:
         return int(self.data["positions"])
 
     @property
+    def shortlist(self) -> dict[str, Any] | None:
+        """The lexical shortlist written as the vocabulary map (its file, sizes, fingerprint), or None."""
+        return self.data.get("shortlist")
+
+    @property
     def tokenizer_files(self) -> list[str]:
         return list(self.data["tokenizer_files"])
 

@@ -15,11 +15,16 @@ Conventions (all model families):
   ``attention`` is ``None`` unless asked for, then (B, L, H, S): cross-attention weights
   per decoder layer ``L`` and head ``H`` (RNN models: L = H = 1). A Transformer with a
   learned null position (``model.alignment_null``) has one column more, the null's, last.
+  With ``features_only`` it returns the decoder features (B, F) instead of the logits, as
+  ``forward`` does.
 * ``step_log_probs(prev_tokens, memory, state, need_attention) -> (log_probs, state,
   attention)`` is what the generation loop calls: by default ``log_softmax`` of
   ``decode_step``'s logits in float32; ``forced_log_probs(src_tokens, src_mask, tgt_in,
   tgt_mask) -> (B, T, V)`` is the same for a whole given target (scoring). An ensemble
-  (:mod:`nmt_cli.decoding.ensemble`) overrides both.
+  (:mod:`nmt_cli.decoding.ensemble`) overrides both. Given an
+  :class:`~nmt_cli.models.output_rows.OutputVocabulary` (a lexical shortlist),
+  ``step_log_probs`` returns (B, C) log-probabilities of its ``C`` tokens alone, each row's
+  softmax taken over the tokens it allows.
 * ``reorder_state`` / ``reorder_memory`` select batch rows (beam search); the default
   ``index_select`` of every tensor along dimension 0 is right for all state kept batch first.
 * ``forward(src_tokens, src_mask, tgt_in, tgt_mask, need_attention, features_only)`` is
@@ -41,6 +46,8 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+
+from nmt_cli.models.output_rows import OutputVocabulary, restricted_logits
 
 Memory = dict[str, Any]
 State = dict[str, Any]
@@ -78,6 +85,7 @@ class Seq2SeqModel(nn.Module):
         memory: Memory,
         state: State | None,
         need_attention: bool = False,
+        features_only: bool = False,
     ) -> tuple[Tensor, State, Tensor | None]:  # pragma: no cover
         raise NotImplementedError
 
@@ -103,14 +111,22 @@ class Seq2SeqModel(nn.Module):
         raise NotImplementedError
 
     def step_log_probs(
-        self, prev_tokens: Tensor, memory: Memory, state: State | None, need_attention: bool = False
+        self, prev_tokens: Tensor, memory: Memory, state: State | None, need_attention: bool = False,
+        vocabulary: OutputVocabulary | None = None,
     ) -> tuple[Tensor, State, Tensor | None]:
-        """``decode_step`` with the logits turned into float32 log-probabilities (B, V).
+        """``decode_step`` with the logits turned into float32 log-probabilities (B, V); with a
+        ``vocabulary``, (B, C) over its tokens, projected from the features onto those rows
+        of the output layer alone.
 
         The log-softmax overwrites the logits, which nothing else holds, instead of filling a
         new (B, V) array at every step.
         """
-        logits, state, attention = self.decode_step(prev_tokens, memory, state, need_attention)
+        if vocabulary is None:
+            logits, state, attention = self.decode_step(prev_tokens, memory, state, need_attention)
+        else:
+            features, state, attention = self.decode_step(prev_tokens, memory, state, need_attention,
+                                                           features_only=True)
+            logits = restricted_logits(features, self.output_layer(), vocabulary)  # (B, C)
         logits = logits.float()
         if logits.requires_grad:
             return logits.log_softmax(dim=-1), state, attention

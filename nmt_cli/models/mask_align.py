@@ -114,7 +114,7 @@ class MaskAlign(Seq2SeqModel):
         return {"src_mask": src_mask, "encoded": self.encoder(src_tokens, src_mask)}
 
     def decode_step(self, prev_tokens: Tensor, memory: Memory, state: State | None,
-                    need_attention: bool = False) -> tuple[Tensor, State, Tensor | None]:
+                    need_attention: bool = False, features_only: bool = False) -> tuple[Tensor, State, Tensor | None]:
         raise NmtError("a mask_align model aligns words and cannot translate; use `nmt align` with it")
 
     def forward(self, src_tokens: Tensor, src_mask: Tensor, tgt_in: Tensor, tgt_mask: Tensor,

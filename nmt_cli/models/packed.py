@@ -40,10 +40,12 @@ def can_pack(device: torch.device) -> bool:
 class PackedLinear(nn.Module):
     """``y = x W^T + b`` with ``W`` reordered once for oneDNN (inference only, float32 CPU)."""
 
-    def __init__(self, linear: nn.Linear):
+    def __init__(self, linear: nn.Linear, keep_float: bool = False):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         weight = linear.weight.detach().float().contiguous()
+        if keep_float:  # the output layer: a lexical shortlist gathers its rows (models/output_rows.py)
+            self.float_weight = weight
         self.register_buffer("packed_weight", torch.ops.mkldnn._reorder_linear_weight(weight, ROWS_HINT),
                              persistent=False)
         bias = None if linear.bias is None else linear.bias.detach().float().clone()
@@ -59,14 +61,18 @@ class PackedLinear(nn.Module):
 def pack_linear_layers(model: nn.Module) -> nn.Module:
     """Replace every ``nn.Linear`` of ``model`` (in place) with a :class:`PackedLinear`; returns it.
 
+The output layer keeps its float weight as well (no copy when it is tied to the target
+embeddings), whose rows a lexical shortlist gathers.
+
     Attention layers first split their fused input projection (``split_in_proj``), because
     cross-attention applies the query rows and the key/value rows of that matrix apart.
     """
     for module in model.modules():
         if isinstance(module, MultiHeadAttention) and module.q_proj is None:
             module.split_in_proj()
+    output = model.output_layer() if hasattr(model, "output_layer") else None
     for module in list(model.modules()):
         for name, child in list(module.named_children()):
             if type(child) is nn.Linear:
-                setattr(module, name, PackedLinear(child))
+                setattr(module, name, PackedLinear(child, keep_float=child is output))
     return model

@@ -190,10 +190,10 @@ class AttentionalRNN(Seq2SeqModel):
         return state
 
     def decode_step(self, prev_tokens: Tensor, memory: Memory, state: State | None,
-                    need_attention: bool = False) -> tuple[Tensor, State, Tensor | None]:
+                    need_attention: bool = False, features_only: bool = False) -> tuple[Tensor, State, Tensor | None]:
         state = self.initial_state(memory) if state is None else state
         features, weights, state = self._decode_block(prev_tokens[:, None], memory, state)
-        logits = self.output(features[:, 0])  # (B, V)
+        logits = features[:, 0] if features_only else self.output(features[:, 0])  # (B, F) or (B, V)
         return logits, state, weights[:, None, None, 0] if need_attention else None  # (B, 1, 1, S)
 
     def forward(self, src_tokens: Tensor, src_mask: Tensor, tgt_in: Tensor, tgt_mask: Tensor,

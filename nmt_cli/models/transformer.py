@@ -254,16 +254,18 @@ class Transformer(Seq2SeqModel):
         return {"src_mask": src_mask, "cross": cross}
 
     def decode_step(
-        self, prev_tokens: Tensor, memory: Memory, state: State | None, need_attention: bool = False
+        self, prev_tokens: Tensor, memory: Memory, state: State | None, need_attention: bool = False,
+        features_only: bool = False,
     ) -> tuple[Tensor, State, Tensor | None]:
         if not self.use_cache:
-            return self._decode_step_without_cache(prev_tokens, memory, state, need_attention)
+            return self._decode_step_without_cache(prev_tokens, memory, state, need_attention, features_only)
         position = 0 if state is None else state["step"]
         layer_states = None if state is None else state["layers"]
         hidden, layer_states, attention = self.decoder.step(
             prev_tokens, memory["cross"], layer_states, position, need_attention
         )
-        return self.output_projection(hidden), {"step": position + 1, "layers": layer_states}, attention
+        output = hidden if features_only else self.output_projection(hidden)
+        return output, {"step": position + 1, "layers": layer_states}, attention
 
     def reorder_memory(self, memory: Memory, indices: Tensor) -> Memory:
         """Memory for decoder rows ``indices``; rows that repeat one memory row in runs of equal
@@ -285,14 +287,16 @@ class Transformer(Seq2SeqModel):
         return {"step": state["step"], "layers": layers}
 
     def _decode_step_without_cache(
-        self, prev_tokens: Tensor, memory: Memory, state: State | None, need_attention: bool
+        self, prev_tokens: Tensor, memory: Memory, state: State | None, need_attention: bool,
+        features_only: bool = False,
     ) -> tuple[Tensor, State, Tensor | None]:
         tokens = prev_tokens[:, None]  # (B, 1)
         if state is not None:
             tokens = torch.cat([state["tokens"], tokens], dim=1)  # (B, t)
         hidden, attention = self.decoder(tokens, memory["cross"], need_attention)  # (B, t, d)
         last_attention = attention[:, :, :, -1] if need_attention else None  # (B, L, H, S)
-        return self.output_projection(hidden[:, -1]), {"tokens": tokens}, last_attention
+        output = hidden[:, -1] if features_only else self.output_projection(hidden[:, -1])
+        return output, {"tokens": tokens}, last_attention
 
     def forward(
         self,

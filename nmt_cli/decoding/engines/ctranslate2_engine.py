@@ -35,6 +35,13 @@ directory written by ``nmt export``. How our search settings map onto CTranslate
   its heads, the default reading of :mod:`nmt_cli.alignment.reader`; a hypothesis carries
   it as (1, 1, T, S), so other ``--layer/--heads`` readings are refused.
 * Sampling (``decode.sampling``) is not offered: CTranslate2 draws from another random stream.
+* A lexical shortlist is the export's vocabulary map (``nmt export --shortlist``, ``vmap.txt``),
+  used when the export has one (``use_vmap``). CTranslate2 takes the candidates of a whole
+  batch, so a sentence's output would depend on its batch-mates (mozilla/translations#977):
+  with the map, each sentence is its own batch (the ``decode.workers`` batches still run at
+  once), so each gets exactly its own candidates, as in the torch engine. What this engine
+  recomputes with ``score_batch`` (per-token scores, a prefix's hypotheses, those cut at the
+  limit, the ``min_len`` correction) is scored over the whole vocabulary, not the candidates.
 * Per-token scores, when the caller asks for them (``token_scores``: JSONL records, the
   service): every returned hypothesis (the n-best entries) is scored in one ``score_batch``
   call per batch, a teacher-forced pass, and carries its ``log p`` per token and EOS in
@@ -69,6 +76,7 @@ from nmt_cli.device import is_auto, resolve_device
 from nmt_cli.errors import NmtError
 from nmt_cli.export import export_ctranslate2, is_export_dir, read_export_record, require_ctranslate2
 from nmt_cli.export.record import ExportRecord
+from nmt_cli.shortlist import read_shortlist
 from nmt_cli.registry import ENGINES
 from nmt_cli.textio import CHUNK_LINES
 from nmt_cli.tokenization import Tokenizer
@@ -104,8 +112,12 @@ class CTranslate2Translator:
     engine = "ctranslate2"
 
     def __init__(self, record: ExportRecord, decode: DecodeConfig, device: str = "auto",
-                 compute_type: str = "default", checkpoint: str = ""):
+                 compute_type: str = "default", checkpoint: str = "", use_vmap: bool | None = None):
         _check_supported(decode)
+        if use_vmap and record.shortlist is None:
+            raise NmtError(f"{record.path}: has no vocabulary map; export it with nmt export --shortlist FILE")
+        #: whether the export's vocabulary map restricts each sentence's output (None: when it has one)
+        self.use_vmap = record.shortlist is not None if use_vmap is None else use_vmap
         if compute_type not in COMPUTE_TYPES:
             raise NmtError(f"unknown --quantize {compute_type!r} for ctranslate2; choose from {', '.join(COMPUTE_TYPES)}")
         ctranslate2 = require_ctranslate2()
@@ -129,11 +141,13 @@ class CTranslate2Translator:
 
     @classmethod
     def from_export(cls, path: str | os.PathLike, device: str = "auto", compute_type: str | None = None,
-                    overrides: Mapping[str, Any] | None = None, checkpoint: str = "") -> "CTranslate2Translator":
-        """Load ``nmt export``'s directory; decode settings: the run's, then ``overrides``."""
+                    overrides: Mapping[str, Any] | None = None, checkpoint: str = "",
+                    use_vmap: bool | None = None) -> "CTranslate2Translator":
+        """Load ``nmt export``'s directory; decode settings: the run's, then ``overrides``;
+        ``use_vmap``: its vocabulary map (None: when it has one)."""
         record = read_export_record(path)
         decode = apply_decode_overrides(record.decode_defaults(), overrides)
-        return cls(record, decode, device, compute_type or "default", checkpoint)
+        return cls(record, decode, device, compute_type or "default", checkpoint, use_vmap)
 
     def with_decode(self, overrides: Mapping[str, Any]) -> "CTranslate2Translator":
         """The same loaded model with other search settings (``{"decode.beam_size": 1}``)."""
@@ -161,7 +175,7 @@ class CTranslate2Translator:
                 pieces, prefixes if any(prefixes) else None, asynchronous=True, beam_size=beam,
                 num_hypotheses=beam, length_penalty=self._penalty(), max_decoding_length=limit,
                 min_decoding_length=min(self.decode.min_len, limit), max_input_length=0, return_scores=True,
-                return_attention=with_attention)))
+                return_attention=with_attention, use_vmap=self.use_vmap)))
         for batch, limit, pieces, prefixes, outcomes in pending:
             outcomes = [outcome.result() for outcome in outcomes]
             # a sentence with a prefix is rescored whole by _hypothesis: no correction to query for it
@@ -185,7 +199,10 @@ class CTranslate2Translator:
         """The Translator's signature fields plus the engine and its compute type."""
         average = averaged_label(self.record.averaged)
         parts = signature_parts(self.decode, self.checkpoint, self.record.step, average)
-        return "|".join([*parts[:-1], "engine:ctranslate2", f"compute:{self.compute_type}", parts[-1]])
+        shortlist = self.record.shortlist
+        vmap = ([f"shortlist:{shortlist['k']}+{shortlist['frequent']}@{shortlist['fingerprint']}"]
+                if self.use_vmap else [])
+        return "|".join([*parts[:-1], "engine:ctranslate2", f"compute:{self.compute_type}", *vmap, parts[-1]])
 
     def output_limits(self, requests: Sequence[Request]) -> list[int]:
         """Each request's output limit ``floor(a * |x| + b)`` (at least 1, at least its prefix),
@@ -197,7 +214,8 @@ class CTranslate2Translator:
                 for request in requests]
 
     def _batches(self, requests: Sequence[Request]) -> list[tuple[list[int], int]]:
-        """(indices, output limit) batches: non-empty requests grouped by limit, then by token budget."""
+        """(indices, output limit) batches: non-empty requests grouped by limit, then by token
+        budget; with the vocabulary map, a sentence a batch (its own candidates)."""
         nonempty = [i for i, request in enumerate(requests) if request.source]
         limits = dict(zip(nonempty, self.output_limits([requests[i] for i in nonempty])))
         budget = batch_token_budget(self.decode.max_tokens, self.device)
@@ -205,7 +223,7 @@ class CTranslate2Translator:
         for limit in sorted(set(limits.values()), reverse=True):
             group = [i for i in nonempty if limits[i] == limit]
             lengths = [len(requests[i].source) for i in group]
-            for batch in token_budget_batches(lengths, budget, self.decode.max_sentences):
+            for batch in token_budget_batches(lengths, budget, 1 if self.use_vmap else self.decode.max_sentences):
                 batches.append(([group[j] for j in batch], limit))
         return batches
 
@@ -295,20 +313,38 @@ class CTranslate2Translator:
 
 @ENGINES.register("ctranslate2")
 def load_export(paths: Sequence[str | os.PathLike], device: str = "auto", average: str | None = None,
-                quantize: str | None = None, overrides: Mapping[str, Any] | None = None) -> CTranslate2Translator:
+                quantize: str | None = None, overrides: Mapping[str, Any] | None = None,
+                shortlist: str | os.PathLike | bool | None = None) -> CTranslate2Translator:
     """A :class:`CTranslate2Translator` for an ``nmt export`` directory, or for a checkpoint
     converted first (into a temporary directory, removed once loaded) with ``quantize`` as
-    the weight type; for an export ``quantize`` is any compute type (default: the export's own)."""
+    the weight type; for an export ``quantize`` is any compute type (default: the export's own).
+
+    ``shortlist``: None uses an export's vocabulary map when it has one, False never; a file
+    must be the shortlist the export was made with (a checkpoint is converted with it)."""
     if len(paths) > 1:
         raise NmtError("an ensemble of several --checkpoint runs only on the torch engine")
     (path,) = paths
+    use_vmap = None if shortlist is None else bool(shortlist)
     if is_export_dir(path):
         if average:
             raise NmtError(f"{path}: --average applies to training checkpoints; use nmt export --average")
-        return CTranslate2Translator.from_export(path, device, quantize, overrides)
+        if shortlist not in (None, False, True):
+            _check_same_shortlist(read_export_record(path), shortlist)
+        return CTranslate2Translator.from_export(path, device, quantize, overrides, use_vmap=use_vmap)
     with tempfile.TemporaryDirectory(prefix="nmt-ct2-") as scratch:
-        exported_dir = export_ctranslate2(path, os.path.join(scratch, "model"), quantize or "float32", average)
-        return CTranslate2Translator.from_export(exported_dir, device, None, overrides, checkpoint=str(path))
+        exported_dir = export_ctranslate2(path, os.path.join(scratch, "model"), quantize or "float32", average,
+                                          shortlist or None)
+        return CTranslate2Translator.from_export(exported_dir, device, None, overrides, checkpoint=str(path),
+                                                 use_vmap=use_vmap)
+
+
+def _check_same_shortlist(record: ExportRecord, path: str | os.PathLike) -> None:
+    """A one-line error unless the export's vocabulary map is the shortlist ``path``."""
+    fingerprint = read_shortlist(path).fingerprint
+    written = record.shortlist
+    if written is None or written["fingerprint"] != fingerprint:
+        has = "no vocabulary map" if written is None else f"the vocabulary map of {written['file']}"
+        raise NmtError(f"{record.path}: has {has}, not {path}; export it with nmt export --shortlist {path}")
 
 
 def _check_supported(decode: DecodeConfig) -> DecodeConfig:

@@ -15,10 +15,12 @@ __all__ = ["load_checkpoints"]
 
 @ENGINES.register("torch")
 def load_checkpoints(paths: Sequence[str | os.PathLike], device: str = "auto", average: str | None = None,
-                     quantize: str | None = None, overrides: Mapping[str, Any] | None = None) -> Translator:
+                     quantize: str | None = None, overrides: Mapping[str, Any] | None = None,
+                     shortlist: str | os.PathLike | bool | None = None) -> Translator:
     """A :class:`Translator` for checkpoint or run directories (several: an ensemble);
-    ``quantize``: ``int8`` or None."""
+    ``quantize``: ``int8`` or None; ``shortlist``: a lexical shortlist file (None, False: none)."""
     for path in paths:
         if is_export_dir(path):
             raise NmtError(f"{path}: an nmt export (CTranslate2) directory runs only with --engine ctranslate2")
-    return Translator.from_checkpoint(paths, device=device, average=average, overrides=overrides, quantize=quantize)
+    return Translator.from_checkpoint(paths, device=device, average=average, overrides=overrides, quantize=quantize,
+                                      shortlist=shortlist or None)
