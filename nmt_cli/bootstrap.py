@@ -153,6 +153,7 @@ def guided_config(config: Config, links: Path, split_names: Sequence[str]) -> Co
     weight = config.train.alignment_weight or DEFAULT_GUIDE_WEIGHT
     splits = {f"data.{name}_split": name if name in split_names else "" for name in ("train", "valid", "test")}
     return config.with_overrides({"data.source": "files", "data.path": str(links), "data.alignment_path": str(links),
+                                  "data.streaming": False,
                                   **splits, "data.max_train_pairs": 0, "data.max_eval_pairs": 0,
                                   "train.alignment_weight": weight, "train.objective": "auto"})
 

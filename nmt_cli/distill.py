@@ -193,6 +193,7 @@ def student_config(teacher: Config, data: PreparedData, corpus: Path, options: D
                        "nor a config file")
     splits = {f"data.{name}_split": name if name in data.split_names else "" for name in ("train", "valid", "test")}
     corpus_keys = {"data.source": "files", "data.path": str(corpus), "data.hf_config": "", "data.corpora": [],
+                   "data.streaming": False,
                    "data.alignment_path": "", "data.src_lang": data.src_lang, "data.tgt_lang": data.tgt_lang,
                    "data.max_train_pairs": 0, "data.max_eval_pairs": 0, **splits}
     config = dataclasses.replace(base, data=data.config.data).with_overrides({
