@@ -172,5 +172,85 @@ def test_cli_chunk_size_gives_the_same_files(models, tmp_path):
                                           "--chunk-size", str(chunk), "--batch-size", "1", "--heatmaps", "20", "-q"],
                                     catch_exceptions=False)
         assert result.exit_code == 0, result.output
-        assert "aligned 8 pairs" in result.stderr and "8 heatmap(s)" in result.stderr  # --heatmaps: as many as there are
+        assert "aligned 8 pairs" in result.stderr
+        assert "8 heatmap(s)" in result.stderr  # --heatmaps 20: as many as there are
     assert output_bytes(tmp_path / "1") == output_bytes(tmp_path / "2000")
+
+
+# ---- nmt align bootstrap: the links stages ----------------------------------------------------------------------
+
+
+class TrainingText:
+    """What the bootstrap reads of a prepared directory: the cleaned training text."""
+
+    def __init__(self, folder):
+        self.folder = folder
+
+    def text_path(self, split, side):
+        return self.folder / f"{split}.{side}"
+
+
+def test_bootstrap_links_stream_and_are_the_same_for_any_chunk_size(models, tmp_path, monkeypatch):
+    from nmt_cli import textio
+    from nmt_cli import bootstrap as bootstrap_module
+
+    text = TrainingText(tmp_path / "prepared")
+    text.folder.mkdir()
+    pairs = PAIRS * 3
+    text.text_path("train", "src").write_text("".join(s + "\n" for s, _ in pairs), encoding="utf-8")
+    text.text_path("train", "tgt").write_text("".join(t + "\n" for _, t in pairs), encoding="utf-8")
+    read, align_calls, iter_lines, align = {}, [], textio.iter_lines, Aligner.align
+
+    def spied_lines(path):  # the reader spy: lines read of each file so far
+        for line in iter_lines(path):
+            read[path] = read.get(path, 0) + 1
+            yield line
+
+    def spied_align(self, src_lines, tgt_lines):
+        align_calls.append((len(src_lines), max(read.values())))
+        return align(self, src_lines, tgt_lines)
+
+    monkeypatch.setattr(textio, "iter_lines", spied_lines)
+    monkeypatch.setattr(Aligner, "align", spied_align)
+    written = {}
+    for chunk in (1, 5, 5000):
+        read.clear()
+        align_calls.clear()
+        target = tmp_path / f"links-{chunk}" / "train.align"
+        assert bootstrap_module._align_into(aligner(models), bootstrap_module._training_pairs(text), target, None,
+                                            chunk_lines=chunk) == (24, sum(len(line.split())
+                                                                           for line in target.read_text().splitlines()))
+        written[chunk] = target.read_bytes()
+        assert not (target.parent / CHUNKS).exists()
+        aligned = 0
+        for size, lines_read in align_calls:  # when a chunk is aligned, no line past it has been read
+            aligned += size
+            assert size <= chunk and lines_read == aligned
+    assert written[1] == written[5] == written[5000]
+    whole = align(aligner(models), [s for s, _ in pairs], [t for _, t in pairs])
+    assert [set(pair.sure) for pair in read_alignments(tmp_path / "links-1" / "train.align")] == [
+        set(sentence.links) for sentence in whole]
+
+
+def test_an_interrupted_bootstrap_links_stage_aligns_only_what_it_had_not(models, tmp_path, monkeypatch):
+    from nmt_cli import bootstrap as bootstrap_module
+
+    calls, align = [], Aligner.align
+
+    def stops_at_the_second_chunk(self, src_lines, tgt_lines):
+        calls.append(len(src_lines))
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return align(self, src_lines, tgt_lines)
+
+    target = tmp_path / "links" / "train.align"
+    monkeypatch.setattr(Aligner, "align", stops_at_the_second_chunk)
+    with pytest.raises(KeyboardInterrupt):
+        bootstrap_module._align_into(aligner(models), iter(PAIRS), target, None, chunk_lines=3)
+    assert not target.exists() and len(list((target.parent / CHUNKS).iterdir())) >= 1
+    calls.clear()
+    monkeypatch.setattr(Aligner, "align", lambda self, s, t: calls.append(len(s)) or align(self, s, t))
+    assert bootstrap_module._align_into(aligner(models), iter(PAIRS), target, None, chunk_lines=3)[0] == 8
+    assert calls == [3, 2]  # the first chunk was kept
+    bootstrap_module._align_into(aligner(models), iter(PAIRS), tmp_path / "whole" / "train.align", None, chunk_lines=8)
+    assert target.read_bytes() == (tmp_path / "whole" / "train.align").read_bytes()

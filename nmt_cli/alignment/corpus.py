@@ -65,7 +65,8 @@ def aligned_pairs(aligner: Aligner, pairs: Iterable[Pair], chunks: ChunkFolder, 
         yield from load_soft_npz(path)[0]
 
 
-def align_into(aligner: Aligner, pairs: Iterable[Pair], out_dir: str | os.PathLike, heatmaps: HeatmapChoice = HeatmapChoice(),
+def align_into(aligner: Aligner, pairs: Iterable[Pair], out_dir: str | os.PathLike,
+               heatmaps: HeatmapChoice = HeatmapChoice(),
                gold_path: str | os.PathLike | None = None, input_name: str = "<stdin>",
                chunk_lines: int = CHUNK_LINES, progress: bool = True) -> AlignmentOutputs:
     """``nmt align``: align ``pairs`` (read lazily; ``input_name`` names them in errors) into the

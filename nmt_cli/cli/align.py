@@ -122,7 +122,8 @@ def align(ctx: click.Context, checkpoints, src_path, tgt_path, out_dir, reading,
     counts = "+".join(str(len(side)) for side in (checkpoints, reverse_checkpoints) if side)
     models = f"{counts} models, " if max(len(checkpoints), len(reverse_checkpoints)) > 1 else ""
     click.echo(
-        f"aligned {written.pairs} pairs ({models}{settings['selection']}, shift={'on' if settings['shift'] else 'off'}, "
+        f"aligned {written.pairs} pairs ({models}{settings['selection']}, "
+        f"shift={'on' if settings['shift'] else 'off'}, "
         f"{'full context, ' if settings['full_context'] else ''}{'null, ' if settings['null'] else ''}"
         f"{reading.method}{', ' + combined if reverse_checkpoints else ''}) -> {out_dir}: "
         f"{', '.join(path.name for path in written.paths[:4])}, {len(written.paths) - 4} heatmap(s)",
