@@ -46,7 +46,6 @@ from typing import IO, Callable, Iterable, Iterator, Sequence, TextIO
 
 from nmt_cli.alignment.agreement import AGREEMENT_SAMPLE, agreeing_aligner
 from nmt_cli.alignment.api import Aligner, AlignOptions
-from nmt_cli.alignment.corpus import CHUNKS, chunk_settings
 from nmt_cli.checkpoint import list_checkpoints, load_checkpoint_config, load_checkpoint_state
 from nmt_cli.config import Config
 from nmt_cli.data.prepare import prepare
@@ -55,7 +54,7 @@ from nmt_cli.errors import NmtError
 from nmt_cli.fileio import atomic_open
 from nmt_cli.pharaoh import format_links, write_reversed_alignments
 from nmt_cli.progress import Progress
-from nmt_cli.resumable import ChunkFolder
+from nmt_cli.resumable import CHUNKS, ChunkFolder
 from nmt_cli.stages import PipelineRecord, Stage, run_finished, training_seconds
 from nmt_cli.textio import iter_lines, iter_parallel
 from nmt_cli.training import train
@@ -334,7 +333,7 @@ def _align_into(aligner: Aligner, pairs: Iterable[tuple[str, str]], target: Path
     with progress on ``stream`` (none without one); the numbers of pairs and links. Each
     chunk's links are kept in ``.chunks`` beside ``target`` until it is written, so an
     interrupted stage aligns only the chunks it had not finished."""
-    chunks = ChunkFolder(target.parent / CHUNKS, chunk_settings(aligner), ".align")
+    chunks = ChunkFolder(target.parent / CHUNKS, aligner.deciding_settings, ".align")
 
     def align(chunk: list[tuple[str, str]], handle: IO[bytes]) -> None:
         for sentence in aligner.align([source for source, _ in chunk], [target for _, target in chunk]):

@@ -14,7 +14,9 @@
    (``decode.workers``), a GPU when there is one;
 2. ``filter``: the worst ``drop_share`` of the pairs by that score are dropped (and every
    empty translation); ``filter/`` holds the kept pairs and the validation and test text
-   of PREPARED (the real references);
+   of PREPARED (the real references). The scores are read ``chunk_lines`` at a time, the
+   cutoff found in a bounded number of passes (:func:`worst_share`), so no stage holds the
+   corpus;
 3. ``prepare``: ``filter/`` prepared with the teacher's SentencePiece model
    (``--tokenizer-from``), so the student's pieces are the teacher's;
 4. ``train``: the student (:data:`STUDENT_PRESETS`, or a config file) on that data;
@@ -131,7 +133,8 @@ class DistillOptions:
     """What a distillation makes (recorded; a rerun must give the same): which hypothesis each
     line keeps, the share of pairs dropped, the beam (None: the teacher's), the student (a
     preset name or a config file), its decoder, the checkpoints averaged, any ``--set``
-    overrides of the student's config, and the lines translated between resume points."""
+    overrides of the student's config, and the lines translated between resume points (and
+    the scores the filter reads at a time)."""
 
     keep: str = "closest"
     drop_share: float = DEFAULT_DROP_SHARE

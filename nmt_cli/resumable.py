@@ -22,7 +22,10 @@ from typing import IO, Any, Callable, Iterable, Iterator, Sequence, TypeVar
 from nmt_cli.fileio import atomic_open
 from nmt_cli.textio import iter_chunks
 
-__all__ = ["ChunkFolder", "ChunkResult"]
+__all__ = ["CHUNKS", "ChunkFolder", "ChunkResult"]
+
+#: the folder, beside a command's output, that keeps its finished chunks until the output is written
+CHUNKS = ".chunks"
 
 Item = TypeVar("Item")
 #: a chunk of items, the file holding its result, and whether it was made now (False: kept from a run before)

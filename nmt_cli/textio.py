@@ -95,7 +95,7 @@ def iter_parallel(*paths: str | os.PathLike) -> Iterator[tuple[str, ...]]:
             counts = [count if line is None else count + 1 + sum(1 for _ in reader)
                       for line, reader in zip(lines, readers)]
             for path, lines_in_path in zip(paths[1:], counts[1:]):
-                check_same_length(paths[0], counts[0], path, lines_in_path)
+                check_same_length(display_name(paths[0]), counts[0], display_name(path), lines_in_path)
         count += 1
         yield lines
 

@@ -13,12 +13,13 @@ from click.testing import CliRunner
 from nmt_cli.alignment import corpus as corpus_module
 from nmt_cli.alignment import output as output_module
 from nmt_cli.alignment.api import Aligner, AlignOptions
-from nmt_cli.alignment.corpus import CHUNKS, align_into
+from nmt_cli.alignment.corpus import align_into
 from nmt_cli.alignment.output import HeatmapChoice, load_soft_npz
 from nmt_cli.cli import cli
 from nmt_cli.cli import align as _align_command  # noqa: F401  (registers `nmt align`)
 from nmt_cli.errors import InputError, NmtError
 from nmt_cli.pharaoh import read_alignments
+from nmt_cli.resumable import CHUNKS
 from tests.test_cli_align import SRC, TGT, make_checkpoint
 
 PAIRS = list(zip(SRC * 3, TGT * 3))[:8]  # 8 pairs: chunks of 3 end with a short one
@@ -175,6 +176,12 @@ def test_cli_chunk_size_gives_the_same_files(models, tmp_path):
         assert "aligned 8 pairs" in result.stderr
         assert "8 heatmap(s)" in result.stderr  # --heatmaps 20: as many as there are
     assert output_bytes(tmp_path / "1") == output_bytes(tmp_path / "2000")
+    result = CliRunner().invoke(cli, ["align", "--checkpoint", str(models["forward"]), "--src", str(root / "src8"),
+                                      "--tgt", str(root / "tgt8"), "--out", str(tmp_path / "hard"), "--no-soft",
+                                      "--batch-size", "1", "-q"], catch_exceptions=False)
+    assert result.exit_code == 0 and "alignments.align, settings.json, 0 heatmap(s)" in result.stderr
+    assert sorted(path.name for path in (tmp_path / "hard").iterdir()) == ["alignments.align", "settings.json"]
+    assert (tmp_path / "hard" / "alignments.align").read_bytes() == (tmp_path / "1" / "alignments.align").read_bytes()
 
 
 # ---- nmt align bootstrap: the links stages ----------------------------------------------------------------------

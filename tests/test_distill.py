@@ -254,7 +254,7 @@ def test_a_killed_distillation_resumes_line_exact_and_a_finished_one_retrains_no
     # the filter drops the empty line and floor(5% of the 119 scored) = 5 worst, keeping the order
     filtered = reference["stages"]["filter"]
     assert (filtered["empty"], filtered["dropped"], filtered["kept"]) == (1, 5, 114)
-    keep, _ = worst_share(np.array([float(score) if score else math.nan for score in scores]), 0.05)
+    keep, _ = dropped_by([float(score) if score else math.nan for score in scores], 0.05)
     kept_sources = [line for line, kept in zip(sources, keep) if kept]
     assert read_lines(whole / "filter" / f"train.{data.src_lang}") == kept_sources
     worst = sorted(float(score) for score in scores if score)[:5]

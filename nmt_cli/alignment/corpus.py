@@ -20,29 +20,19 @@ import numpy as np
 from nmt_cli.alignment.api import Aligner
 from nmt_cli.alignment.output import AlignmentOutputs, HeatmapChoice, SoftNpzWriter, load_soft_npz, write_outputs
 from nmt_cli.alignment.reader import SentenceAlignment
-from nmt_cli.device import model_device
 from nmt_cli.pharaoh import iter_alignments
 from nmt_cli.progress import Progress
-from nmt_cli.resumable import ChunkFolder
+from nmt_cli.resumable import CHUNKS, ChunkFolder
 from nmt_cli.textio import CHUNK_LINES
 
-__all__ = ["CHUNKS", "aligned_chunks", "aligned_pairs", "align_into", "chunk_settings"]
+__all__ = ["aligned_chunks", "aligned_pairs", "align_into"]
 
 Pair = tuple[str, str]
-#: the folder of finished chunks inside an output directory of ``nmt align`` (gone once it is written)
-CHUNKS = ".chunks"
-
-
-def chunk_settings(aligner: Aligner) -> dict:
-    """What decides a chunk's alignments: the aligner's settings, its batch size and device
-    (padding and the device change the last digits of attention weights)."""
-    return {**aligner.settings, "batch_size": aligner.options.batch_size,
-            "device": str(model_device(aligner.forward.model))}
 
 
 def aligned_chunks(aligner: Aligner, folder: str | os.PathLike) -> ChunkFolder:
     """The folder that keeps ``aligner``'s finished chunks."""
-    return ChunkFolder(folder, chunk_settings(aligner), ".npz")
+    return ChunkFolder(folder, aligner.deciding_settings, ".npz")
 
 
 def aligned_pairs(aligner: Aligner, pairs: Iterable[Pair], chunks: ChunkFolder, chunk_lines: int = CHUNK_LINES,
@@ -68,17 +58,17 @@ def aligned_pairs(aligner: Aligner, pairs: Iterable[Pair], chunks: ChunkFolder, 
 def align_into(aligner: Aligner, pairs: Iterable[Pair], out_dir: str | os.PathLike,
                heatmaps: HeatmapChoice = HeatmapChoice(),
                gold_path: str | os.PathLike | None = None, input_name: str = "<stdin>",
-               chunk_lines: int = CHUNK_LINES, progress: bool = True) -> AlignmentOutputs:
+               chunk_lines: int = CHUNK_LINES, progress: bool = True, soft: bool = True) -> AlignmentOutputs:
     """``nmt align``: align ``pairs`` (read lazily; ``input_name`` names them in errors) into the
     files of :mod:`~nmt_cli.alignment.output` in ``out_dir``, ``chunk_lines`` pairs at a time,
     resuming from the chunks a stopped run left in ``out_dir/.chunks``, with the ``heatmaps``
     chosen; with ``gold_path``, its links (read in step with the pairs) are drawn on the
-    heatmaps and scored."""
+    heatmaps and scored; ``soft=False`` leaves out the soft files."""
     chunks = aligned_chunks(aligner, Path(out_dir) / CHUNKS)
     gold = iter_alignments(gold_path) if gold_path is not None else None
     counter = Progress("align", unit="pairs", enabled=progress)
     written = write_outputs(out_dir, aligned_pairs(aligner, pairs, chunks, chunk_lines, counter), aligner.settings,
-                            heatmaps, gold, (input_name, str(gold_path)))
+                            heatmaps, gold, (input_name, str(gold_path)), soft)
     counter.close()
     chunks.remove()
     return written

@@ -10,7 +10,10 @@
 
 :func:`write_outputs` takes the pairs as they come (an iterable, aligned a chunk at a time)
 and writes each one into every file at once: the files grow a pair at a time and appear
-when the last pair is in; only the pairs chosen for heatmaps are kept until then.
+when the last pair is in; only the pairs chosen for heatmaps are kept until then, and the
+zip directory of ``soft.npz`` (its four entries a pair, about 1.5 KB of memory a pair until
+it is written last): ``soft=False`` leaves both soft files out, for corpora of millions of
+pairs.
 """
 
 from __future__ import annotations
@@ -115,9 +118,11 @@ class HeatmapChoice:
 
 @dataclass(frozen=True)
 class AlignmentOutputs:
-    """What :func:`write_outputs` wrote: the files, the number of pairs and, given gold links, their score."""
+    """What :func:`write_outputs` wrote: the files, the heatmaps, the number of pairs and,
+    given gold links, their score."""
 
     paths: list[Path]
+    heatmaps: list[Path]
     pairs: int
     score: AlignmentScore | None
 
@@ -129,22 +134,27 @@ def write_outputs(
     heatmaps: HeatmapChoice = HeatmapChoice(),
     gold: Iterable[GoldAlignment] | None = None,
     names: tuple[str, str] = ("<input>", "<gold>"),
+    soft: bool = True,
 ) -> AlignmentOutputs:
-    """Write every output file listed in the module docstring, a pair at a time as
-    ``sentences`` yields them, and the ``heatmaps`` chosen. ``gold`` (read in step with the
-    pairs) is drawn on the heatmaps and scored; ``names`` name the input and the gold file in
-    the errors of a gold file that does not pair with it."""
+    """Write every output file listed in the module docstring (``soft=False``: not
+    ``soft.npz`` and ``soft.json``), a pair at a time as ``sentences`` yields them, and the
+    ``heatmaps`` chosen. ``gold`` (read in step with the pairs) is drawn on the heatmaps and
+    scored; ``names`` name the input and the gold file in the errors of a gold file that does
+    not pair with it."""
     out_dir = Path(out_dir)
-    paths = [out_dir / name for name in ("alignments.align", "soft.npz", "soft.json", "settings.json")]
+    names_written = ("alignments.align", "soft.npz", "soft.json", "settings.json") if soft else \
+        ("alignments.align", "settings.json")
+    paths = [out_dir / name for name in names_written]
     drawn: dict[int, tuple[SentenceAlignment, GoldAlignment | None]] = {}
     golds = iter(gold) if gold is not None else None
     counts = AlignmentCounts()
     pairs = 0
     with contextlib.ExitStack() as outputs:
         links_out = outputs.enter_context(atomic_open(paths[0], "w"))
-        soft_npz = outputs.enter_context(SoftNpzWriter(outputs.enter_context(atomic_open(paths[1], "wb"))))
-        soft_json = outputs.enter_context(atomic_open(paths[2], "w"))
-        soft_json.write('{"settings": ' + json.dumps(settings, ensure_ascii=False) + ',\n "sentences": [')
+        if soft:
+            soft_npz = outputs.enter_context(SoftNpzWriter(outputs.enter_context(atomic_open(paths[1], "wb"))))
+            soft_json = outputs.enter_context(atomic_open(paths[2], "w"))
+            soft_json.write('{"settings": ' + json.dumps(settings, ensure_ascii=False) + ',\n "sentences": [')
         for k, sentence in enumerate(sentences):
             pair_gold = None
             if golds is not None:
@@ -153,8 +163,9 @@ def write_outputs(
                     raise InputError(names[1], f"has {k} lines but {names[0]} goes on; they must pair line by line")
                 counts.add(pair_gold, sentence.links, (len(sentence.src_words), len(sentence.tgt_words)))
             links_out.write(format_links(sentence.links) + "\n")
-            soft_npz.add(k, sentence)
-            soft_json.write(("\n" if k == 0 else ",\n") + _json_sentence(k, sentence))
+            if soft:
+                soft_npz.add(k, sentence)
+                soft_json.write(("\n" if k == 0 else ",\n") + _json_sentence(k, sentence))
             if heatmaps.wanted(k + 1):
                 drawn[k + 1] = (sentence, pair_gold)
             pairs = k + 1
@@ -163,10 +174,11 @@ def write_outputs(
         outside = sorted(set(heatmaps.lines) - set(drawn))
         if outside:
             raise NmtError(f"heatmap line {outside[0]} is out of range: there are {pairs} sentence pairs")
-        soft_json.write("\n]}\n")
-        soft_npz.close(settings)
-    atomic_write_json(paths[3], settings)
-    return AlignmentOutputs(paths + _write_heatmaps(out_dir / "heatmaps", drawn), pairs,
+        if soft:
+            soft_json.write("\n]}\n")
+            soft_npz.close(settings)
+    atomic_write_json(paths[-1], settings)
+    return AlignmentOutputs(paths, _write_heatmaps(out_dir / "heatmaps", drawn), pairs,
                             counts.score() if golds is not None else None)
 
 

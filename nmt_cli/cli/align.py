@@ -78,12 +78,15 @@ def _read_gold(path: str, src_path: str | None, pairs: int) -> list[GoldAlignmen
 @click.option("--batch-size", type=click.IntRange(min=1), default=32, help="Sentence pairs per forward pass.")
 @click.option("--chunk-size", type=click.IntRange(min=1), default=CHUNK_LINES,
               help="Pairs read, aligned and kept at a time (OUT/.chunks: a rerun of a stopped run resumes there).")
+@click.option("--soft/--no-soft", default=True,
+              help="Write soft.npz and soft.json (soft.npz's index takes about 1.5 KB of memory a pair until it is "
+              "written: leave them out for millions of pairs).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 @click.option("--device", default="auto", help=DEVICE_HELP)
 @click.pass_context
 def align(ctx: click.Context, checkpoints, src_path, tgt_path, out_dir, reading, shift, heatmaps, heatmap_lines,
           gold_path, reverse_checkpoints, symmetrization, average_threshold, agree_heads, batch_size, chunk_size,
-          quiet, device) -> None:
+          soft, quiet, device) -> None:
     """Align sentence pairs with a model's cross-attention (forced decoding of the given target).
 
     Writes OUT/alignments.align (Pharaoh i-j, 0-based source-target words), soft word
@@ -116,7 +119,7 @@ def align(ctx: click.Context, checkpoints, src_path, tgt_path, out_dir, reading,
     else:
         aligner = Aligner(checkpoints, options, device, reverse_checkpoints)
     written = align_into(aligner, pairs, out_dir, HeatmapChoice(heatmaps, lines), gold_path,
-                         display_name(src_path or STDIN), chunk_size, progress=not quiet)
+                         display_name(src_path or STDIN), chunk_size, progress=not quiet, soft=soft)
     settings = aligner.settings
     combined = describe_symmetrization(aligner.symmetrization, average_threshold)
     counts = "+".join(str(len(side)) for side in (checkpoints, reverse_checkpoints) if side)
@@ -126,7 +129,7 @@ def align(ctx: click.Context, checkpoints, src_path, tgt_path, out_dir, reading,
         f"shift={'on' if settings['shift'] else 'off'}, "
         f"{'full context, ' if settings['full_context'] else ''}{'null, ' if settings['null'] else ''}"
         f"{reading.method}{', ' + combined if reverse_checkpoints else ''}) -> {out_dir}: "
-        f"{', '.join(path.name for path in written.paths[:4])}, {len(written.paths) - 4} heatmap(s)",
+        f"{', '.join(path.name for path in written.paths)}, {len(written.heatmaps)} heatmap(s)",
         err=True,
     )
     if written.score is not None:
