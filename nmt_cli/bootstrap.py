@@ -37,13 +37,14 @@ its step and stops the whole command).
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence, TextIO
+from typing import IO, Callable, Iterable, Iterator, Sequence, TextIO
 
-from nmt_cli.alignment.agreement import agreeing_aligner
+from nmt_cli.alignment.agreement import AGREEMENT_SAMPLE, agreeing_aligner
 from nmt_cli.alignment.api import Aligner, AlignOptions
 from nmt_cli.checkpoint import list_checkpoints, load_checkpoint_config, load_checkpoint_state
 from nmt_cli.config import Config
@@ -53,8 +54,9 @@ from nmt_cli.errors import NmtError
 from nmt_cli.fileio import atomic_open
 from nmt_cli.pharaoh import format_links, write_reversed_alignments
 from nmt_cli.progress import Progress
+from nmt_cli.resumable import CHUNKS, ChunkFolder
 from nmt_cli.stages import PipelineRecord, Stage, run_finished, training_seconds
-from nmt_cli.textio import read_lines
+from nmt_cli.textio import iter_lines, iter_parallel
 from nmt_cli.training import train
 from nmt_cli.training.resume import check_same_run
 
@@ -64,6 +66,7 @@ __all__ = ["ALIGNER_SYMMETRIZATION", "DEFAULT_GUIDE_WEIGHT", "DEFAULT_ROUNDS", "
 
 #: the alignment loss weight of Garg et al. 2019, when the config leaves train.alignment_weight at 0
 DEFAULT_GUIDE_WEIGHT = 0.05
+#: training pairs aligned (and kept, so that an interrupted links stage resumes) at a time
 ALIGN_CHUNK = 5000
 #: how the two guided stages are combined into the bootstrap's aligner
 ALIGNER_SYMMETRIZATION = "average"
@@ -153,6 +156,7 @@ def guided_config(config: Config, links: Path, split_names: Sequence[str]) -> Co
     weight = config.train.alignment_weight or DEFAULT_GUIDE_WEIGHT
     splits = {f"data.{name}_split": name if name in split_names else "" for name in ("train", "valid", "test")}
     return config.with_overrides({"data.source": "files", "data.path": str(links), "data.alignment_path": str(links),
+                                  "data.streaming": False,
                                   **splits, "data.max_train_pairs": 0, "data.max_eval_pairs": 0,
                                   "train.alignment_weight": weight, "train.objective": "auto"})
 
@@ -243,10 +247,11 @@ def _write_reverse_links(layout: BootstrapLayout, round_number: int) -> None:
 
 
 def _link_text(source: Path, folder: Path) -> None:
-    """``folder`` gets symbolic links to ``source``'s text files (every file but ``train.align``)."""
+    """``folder`` gets symbolic links to ``source``'s text files (every file but ``train.align``
+    and hidden ones, such as the chunks of an alignment)."""
     folder.mkdir(parents=True, exist_ok=True)
     for text in source.iterdir():
-        if text.name != "train.align" and not (folder / text.name).exists():
+        if text.name != "train.align" and not text.name.startswith(".") and not (folder / text.name).exists():
             (folder / text.name).symlink_to(text.resolve())
 
 
@@ -287,17 +292,20 @@ def _write_first_links(layout: BootstrapLayout, device: str, stream: TextIO | No
             link = folder / f"{split}.{lang}"
             if not link.exists():
                 link.symlink_to(data.text_path(split, side))
-    src_lines, tgt_lines = _training_text(data)
+    pairs = _training_pairs(data)
+    sample = list(itertools.islice(pairs, AGREEMENT_SAMPLE))  # the readings are chosen on the first pairs
     aligner, choices = agreeing_aligner(AlignOptions(symmetrization=symmetrization), layout.run("forward"),
-                                        layout.run("reverse"), src_lines, tgt_lines, device)
+                                        layout.run("reverse"), [source for source, _ in sample],
+                                        [target for _, target in sample], device)
     best = choices[0]
     if stream is not None:
         print(f"bootstrap: first-stage readings {best.describe()}", file=stream, flush=True)
-    links = _align_into(aligner, src_lines, tgt_lines, folder / "train.align", stream)
+    count, links = _align_into(aligner, itertools.chain(sample, pairs), folder / "train.align", stream,
+                               total=data.manifest["splits"]["train"]["kept"])
     return {"reading": best.forward.describe(), "reverse_reading": best.reverse.describe(),
             "symmetrization": symmetrization, "agreement": round(best.agreement, 4),
             "candidates": [choice.describe() for choice in choices[:CANDIDATES_RECORDED]], "links": links,
-            "pairs": len(src_lines)}
+            "pairs": count}
 
 
 def _write_pair_links(layout: BootstrapLayout, round_number: int, previous: tuple[str, str], device: str,
@@ -306,30 +314,39 @@ def _write_pair_links(layout: BootstrapLayout, round_number: int, previous: tupl
     (:data:`ALIGNER_SYMMETRIZATION`), aligns the same text as round 1's links."""
     first, folder = layout.links(1), layout.links(round_number)
     _link_text(first, folder)
-    src_lines, tgt_lines = _training_text(PreparedData(layout.prepared("forward")))
+    data = PreparedData(layout.prepared("forward"))
     aligner = Aligner(layout.run(previous[0]), AlignOptions(symmetrization=ALIGNER_SYMMETRIZATION), device,
                       layout.run(previous[1]))
-    links = _align_into(aligner, src_lines, tgt_lines, folder / "train.align", stream)
-    return {"aligner": f"{previous[0]} + {previous[1]}, {ALIGNER_SYMMETRIZATION}", "links": links,
-            "pairs": len(src_lines)}
+    count, links = _align_into(aligner, _training_pairs(data), folder / "train.align", stream,
+                               total=data.manifest["splits"]["train"]["kept"])
+    return {"aligner": f"{previous[0]} + {previous[1]}, {ALIGNER_SYMMETRIZATION}", "links": links, "pairs": count}
 
 
-def _training_text(data: PreparedData) -> tuple[list[str], list[str]]:
-    """The forward stage's cleaned training pairs, source and target lines: the text every round aligns."""
-    return read_lines(data.text_path("train", "src")), read_lines(data.text_path("train", "tgt"))
+def _training_pairs(data: PreparedData) -> Iterator[tuple[str, str]]:
+    """The forward stage's cleaned training pairs, read lazily: the text every round aligns."""
+    return iter_parallel(data.text_path("train", "src"), data.text_path("train", "tgt"))
 
 
-def _align_into(aligner: Aligner, src_lines: list[str], tgt_lines: list[str], target: Path,
-                stream: TextIO | None) -> int:
-    """Align the pairs chunk by chunk into the Pharaoh file ``target`` (atomically), with
-    progress on ``stream`` (none without one); the number of links."""
-    links = 0
-    with atomic_open(target) as handle, Progress(f"bootstrap {target.parent.name}", total=len(src_lines),
+def _align_into(aligner: Aligner, pairs: Iterable[tuple[str, str]], target: Path, stream: TextIO | None,
+                total: int | None = None, chunk_lines: int = ALIGN_CHUNK) -> tuple[int, int]:
+    """Align the pairs ``chunk_lines`` at a time into the Pharaoh file ``target`` (atomically),
+    with progress on ``stream`` (none without one); the numbers of pairs and links. Each
+    chunk's links are kept in ``.chunks`` beside ``target`` until it is written, so an
+    interrupted stage aligns only the chunks it had not finished."""
+    chunks = ChunkFolder(target.parent / CHUNKS, aligner.deciding_settings, ".align")
+
+    def align(chunk: list[tuple[str, str]], handle: IO[bytes]) -> None:
+        for sentence in aligner.align([source for source, _ in chunk], [target for _, target in chunk]):
+            handle.write((format_links(sentence.links) + "\n").encode("utf-8"))
+
+    count = links = 0
+    with atomic_open(target) as handle, Progress(f"bootstrap {target.parent.name}", total=total,
                                                  enabled=stream is not None, stream=stream) as counter:
-        for start in range(0, len(src_lines), ALIGN_CHUNK):
-            chunk = slice(start, start + ALIGN_CHUNK)
-            for sentence in aligner.align(src_lines[chunk], tgt_lines[chunk]):
-                handle.write(format_links(sentence.links) + "\n")
-                links += len(sentence.links)
-            counter.update(len(src_lines[chunk]))
-    return links
+        for chunk, path, _ in chunks.results(pairs, chunk_lines, align):
+            for line in iter_lines(path):
+                handle.write(line + "\n")
+                links += len(line.split())
+            count += len(chunk)
+            counter.update(len(chunk))
+    chunks.remove()
+    return count, links

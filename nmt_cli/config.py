@@ -169,13 +169,18 @@ class DataConfig(Validated):
     """Where parallel text comes from, how it is cleaned and how it is tokenised."""
 
     section = "data"
-    #: keys that change how much memory preparation uses, never what it writes: neither the
-    #: prepared data's fingerprint nor a resumed run's checks look at them
-    RESOURCE_KEYS: typing.ClassVar[frozenset[str]] = frozenset({"dedup_memory_mb"})
+    #: keys that change how preparation reads its input or how much memory it uses, never what it
+    #: writes: neither the prepared data's fingerprint nor a resumed run's checks look at them
+    RESOURCE_KEYS: typing.ClassVar[frozenset[str]] = frozenset({"dedup_memory_mb", "streaming"})
 
     source: str = registered(DATA_SOURCES, "synthetic", EntriesHelp("where the pairs come from", DATA_SOURCES))
     path: str = setting("", "folder, dataset id or save_to_disk folder, depending on `source`")
     hf_config: str = setting("", "dataset configuration name for `source: hf`, e.g. de-en")
+    streaming: bool = setting(
+        False, "`source: hf` (and hf entries of data.corpora): read each split as a stream "
+        "(load_dataset(..., streaming=True)), once, without downloading the dataset whole into the Hugging Face "
+        "cache first; the prepared data is the same either way",
+    )
     src_lang: str = setting("de")
     tgt_lang: str = setting("en")
     train_split: str = setting("train", "name of the training split in the source")
@@ -237,6 +242,9 @@ class DataConfig(Validated):
         if self.alignment_path and self.corpora:
             problems.append("config key 'data.alignment_path': word links cannot be combined with data.corpora yet; "
                             "prepare the guided data from one source")
+        if self.streaming and "hf" not in (self.source, *(corpus.source for corpus in self.corpora)):
+            problems.append(f"config key 'data.streaming' reads Hugging Face hub datasets (source: hf), but "
+                            f"data.source is {self.source!r} and no data.corpora entry is hf; leave it false")
         names = [corpus.name for corpus in self.corpora]
         repeated = sorted({name for name in names if names.count(name) > 1})
         if repeated:

@@ -14,7 +14,9 @@
    (``decode.workers``), a GPU when there is one;
 2. ``filter``: the worst ``drop_share`` of the pairs by that score are dropped (and every
    empty translation); ``filter/`` holds the kept pairs and the validation and test text
-   of PREPARED (the real references);
+   of PREPARED (the real references). The scores are read ``chunk_lines`` at a time, the
+   cutoff found in a bounded number of passes (:func:`worst_share`), so no stage holds the
+   corpus;
 3. ``shortlist``: the lexical shortlist of the kept pairs (:mod:`nmt_cli.shortlist`): the
    teacher (the ensemble) aligns them, ``chunk_lines`` pairs at a time into
    ``shortlist/train.align.chunks`` (a killed alignment resumes at its last finished chunk),
@@ -52,7 +54,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence, TextIO
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TextIO
 
 import numpy as np
 
@@ -73,13 +75,13 @@ from nmt_cli.progress import Progress, format_duration
 from nmt_cli.shortlist import DEFAULT_FREQUENT, DEFAULT_K, write_shortlist
 from nmt_cli.shortlist_build import align_in_chunks, shortlist_from_links
 from nmt_cli.stages import PipelineRecord, Stage, run_finished, training_seconds
-from nmt_cli.textio import CHUNK_LINES, iter_lines, one_line
+from nmt_cli.textio import CHUNK_LINES, iter_chunks, iter_lines, iter_parallel, one_line
 from nmt_cli.tokenization import Tokenizer
 from nmt_cli.training import train
 
 __all__ = ["DEFAULT_AVERAGE_LAST", "DEFAULT_DROP_SHARE", "EXPORT_QUANTIZATION", "KEEP_CHOICES", "RECORD",
            "STUDENT_DECODERS", "STUDENT_PRESETS", "DistillOptions", "closest_by_chrf", "distill", "distill_check",
-           "export_skip_reason", "machine_cores", "student_config", "worst_share"]
+           "export_skip_reason", "machine_cores", "student_config", "WorstShare", "worst_share"]
 
 #: the pipeline's record of its stages (:class:`~nmt_cli.stages.PipelineRecord`), in its directory
 RECORD = "distill.json"
@@ -142,7 +144,8 @@ class DistillOptions:
     line keeps, the share of pairs dropped, the beam (None: the teacher's), the student (a
     preset name or a config file), its decoder, the checkpoints averaged, any ``--set``
     overrides of the student's config, the lines translated (and aligned) between resume
-    points, and the shortlist's ``(k, frequent)`` (None: no shortlist)."""
+    points (and the scores the filter reads at a time), and the shortlist's ``(k, frequent)``
+    (None: no shortlist)."""
 
     keep: str = "closest"
     drop_share: float = DEFAULT_DROP_SHARE
@@ -181,15 +184,75 @@ def closest_by_chrf(candidates: Sequence[str], reference: str) -> int:
     return max(range(len(scores)), key=lambda index: (scores[index], -index))
 
 
-def worst_share(scores: np.ndarray, share: float) -> tuple[np.ndarray, float | None]:
-    """Which lines to keep (a boolean mask) when the lowest ``share`` of the scored lines
-    (``floor(share * scored)``, the earlier line first on a tie) and every unscored line
-    (NaN: an empty translation) are dropped; and the best score dropped (None: none)."""
-    scored = np.flatnonzero(~np.isnan(scores))
-    dropped = scored[np.argsort(scores[scored], kind="stable")[:math.floor(share * len(scored) + 1e-9)]]
-    keep = ~np.isnan(scores)
-    keep[dropped] = False
-    return keep, (float(scores[dropped].max()) if len(dropped) else None)
+#: bits of the scores' sort keys each pass of :func:`worst_share` settles (4 passes for 64 bits)
+SELECT_BITS = 16
+
+
+@dataclass(frozen=True)
+class WorstShare:
+    """Which lines the filter drops: every unscored line (NaN: an empty translation), every
+    line scored below ``cutoff`` and the first ``ties`` lines scored exactly ``cutoff`` (the
+    best score dropped; None: no scored line is dropped)."""
+
+    scored: int
+    dropped: int
+    cutoff: float | None
+    ties: int
+
+    def keep(self, blocks: Iterable[np.ndarray]) -> Iterator[np.ndarray]:
+        """For each block of scores, in order, which of its lines are kept (a boolean mask)."""
+        ties = self.ties
+        for block in blocks:
+            keep = ~np.isnan(block)
+            if self.cutoff is not None:
+                keep &= block > self.cutoff
+                equal = np.flatnonzero(block == self.cutoff)
+                keep[equal[ties:]] = True  # the later lines of the cutoff's score stay
+                ties = max(0, ties - len(equal))
+            yield keep
+
+
+def _sort_keys(scores: np.ndarray) -> np.ndarray:
+    """Unsigned keys that sort as the (not NaN) float64 ``scores`` do, -0.0 as 0.0."""
+    bits = (scores + 0.0).view(np.uint64)
+    return np.where(bits >> np.uint64(63) == 1, ~bits, bits | np.uint64(1 << 63))
+
+
+def _key_score(key: int) -> float:
+    bits = key & ~(1 << 63) if key >> 63 else ~key & ((1 << 64) - 1)
+    return float(np.array([bits], dtype=np.uint64).view(np.float64)[0])
+
+
+def worst_share(blocks: Callable[[], Iterable[np.ndarray]], share: float) -> WorstShare:
+    """Which lines to drop so that the lowest ``share`` of the scored lines (``floor(share *
+    scored)``, the earlier line first on a tie) and every unscored line (NaN) go.
+
+    ``blocks()`` reads the scores again, a block at a time, at each call: the cutoff is found
+    without holding them, by radix selection on their sort keys, :data:`SELECT_BITS` bits a
+    pass (a histogram of the next bits of the keys that share the bits settled so far): 64 /
+    :data:`SELECT_BITS` = 4 passes, the first of which also counts the scored lines, so the
+    filter reads the scores 5 times in all (the last to keep the lines)."""
+    digits = 1 << SELECT_BITS
+    prefix = below = rank = scored = 0
+    for shift in range(64 - SELECT_BITS, -1, -SELECT_BITS):
+        histogram = np.zeros(digits, dtype=np.int64)
+        for block in blocks():
+            keys = _sort_keys(block[~np.isnan(block)])
+            if shift == 64 - SELECT_BITS:
+                scored += len(keys)
+            else:
+                keys = keys[keys >> np.uint64(shift + SELECT_BITS) == np.uint64(prefix)]
+            histogram += np.bincount(((keys >> np.uint64(shift)) & np.uint64(digits - 1)).astype(np.int64),
+                                     minlength=digits)
+        if shift == 64 - SELECT_BITS:
+            rank = math.floor(share * scored + 1e-9)  # the rank (1-based) of the best score dropped
+            if rank == 0:
+                return WorstShare(scored, 0, None, 0)
+        counts = np.cumsum(histogram)
+        digit = int(np.searchsorted(counts, rank - below))  # the first digit whose keys reach the rank
+        below += int(counts[digit - 1]) if digit else 0
+        prefix = (prefix << SELECT_BITS) | digit
+    return WorstShare(scored, rank, _key_score(prefix), rank - below)
 
 
 def student_config(teacher: Config, data: PreparedData, corpus: Path, options: DistillOptions) -> Config:
@@ -207,6 +270,7 @@ def student_config(teacher: Config, data: PreparedData, corpus: Path, options: D
                        "nor a config file")
     splits = {f"data.{name}_split": name if name in data.split_names else "" for name in ("train", "valid", "test")}
     corpus_keys = {"data.source": "files", "data.path": str(corpus), "data.hf_config": "", "data.corpora": [],
+                   "data.streaming": False,
                    "data.alignment_path": "", "data.src_lang": data.src_lang, "data.tgt_lang": data.tgt_lang,
                    "data.max_train_pairs": 0, "data.max_eval_pairs": 0, **splits}
     config = dataclasses.replace(base, data=data.config.data).with_overrides({
@@ -264,7 +328,7 @@ def distill(teachers: Sequence[str | os.PathLike], data: str | os.PathLike, out_
     shutil.rmtree(root / TRANSLATED / "chunks", ignore_errors=True)  # once recorded, the merged files hold them
     filter_stage = Stage("filter", (f"data: {prepared.path}", *translate_stage.outputs),
                          (f"{FILTERED}/train.{prepared.src_lang}", f"{FILTERED}/{tgt}"))
-    run_stage(filter_stage, lambda: _filter(prepared, root, options.drop_share, stream))
+    run_stage(filter_stage, lambda: _filter(prepared, root, options.drop_share, options.chunk_lines, stream))
     if options.shortlist is not None:
         shortlist_stage = Stage("shortlist", (*filter_stage.outputs, *sources[:-1]), (SHORTLISTED,))
         run_stage(shortlist_stage, lambda: _shortlist(teachers, prepared, root, options, device, stream))
@@ -373,15 +437,11 @@ def _chunk_name(start: int) -> str:
 
 
 def _paired_lines(src_path: Path, ref_path: Path, total: int) -> Iterator[tuple[str, str]]:
-    """The training pairs, line by line, then a check that they were the ``total`` the
-    manifest counts; files that do not pair are a one-line error naming them."""
+    """The training pairs, read lazily, then a check that they were the ``total`` the manifest
+    counts; files that do not pair are a one-line error naming them."""
     count = 0
-    for source, reference in itertools.zip_longest(iter_lines(src_path), iter_lines(ref_path)):
-        if source is None or reference is None:
-            short, other = (src_path, ref_path) if source is None else (ref_path, src_path)
-            raise InputError(short, f"ends at line {count:,} but {other} goes on; they must pair line by line")
-        count += 1
-        yield source, reference
+    for count, pair in enumerate(iter_parallel(src_path, ref_path), start=1):
+        yield pair
     if count != total:
         raise InputError(src_path, f"has {count:,} lines but the manifest counts {total:,}; prepare the data again")
 
@@ -424,42 +484,49 @@ def _merge_chunks(chunks: Path, starts: range, folder: Path, text_name: str, det
 # ---- filter, prepare, train, average, export --------------------------------------------------------------
 
 
-def _filter(data: PreparedData, root: Path, share: float, stream: TextIO | None) -> tuple[None, dict]:
+def _filter(data: PreparedData, root: Path, share: float, block_lines: int,
+            stream: TextIO | None) -> tuple[None, dict]:
     """``filter/``: the distilled pairs without the worst ``share`` by teacher score (nor the
-    empty ones), in their order; beside them links to the validation and test text of ``data``."""
+    empty ones), in their order; beside them links to the validation and test text of ``data``.
+    The scores are read ``block_lines`` at a time (:func:`worst_share`), the text line by line."""
     folder, translated = root / FILTERED, root / TRANSLATED
-    scores = _read_scores(translated / "train.scores")
-    keep, threshold = worst_share(scores, share)
+    scores_path = translated / "train.scores"
+    rule = worst_share(lambda: _score_blocks(scores_path, block_lines), share)
     src_name, tgt_name = f"train.{data.src_lang}", f"train.{data.tgt_lang}"
     folder.mkdir(parents=True, exist_ok=True)
+    kept = 0
+    keep = (line_kept for block in rule.keep(_score_blocks(scores_path, block_lines)) for line_kept in block.tolist())
     with (atomic_open(folder / src_name) as src, atomic_open(folder / tgt_name) as tgt,
-          Progress("distill filter", total=len(scores), enabled=stream is not None, stream=stream) as counter):
-        for kept, source, target in zip(keep, iter_lines(data.text_path("train", "src")),
-                                        iter_lines(translated / tgt_name)):
-            if kept:
+          Progress("distill filter", total=rule.scored, enabled=stream is not None, stream=stream) as counter):
+        for line_kept, (source, target) in zip(keep, iter_parallel(data.text_path("train", "src"),
+                                                                   translated / tgt_name)):
+            if line_kept:
                 src.write(source + "\n")
                 tgt.write(target + "\n")
+                kept += 1
             counter.update()
+    pairs = counter.count
     for split in ("valid", "test"):
         if split in data.split_names:
             for side in ("src", "tgt"):
                 link = folder / data.text_path(split, side).name
                 if not link.exists():
                     link.symlink_to(data.text_path(split, side))
-    empty = int(np.isnan(scores).sum())
-    return None, {"pairs": len(scores), "empty": empty, "dropped": len(scores) - empty - int(keep.sum()),
-                  "kept": int(keep.sum()), "drop_share": share, "threshold": threshold}
+    return None, {"pairs": pairs, "empty": pairs - rule.scored, "dropped": rule.dropped,
+                  "kept": kept, "drop_share": share, "threshold": rule.cutoff}
 
 
-def _read_scores(path: Path) -> np.ndarray:
-    """The translate stage's scores, one per line (an empty line, an empty translation: NaN)."""
+def _score_blocks(path: Path, block_lines: int) -> Iterator[np.ndarray]:
+    """The translate stage's scores, one per line (an empty line, an empty translation: NaN),
+    ``block_lines`` at a time."""
     def values() -> Iterator[float]:
         for number, line in enumerate(iter_lines(path), 1):
             try:
                 yield float(line) if line else math.nan
             except ValueError:
                 raise InputError(path, f"not a score: {line[:40]!r}", number) from None
-    return np.fromiter(values(), dtype=np.float64)
+    for block in iter_chunks(values(), block_lines):
+        yield np.array(block, dtype=np.float64)
 
 
 def _shortlist(teachers: Sequence[str], data: PreparedData, root: Path, options: DistillOptions, device: str,

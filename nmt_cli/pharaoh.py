@@ -11,14 +11,14 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from nmt_cli.errors import InputError
 from nmt_cli.fileio import atomic_open
 from nmt_cli.textio import iter_lines
 
-__all__ = ["Link", "GoldAlignment", "parse_links", "format_links", "read_alignments", "write_alignments",
-           "write_reversed_alignments"]
+__all__ = ["Link", "GoldAlignment", "parse_links", "format_links", "iter_alignments", "read_alignments",
+           "write_alignments", "write_reversed_alignments"]
 
 Link = tuple[int, int]
 _LINK = re.compile(r"([0-9]{1,9})([-p?])([0-9]{1,9})")  # word indices: ASCII digits, a sane size
@@ -54,9 +54,15 @@ def format_links(sure: Iterable[Link], possible: Iterable[Link] = ()) -> str:
     return " ".join(f"{i}{mark}{j}" for (i, j), mark in sorted(marked))
 
 
+def iter_alignments(path: str | os.PathLike) -> Iterator[GoldAlignment]:
+    """The lines of a Pharaoh file, read lazily (an empty line is a pair without links)."""
+    for number, text in enumerate(iter_lines(path), start=1):
+        yield parse_links(text, path, number)
+
+
 def read_alignments(path: str | os.PathLike) -> list[GoldAlignment]:
     """All lines of a Pharaoh file (an empty line is a pair without links)."""
-    return [parse_links(text, path, number) for number, text in enumerate(iter_lines(path), start=1)]
+    return list(iter_alignments(path))
 
 
 def write_alignments(path: str | os.PathLike, alignments: Iterable[Iterable[Link]]) -> None:
@@ -69,4 +75,4 @@ def write_alignments(path: str | os.PathLike, alignments: Iterable[Iterable[Link
 def write_reversed_alignments(source: str | os.PathLike, target: str | os.PathLike) -> None:
     """``source``'s sure links turned around (``i-j`` as ``j-i``), line for line, into
     ``target``: the links of the opposite translation direction."""
-    write_alignments(target, [sorted((j, i) for i, j in pair.sure) for pair in read_alignments(source)])
+    write_alignments(target, (sorted((j, i) for i, j in pair.sure) for pair in iter_alignments(source)))

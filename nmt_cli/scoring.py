@@ -9,17 +9,16 @@ gives it no output. Outputs appear atomically when scoring succeeds.
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
-from typing import Any, Iterator
+from typing import Any
 
 from nmt_cli.decoding import Translator
 from nmt_cli.decoding.scoring import PairScore
 from nmt_cli.errors import InputError
 from nmt_cli.fileio import open_output
 from nmt_cli.progress import Progress
-from nmt_cli.textio import CHUNK_LINES, display_name, iter_lines, one_line
+from nmt_cli.textio import CHUNK_LINES, display_name, iter_chunks, iter_parallel, one_line
 
 __all__ = ["score_file", "score_nbest_file"]
 
@@ -37,26 +36,12 @@ def _record(score: PairScore | None, text: str | None = None) -> dict[str, Any]:
             "token_log_probs": score.token_log_probs}
 
 
-def _chunks(items: Iterator[Any]) -> Iterator[list[Any]]:
-    while chunk := list(itertools.islice(items, CHUNK_LINES)):
-        yield chunk
-
-
-def _paired(src_path: str | os.PathLike, other_path: str | os.PathLike) -> Iterator[tuple[str, str]]:
-    """Lines of two files that must pair line by line, read lazily."""
-    for pair in itertools.zip_longest(iter_lines(src_path), iter_lines(other_path)):
-        if None in pair:
-            shorter = display_name(src_path if pair[0] is None else other_path)
-            raise InputError(shorter, "ends before the file it is paired with; they must pair line by line")
-        yield pair
-
-
 def score_file(translator: Translator, src_path: str | os.PathLike, tgt_path: str | os.PathLike,
                output_path: str | os.PathLike = "-", output_format: str = "text", progress: bool = True) -> int:
     """Score every (source, target) line pair; returns the number of pairs."""
     counter = Progress("score", unit="pairs", enabled=progress)
     with open_output(output_path, inputs=[src_path, tgt_path]) as out:
-        for chunk in _chunks(_paired(src_path, tgt_path)):
+        for chunk in iter_chunks(iter_parallel(src_path, tgt_path), CHUNK_LINES):
             scores = translator.score([source for source, _ in chunk], [target for _, target in chunk])
             for score in scores:
                 line = _text_line(score) if output_format == "text" else json.dumps(_record(score))
@@ -86,9 +71,9 @@ def score_nbest_file(translator: Translator, src_path: str | os.PathLike, nbest_
     in the candidates' order."""
     counter = Progress("score", unit="lists", enabled=progress)
     numbered = ((source, _candidates(text, nbest_path, number))
-                for number, (source, text) in enumerate(_paired(src_path, nbest_path), start=1))
+                for number, (source, text) in enumerate(iter_parallel(src_path, nbest_path), start=1))
     with open_output(output_path, inputs=[src_path, nbest_path]) as out:
-        for chunk in _chunks(numbered):
+        for chunk in iter_chunks(numbered, CHUNK_LINES):
             flat = [(source, candidate) for source, candidates in chunk for candidate in candidates]
             scores = iter(translator.score([source for source, _ in flat], [candidate for _, candidate in flat]))
             for _, candidates in chunk:

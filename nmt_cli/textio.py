@@ -10,18 +10,21 @@ fails with :class:`~nmt_cli.errors.InputError` naming the file, the line and the
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import sys
-from typing import IO, Iterator
+from typing import IO, Iterable, Iterator, TypeVar
 
 from nmt_cli.errors import InputError
 
 __all__ = ["STDIN", "CHUNK_LINES", "iter_raw_lines", "decode_line", "iter_lines", "read_lines", "read_parallel",
-           "check_same_length", "display_name", "one_line"]
+           "iter_parallel", "iter_chunks", "check_same_length", "display_name", "one_line"]
 
 STDIN = "-"
-#: lines read and processed at a time by the commands that stream files (translate, score)
+#: lines read and processed at a time by the commands that stream files (translate, score, align)
 CHUNK_LINES = 2000
+
+Item = TypeVar("Item")
 
 
 def display_name(path: str | os.PathLike) -> str:
@@ -79,6 +82,30 @@ def check_same_length(first_path: str | os.PathLike, first_lines: int,
     if first_lines != second_lines:
         raise InputError(second_path, f"has {second_lines} lines but {first_path} has {first_lines}; "
                                       "they must pair line by line")
+
+
+def iter_parallel(*paths: str | os.PathLike) -> Iterator[tuple[str, ...]]:
+    """The lines of several files that must pair line by line, a tuple per line, read
+    lazily; when one ends before the others, the rest of those are counted and the error
+    is :func:`check_same_length`'s."""
+    readers = [iter_lines(path) for path in paths]
+    count = 0
+    for lines in itertools.zip_longest(*readers):
+        if None in lines:
+            counts = [count if line is None else count + 1 + sum(1 for _ in reader)
+                      for line, reader in zip(lines, readers)]
+            for path, lines_in_path in zip(paths[1:], counts[1:]):
+                check_same_length(display_name(paths[0]), counts[0], display_name(path), lines_in_path)
+        count += 1
+        yield lines
+
+
+def iter_chunks(items: Iterable[Item], size: int) -> Iterator[list[Item]]:
+    """``items`` in lists of ``size`` (the last may be shorter), taken lazily: the most a
+    command that streams holds at a time."""
+    items = iter(items)
+    while chunk := list(itertools.islice(items, size)):
+        yield chunk
 
 
 def read_parallel(*paths: str | os.PathLike) -> list[list[str]]:

@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import itertools
 import json
 import math
 import os
 import sys
 from dataclasses import dataclass
-from typing import Iterable, Iterator
+from typing import Iterator
 
 from nmt_cli.alignment.extract import forced_attention
 from nmt_cli.alignment.reader import (AttentionReading, SentenceAlignment, default_full_context, default_shift,
@@ -44,7 +43,7 @@ from nmt_cli.glossary import Glossary
 from nmt_cli.input_formats import Input, read_inputs
 from nmt_cli.pharaoh import format_links
 from nmt_cli.progress import Progress
-from nmt_cli.textio import CHUNK_LINES, STDIN, display_name, one_line
+from nmt_cli.textio import CHUNK_LINES, STDIN, display_name, iter_chunks, one_line
 
 __all__ = ["OutputOptions", "RETRY_GUARDS", "confidence", "degenerate", "guarded",
            "hypothesis_alignment", "output_signature", "output_record", "translate_file"]
@@ -186,7 +185,7 @@ def translate_file(translator: Translator, input_path: str | os.PathLike = STDIN
         inputs = _ReadAhead(read_inputs(input_path, input_format, translator.tokenizer, glossary))
         pairs = translator.translate_stream(inputs.requests(), options.chunk_size, with_attention=reading is not None,
                                             token_scores=options.format == "jsonl")
-        for chunk in _chunks(_named_errors(pairs, input_name), options.chunk_size):
+        for chunk in iter_chunks(_named_errors(pairs, input_name), options.chunk_size):
             lines = [inputs.take() for _ in chunk]
             hypotheses = [hypothesis for _, hypothesis in chunk]
             retried = (_retry(retry, lines, hypotheses, reading is not None, options.format == "jsonl")
@@ -241,13 +240,6 @@ def _warn(number: int, line: Input, hypothesis: Hypothesis, long_lines: _LineWar
     missed = [name for name, name_met in zip(names, met) if not name_met]
     if missed:
         unmet.warn(number, f"not met: {', '.join(missed)}", "lines have constraints that were not met")
-
-
-def _chunks(items: Iterable, size: int) -> Iterator[list]:
-    """``items`` in lists of ``size`` (the last may be shorter)."""
-    items = iter(items)
-    while chunk := list(itertools.islice(items, size)):
-        yield chunk
 
 
 class _ReadAhead:

@@ -46,16 +46,106 @@ def test_the_closest_hypothesis_by_chrf_is_kept_and_a_tie_keeps_the_better_ranke
     assert closest_by_chrf(["dog", "the cat", "the cat"], "the cat") == 1
 
 
+def blocks_of(scores, size=3):
+    """A reader of ``scores`` in blocks, as the filter reads the scores file."""
+    scores = np.asarray(scores, dtype=np.float64)
+    return lambda: (scores[start:start + size] for start in range(0, len(scores), size))
+
+
+def dropped_by(scores, share, size=3):
+    """The filter's choice on ``scores`` read ``size`` at a time: which lines it keeps, and the best score dropped."""
+    rule = worst_share(blocks_of(scores, size), share)
+    keep = np.concatenate(list(rule.keep(blocks_of(scores, size)())))
+    return keep, rule.cutoff
+
+
 def test_the_filter_drops_exactly_the_worst_share_and_every_empty_translation():
     scores = -0.1 * np.arange(20)  # line n scores -0.1 n: the last lines are the worst
-    keep, threshold = worst_share(scores, 0.1)
+    keep, threshold = dropped_by(scores, 0.1)
     assert keep.tolist() == [True] * 18 + [False] * 2 and threshold == pytest.approx(-1.8)
     nan = math.nan  # an empty translation: always dropped, not counted in the share
-    keep, threshold = worst_share(np.array([-1.0, nan, -3.0, -2.0, -3.0]), 0.5)  # 4 scored: 2 dropped, earlier first
+    keep, threshold = dropped_by([-1.0, nan, -3.0, -2.0, -3.0], 0.5)  # 4 scored: 2 dropped, earlier first
     assert keep.tolist() == [True, False, False, True, False] and threshold == -3.0
-    keep, threshold = worst_share(np.array([-1.0, nan, -2.0]), 0.0)
+    keep, threshold = dropped_by([-1.0, nan, -2.0], 0.0)
     assert keep.tolist() == [True, False, True] and threshold is None
-    assert worst_share(np.full(100, -0.5), 0.07)[0].sum() == 93  # floor(0.07 * 100), not one short of it
+    assert dropped_by(np.full(100, -0.5), 0.07)[0].sum() == 93  # floor(0.07 * 100), not one short of it
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_streaming_filter_drops_what_sorting_every_score_drops(seed):
+    """The cutoff found pass by pass on blocks is the one a stable sort of all the scores gives,
+    ties (many: scores rounded to two decimals), zeros of both signs and NaN included."""
+    rng = np.random.default_rng(seed)
+    scores = np.round(-rng.gamma(2.0, 0.5, size=500), 2)
+    scores[rng.choice(500, 40, replace=False)] = math.nan
+    scores[rng.choice(500, 5, replace=False)] = rng.choice([0.0, -0.0, 1e-300, -5e-324, 3.5], 5)
+    share = [0.05, 0.3, 0.5, 0.99, 0.0, 1 / 3][seed]
+    scored = np.flatnonzero(~np.isnan(scores))
+    dropped = scored[np.argsort(scores[scored], kind="stable")[:math.floor(share * len(scored) + 1e-9)]]
+    expected = ~np.isnan(scores)
+    expected[dropped] = False
+    for size in (1, 7, 1000):
+        keep, threshold = dropped_by(scores, share, size)
+        assert keep.tolist() == expected.tolist()
+        assert threshold == (float(scores[dropped].max()) if len(dropped) else None)
+
+
+def test_the_filter_holds_a_block_of_scores_and_reads_them_a_bounded_number_of_times():
+    reads, sizes = [], []
+
+    def spied(scores, size):
+        def blocks():
+            reads.append(1)
+            for start in range(0, len(scores), size):
+                sizes.append(len(scores[start:start + size]))
+                yield scores[start:start + size]
+        return blocks
+
+    scores = -np.random.default_rng(0).random(10_000)
+    rule = worst_share(spied(scores, 64), 0.05)
+    assert rule.dropped == 500 and len(reads) == 4 and max(sizes) == 64  # 64 / 16 bits a pass, the count in the first
+
+
+class TrainingText:
+    """What the filter reads of a prepared directory: its languages, splits and training source."""
+
+    src_lang, tgt_lang, split_names = "de", "en", ["train"]
+
+    def __init__(self, folder):
+        self.folder = folder
+
+    def text_path(self, split, side):
+        return self.folder / f"{split}.{side}"
+
+
+def test_the_filter_stage_reads_its_scores_a_block_at_a_time(tmp_path, monkeypatch):
+    import nmt_cli.distill as distill_module
+
+    rng = np.random.default_rng(3)
+    scores = np.round(-rng.random(50), 1)
+    scores[[4, 17]] = math.nan
+    data = TrainingText(tmp_path)
+    data.text_path("train", "src").write_text("".join(f"source {n}\n" for n in range(50)), encoding="utf-8")
+    (tmp_path / "translate").mkdir()
+    (tmp_path / "translate" / "train.en").write_text("".join(f"target {n}\n" for n in range(50)), encoding="utf-8")
+    (tmp_path / "translate" / "train.scores").write_text(
+        "".join(("" if math.isnan(score) else repr(float(score))) + "\n" for score in scores), encoding="utf-8")
+    blocks, score_blocks = [], distill_module._score_blocks
+
+    def spied(path, block_lines):
+        for block in score_blocks(path, block_lines):
+            blocks.append(len(block))
+            yield block
+
+    monkeypatch.setattr(distill_module, "_score_blocks", spied)
+    _, details = distill_module._filter(data, tmp_path, 0.2, 8, None)
+    assert max(blocks) == 8 and sum(blocks) == 5 * 50  # 4 passes to find the cutoff, 1 to keep the lines
+    keep, threshold = dropped_by(scores, 0.2)
+    assert details == {"pairs": 50, "empty": 2, "dropped": 9, "kept": int(keep.sum()), "drop_share": 0.2,
+                       "threshold": threshold}
+    kept = [n for n in range(50) if keep[n]]
+    assert read_lines(tmp_path / "filter" / "train.de") == [f"source {n}" for n in kept]
+    assert read_lines(tmp_path / "filter" / "train.en") == [f"target {n}" for n in kept]
 
 
 def test_the_student_presets_have_the_documented_shapes(tiny_prepared, tmp_path):
@@ -164,7 +254,7 @@ def test_a_killed_distillation_resumes_line_exact_and_a_finished_one_retrains_no
     # the filter drops the empty line and floor(5% of the 119 scored) = 5 worst, keeping the order
     filtered = reference["stages"]["filter"]
     assert (filtered["empty"], filtered["dropped"], filtered["kept"]) == (1, 5, 114)
-    keep, _ = worst_share(np.array([float(score) if score else math.nan for score in scores]), 0.05)
+    keep, _ = dropped_by([float(score) if score else math.nan for score in scores], 0.05)
     kept_sources = [line for line, kept in zip(sources, keep) if kept]
     assert read_lines(whole / "filter" / f"train.{data.src_lang}") == kept_sources
     worst = sorted(float(score) for score in scores if score)[:5]

@@ -154,5 +154,6 @@ def test_nmt_score_reranks_the_nbest_lists_nmt_translate_writes(checkpoints, tmp
     assert bad.exit_code == 1 and f"error: {tmp_path / 'bad.jsonl'}:1: expected a JSONL record" in bad.stderr
     (tmp_path / "short").write_text("the man\n", encoding="utf-8")
     short = run("score", "--checkpoint", checkpoints["other"], "--src", tmp_path / "src", "--tgt", tmp_path / "short")
-    assert short.exit_code == 1 and f"error: {tmp_path / 'short'}: ends before" in short.stderr
+    expected = f"error: {tmp_path / 'short'}: has 1 lines but {tmp_path / 'src'} has 5; they must pair line by line"
+    assert short.exit_code == 1 and expected in short.stderr
     assert short.stdout == ""  # the pairing fails while the first chunk is read, before any line is written

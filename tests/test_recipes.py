@@ -60,7 +60,8 @@ def test_recipe_runs_every_stage(name: str, hub_root: Path, tmp_path: Path, requ
     recipe = yaml.safe_load((REPO / "recipes" / f"{name}.yaml").read_text(encoding="utf-8"))
     if recipe["data"].get("source") == "files":
         request.getfixturevalue("shared_data")  # skips with the reason when ../shared is absent
-    env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
+           "HF_DATASETS_CACHE": str(tmp_path / "hf-cache")}  # a split that is not streamed is downloaded there
     result = subprocess.run(
         [sys.executable, str(REPO / "recipes" / "run_recipe.py"), name, "--check",
          "--out", str(tmp_path), "--hub-root", str(hub_root)],

@@ -27,7 +27,7 @@ from nmt_cli.errors import InputError
 from nmt_cli.pharaoh import GoldAlignment, Link, read_alignments
 from nmt_cli.textio import check_same_length, iter_lines
 
-__all__ = ["AlignmentScore", "score_alignments", "score_files", "sentence_lengths"]
+__all__ = ["AlignmentCounts", "AlignmentScore", "score_alignments", "score_files", "sentence_lengths"]
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,56 @@ def _in_range(link: Link, length: tuple[int, int]) -> bool:
     return 0 <= link[0] < length[0] and 0 <= link[1] < length[1]
 
 
+class AlignmentCounts:
+    """The counts of :class:`AlignmentScore`, summed a sentence pair at a time (a corpus is
+    scored as it streams past)."""
+
+    def __init__(self) -> None:
+        self.sentences = self.predicted = self.sure = self.possible = 0
+        self.predicted_sure = self.predicted_possible = self.predicted_unaligned = self.out_of_range = 0
+        self.example: str | None = None
+
+    def add(self, gold: GoldAlignment, hypothesis: Iterable[Link], length: tuple[int, int] | None = None) -> None:
+        """Count one pair; ``length`` = (source words, target words) leaves out gold links outside it."""
+        self.sentences += 1
+        gold_sure, gold_possible = set(gold.sure), set(gold.possible) | set(gold.sure)
+        if length is not None:
+            outside = sorted(link for link in gold_possible if not _in_range(link, length))
+            if outside and self.example is None:
+                i, j = outside[0]
+                self.example = (f"line {self.sentences}: {i}-{j} (source {length[0]} words, "
+                                f"target {length[1]} words)")
+            self.out_of_range += len(outside)
+            gold_sure -= set(outside)
+            gold_possible -= set(outside)
+        links = set(hypothesis)
+        self.predicted += len(links)
+        self.sure += len(gold_sure)
+        self.possible += len(gold_possible)
+        self.predicted_sure += len(links & gold_sure)
+        self.predicted_possible += len(links & gold_possible)
+        linked_targets = {j for _, j in gold_possible}
+        self.predicted_unaligned += sum(j not in linked_targets for _, j in links)
+
+    def score(self) -> AlignmentScore:
+        """The figures of the pairs counted so far."""
+        predicted, sure = self.predicted, self.sure
+        return AlignmentScore(
+            aer=1.0 - (self.predicted_sure + self.predicted_possible) / (predicted + sure) if predicted + sure else 0.0,
+            precision=self.predicted_possible / predicted if predicted else 0.0,
+            recall=self.predicted_sure / sure if sure else 0.0,
+            sentences=self.sentences,
+            predicted=predicted,
+            sure=sure,
+            possible=self.possible,
+            predicted_sure=self.predicted_sure,
+            predicted_possible=self.predicted_possible,
+            out_of_range=self.out_of_range,
+            out_of_range_example=self.example,
+            predicted_unaligned=self.predicted_unaligned,
+        )
+
+
 def score_alignments(
     gold: Sequence[GoldAlignment],
     hypotheses: Sequence[Iterable[Link]],
@@ -83,41 +133,10 @@ def score_alignments(
         raise ValueError(f"{len(gold)} gold alignments but {len(hypotheses)} hypotheses")
     if lengths is not None and len(lengths) != len(gold):
         raise ValueError(f"{len(gold)} gold alignments but {len(lengths)} sentence lengths")
-    predicted = sure = possible = predicted_sure = predicted_possible = predicted_unaligned = out_of_range = 0
-    example = None
+    counts = AlignmentCounts()
     for index, (gold_pair, hypothesis) in enumerate(zip(gold, hypotheses)):
-        gold_sure, gold_possible = set(gold_pair.sure), set(gold_pair.possible) | set(gold_pair.sure)
-        if lengths is not None:
-            outside = sorted(link for link in gold_possible if not _in_range(link, lengths[index]))
-            if outside and example is None:
-                src_len, tgt_len = lengths[index]
-                i, j = outside[0]
-                example = f"line {index + 1}: {i}-{j} (source {src_len} words, target {tgt_len} words)"
-            out_of_range += len(outside)
-            gold_sure -= set(outside)
-            gold_possible -= set(outside)
-        links = set(hypothesis)
-        predicted += len(links)
-        sure += len(gold_sure)
-        possible += len(gold_possible)
-        predicted_sure += len(links & gold_sure)
-        predicted_possible += len(links & gold_possible)
-        linked_targets = {j for _, j in gold_possible}
-        predicted_unaligned += sum(j not in linked_targets for _, j in links)
-    return AlignmentScore(
-        aer=1.0 - (predicted_sure + predicted_possible) / (predicted + sure) if predicted + sure else 0.0,
-        precision=predicted_possible / predicted if predicted else 0.0,
-        recall=predicted_sure / sure if sure else 0.0,
-        sentences=len(gold),
-        predicted=predicted,
-        sure=sure,
-        possible=possible,
-        predicted_sure=predicted_sure,
-        predicted_possible=predicted_possible,
-        out_of_range=out_of_range,
-        out_of_range_example=example,
-        predicted_unaligned=predicted_unaligned,
-    )
+        counts.add(gold_pair, hypothesis, None if lengths is None else lengths[index])
+    return counts.score()
 
 
 def sentence_lengths(path: str | os.PathLike) -> list[int]:

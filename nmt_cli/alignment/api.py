@@ -23,6 +23,7 @@ from nmt_cli.alignment.reader import (AttentionReading, SentenceAlignment, combi
                                      default_shift)
 from nmt_cli.alignment.symmetrize import AVERAGE, AVERAGE_THRESHOLD, SYMMETRIZATIONS, average_links, symmetrize
 from nmt_cli.config import Config
+from nmt_cli.device import model_device
 from nmt_cli.errors import NmtError
 from nmt_cli.models.base import Seq2SeqModel
 from nmt_cli.pharaoh import GoldAlignment
@@ -167,6 +168,14 @@ class Aligner:
             if self.symmetrization == AVERAGE:
                 record["average_threshold"] = self.options.average_threshold
         return record
+
+    @property
+    def deciding_settings(self) -> dict:
+        """Everything that decides its alignments to the last digit: :attr:`settings`, the
+        batch size and the device (padding and the device change the last digits of the
+        weights); the key of the chunks a streamed alignment keeps."""
+        return {**self.settings, "batch_size": self.options.batch_size,
+                "device": str(model_device(self.forward.model))}
 
     def _one_model(self, model: AlignmentModel, src_lines: Sequence[str],
                    tgt_lines: Sequence[str]) -> list[SentenceAlignment]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from nmt_cli.errors import InputError
 
@@ -11,13 +11,10 @@ __all__ = ["split_pairs", "PAIR_SEPARATOR"]
 PAIR_SEPARATOR = "|||"
 
 
-def split_pairs(lines: Iterable[str], name: str = "<stdin>") -> tuple[list[str], list[str]]:
-    """``"source ||| target"`` lines -> source and target lines."""
-    src_lines, tgt_lines = [], []
+def split_pairs(lines: Iterable[str], name: str = "<stdin>") -> Iterator[tuple[str, str]]:
+    """``"source ||| target"`` lines -> (source, target) pairs, read lazily."""
     for number, line in enumerate(lines, start=1):
         source, separator, target = line.partition(PAIR_SEPARATOR)
         if not separator:
             raise InputError(name, f"expected 'source {PAIR_SEPARATOR} target'", number)
-        src_lines.append(source.strip())
-        tgt_lines.append(target.strip())
-    return src_lines, tgt_lines
+        yield source.strip(), target.strip()

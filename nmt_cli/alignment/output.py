@@ -7,42 +7,74 @@
                              "matrix", "links"}]}
     <out>/settings.json      the settings alone (checkpoint, step, layer/heads, shift, method, ...)
     <out>/heatmaps/line-N.png   heatmaps of the chosen pairs (N = 1-based line number)
+
+:func:`write_outputs` takes the pairs as they come (an iterable, aligned a chunk at a time)
+and writes each one into every file at once: the files grow a pair at a time and appear
+when the last pair is in; only the pairs chosen for heatmaps are kept until then, and the
+zip directory of ``soft.npz`` (its four entries a pair, about 1.5 KB of memory a pair until
+it is written last): ``soft=False`` leaves both soft files out, for corpora of millions of
+pairs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import zipfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import IO, Iterable, Sequence
 
 import numpy as np
 
+from nmt_cli.alignment.aer import AlignmentCounts, AlignmentScore
 from nmt_cli.alignment.heatmap import save_heatmap
 from nmt_cli.alignment.reader import SentenceAlignment
-from nmt_cli.errors import NmtError
+from nmt_cli.errors import InputError, NmtError
 from nmt_cli.fileio import atomic_open, atomic_write_json
-from nmt_cli.pharaoh import GoldAlignment, format_links, write_alignments
+from nmt_cli.pharaoh import GoldAlignment, format_links
+from nmt_cli.textio import check_same_length
 
-__all__ = ["write_outputs", "save_soft_npz", "load_soft_npz", "save_soft_json", "write_heatmaps"]
+__all__ = ["AlignmentOutputs", "HeatmapChoice", "SoftNpzWriter", "load_soft_npz", "write_outputs"]
 
 JSON_DECIMALS = 4
 
 
-def save_soft_npz(path: str | os.PathLike, sentences: Sequence[SentenceAlignment], settings: dict) -> None:
-    """Soft matrices with their words and links; ``np.load`` reads it without ``allow_pickle``."""
-    arrays: dict[str, np.ndarray] = {"settings": np.array(json.dumps(settings))}
-    for k, sentence in enumerate(sentences):
-        arrays[f"matrix_{k}"] = sentence.matrix.astype(np.float32)
-        arrays[f"src_words_{k}"] = np.array(sentence.src_words, dtype=str)
-        arrays[f"tgt_words_{k}"] = np.array(sentence.tgt_words, dtype=str)
-        arrays[f"links_{k}"] = np.array(sentence.links, dtype=np.int64).reshape(-1, 2)
-    with atomic_open(path, "wb") as handle:
-        np.savez_compressed(handle, **arrays)
+class SoftNpzWriter:
+    """A ``soft.npz`` written a pair at a time into ``handle``: the zip of ``.npy`` entries that
+    ``np.savez`` makes (``compress``: as ``np.savez_compressed``), read by :func:`load_soft_npz`;
+    matrices as ``matrix_dtype`` (float32 in ``soft.npz``)."""
+
+    def __init__(self, handle: IO[bytes], compress: bool = True, matrix_dtype: type = np.float32):
+        self._zip = zipfile.ZipFile(handle, "w", zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED,
+                                    allowZip64=True)
+        self._matrix_dtype = matrix_dtype
+
+    def __enter__(self) -> "SoftNpzWriter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._zip.close()  # after an error too: the zip lets go of the handle before it is thrown away
+
+    def _array(self, name: str, array: np.ndarray) -> None:
+        with self._zip.open(f"{name}.npy", "w", force_zip64=True) as entry:
+            np.lib.format.write_array(entry, np.asanyarray(array), allow_pickle=False)
+
+    def add(self, k: int, sentence: SentenceAlignment) -> None:
+        """Pair ``k`` (0-based): its matrix, words and links."""
+        self._array(f"matrix_{k}", sentence.matrix.astype(self._matrix_dtype))
+        self._array(f"src_words_{k}", np.array(sentence.src_words, dtype=str))
+        self._array(f"tgt_words_{k}", np.array(sentence.tgt_words, dtype=str))
+        self._array(f"links_{k}", np.array(sentence.links, dtype=np.int64).reshape(-1, 2))
+
+    def close(self, settings: dict) -> None:
+        self._array("settings", np.array(json.dumps(settings)))
+        self._zip.close()
 
 
 def load_soft_npz(path: str | os.PathLike) -> tuple[list[SentenceAlignment], dict]:
-    """Read what :func:`save_soft_npz` wrote: the sentences and the settings."""
+    """Read what :class:`SoftNpzWriter` wrote: the sentences and the settings."""
     try:
         with np.load(path, allow_pickle=False) as data:
             count = sum(1 for key in data.files if key.startswith("matrix_"))
@@ -56,60 +88,107 @@ def load_soft_npz(path: str | os.PathLike) -> tuple[list[SentenceAlignment], dic
                 for k in range(count)
             ]
             settings = json.loads(str(data["settings"]))
-    except (OSError, KeyError, ValueError) as exc:
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as exc:
         raise NmtError(f"{path}: not a soft-alignment file written by nmt align ({exc})") from None
     return sentences, settings
 
 
-def save_soft_json(path: str | os.PathLike, sentences: Sequence[SentenceAlignment], settings: dict) -> None:
-    """The same content as JSON, weights rounded to 4 decimals."""
-    atomic_write_json(path, {
-        "settings": settings,
-        "sentences": [
-            {
-                "line": k + 1,
-                "src_words": sentence.src_words,
-                "tgt_words": sentence.tgt_words,
-                "matrix": np.round(sentence.matrix, JSON_DECIMALS).tolist(),
-                "links": format_links(sentence.links),
-            }
-            for k, sentence in enumerate(sentences)
-        ],
-    })
+def _json_sentence(k: int, sentence: SentenceAlignment) -> str:
+    """Pair ``k``'s entry of ``soft.json``, weights rounded to :data:`JSON_DECIMALS` decimals."""
+    return json.dumps({
+        "line": k + 1,
+        "src_words": sentence.src_words,
+        "tgt_words": sentence.tgt_words,
+        "matrix": np.round(sentence.matrix, JSON_DECIMALS).tolist(),
+        "links": format_links(sentence.links),
+    }, ensure_ascii=False)
 
 
-def write_heatmaps(
-    directory: str | os.PathLike,
-    sentences: Sequence[SentenceAlignment],
-    lines: Sequence[int],
-    gold: Sequence[GoldAlignment] | None = None,
-) -> list[Path]:
-    """One PNG per chosen 1-based line number, with hard links (and gold links) drawn on top."""
-    directory = Path(directory)
-    written = []
-    for line in lines:
-        if not 1 <= line <= len(sentences):
-            raise NmtError(f"heatmap line {line} is out of range: there are {len(sentences)} sentence pairs")
-        sentence = sentences[line - 1]
-        path = directory / f"line-{line:06d}.png"
-        save_heatmap(path, sentence.matrix, sentence.src_words, sentence.tgt_words, links=sentence.links,
-                     gold=gold[line - 1] if gold is not None else None, title=f"line {line}")
-        written.append(path)
-    return written
+@dataclass(frozen=True)
+class HeatmapChoice:
+    """The pairs drawn as heatmaps: the first ``first`` (as many as there are) and the 1-based
+    ``lines`` (each must be there)."""
+
+    first: int = 0
+    lines: Sequence[int] = ()
+
+    def wanted(self, line: int) -> bool:
+        return line <= self.first or line in self.lines
+
+
+@dataclass(frozen=True)
+class AlignmentOutputs:
+    """What :func:`write_outputs` wrote: the files, the heatmaps, the number of pairs and,
+    given gold links, their score."""
+
+    paths: list[Path]
+    heatmaps: list[Path]
+    pairs: int
+    score: AlignmentScore | None
 
 
 def write_outputs(
     out_dir: str | os.PathLike,
-    sentences: Sequence[SentenceAlignment],
+    sentences: Iterable[SentenceAlignment],
     settings: dict,
-    heatmap_lines: Sequence[int] = (),
-    gold: Sequence[GoldAlignment] | None = None,
-) -> list[Path]:
-    """Write every output file listed in the module docstring; return their paths."""
+    heatmaps: HeatmapChoice = HeatmapChoice(),
+    gold: Iterable[GoldAlignment] | None = None,
+    names: tuple[str, str] = ("<input>", "<gold>"),
+    soft: bool = True,
+) -> AlignmentOutputs:
+    """Write every output file listed in the module docstring (``soft=False``: not
+    ``soft.npz`` and ``soft.json``), a pair at a time as ``sentences`` yields them, and the
+    ``heatmaps`` chosen. ``gold`` (read in step with the pairs) is drawn on the heatmaps and
+    scored; ``names`` name the input and the gold file in the errors of a gold file that does
+    not pair with it."""
     out_dir = Path(out_dir)
-    paths = [out_dir / name for name in ("alignments.align", "soft.npz", "soft.json", "settings.json")]
-    write_alignments(paths[0], (sentence.links for sentence in sentences))
-    save_soft_npz(paths[1], sentences, settings)
-    save_soft_json(paths[2], sentences, settings)
-    atomic_write_json(paths[3], settings)
-    return paths + write_heatmaps(out_dir / "heatmaps", sentences, heatmap_lines, gold)
+    names_written = ("alignments.align", "soft.npz", "soft.json", "settings.json") if soft else \
+        ("alignments.align", "settings.json")
+    paths = [out_dir / name for name in names_written]
+    drawn: dict[int, tuple[SentenceAlignment, GoldAlignment | None]] = {}
+    golds = iter(gold) if gold is not None else None
+    counts = AlignmentCounts()
+    pairs = 0
+    with contextlib.ExitStack() as outputs:
+        links_out = outputs.enter_context(atomic_open(paths[0], "w"))
+        if soft:
+            soft_npz = outputs.enter_context(SoftNpzWriter(outputs.enter_context(atomic_open(paths[1], "wb"))))
+            soft_json = outputs.enter_context(atomic_open(paths[2], "w"))
+            soft_json.write('{"settings": ' + json.dumps(settings, ensure_ascii=False) + ',\n "sentences": [')
+        for k, sentence in enumerate(sentences):
+            pair_gold = None
+            if golds is not None:
+                pair_gold = next(golds, None)
+                if pair_gold is None:
+                    raise InputError(names[1], f"has {k} lines but {names[0]} goes on; they must pair line by line")
+                counts.add(pair_gold, sentence.links, (len(sentence.src_words), len(sentence.tgt_words)))
+            links_out.write(format_links(sentence.links) + "\n")
+            if soft:
+                soft_npz.add(k, sentence)
+                soft_json.write(("\n" if k == 0 else ",\n") + _json_sentence(k, sentence))
+            if heatmaps.wanted(k + 1):
+                drawn[k + 1] = (sentence, pair_gold)
+            pairs = k + 1
+        if golds is not None and next(golds, None) is not None:
+            check_same_length(names[0], pairs, names[1], pairs + 1 + sum(1 for _ in golds))
+        outside = sorted(set(heatmaps.lines) - set(drawn))
+        if outside:
+            raise NmtError(f"heatmap line {outside[0]} is out of range: there are {pairs} sentence pairs")
+        if soft:
+            soft_json.write("\n]}\n")
+            soft_npz.close(settings)
+    atomic_write_json(paths[-1], settings)
+    return AlignmentOutputs(paths, _write_heatmaps(out_dir / "heatmaps", drawn), pairs,
+                            counts.score() if golds is not None else None)
+
+
+def _write_heatmaps(directory: Path, drawn: dict) -> list[Path]:
+    """One PNG per chosen line (``drawn``: line -> its sentence and gold links), hard links
+    (and gold links) drawn on top."""
+    written = []
+    for line, (sentence, gold) in sorted(drawn.items()):
+        path = directory / f"line-{line:06d}.png"
+        save_heatmap(path, sentence.matrix, sentence.src_words, sentence.tgt_words, links=sentence.links,
+                     gold=gold, title=f"line {line}")
+        written.append(path)
+    return written

@@ -3,17 +3,19 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 
 import click
 
-from nmt_cli.alignment.aer import score_alignments, score_files
+from nmt_cli.alignment.aer import score_files
 from nmt_cli.alignment.agreement import AGREEMENT_SAMPLE, agreeing_aligner
 from nmt_cli.alignment.api import SYMMETRIZATION_CHOICES, Aligner, AlignOptions
+from nmt_cli.alignment.corpus import align_into
 from nmt_cli.alignment.inputs import split_pairs
 from nmt_cli.alignment.model import AlignmentModel
-from nmt_cli.alignment.output import write_outputs
+from nmt_cli.alignment.output import HeatmapChoice
 from nmt_cli.alignment.sweep import sweep
 from nmt_cli.alignment.symmetrize import AVERAGE_THRESHOLD
 from nmt_cli.alignment.symmetrize import describe as describe_symmetrization
@@ -22,21 +24,21 @@ from nmt_cli.cli import cli
 from nmt_cli.cli.options import DEVICE_HELP, config_options, link_options, reading_options
 from nmt_cli.config import Config
 from nmt_cli.pharaoh import GoldAlignment, read_alignments
-from nmt_cli.textio import STDIN, check_same_length, iter_lines, read_parallel
+from nmt_cli.textio import CHUNK_LINES, STDIN, check_same_length, display_name, iter_lines, iter_parallel, read_parallel
 
 FILE = click.Path(dir_okay=False)
 
 
-def _heatmap_lines(first: int, chosen: str, pairs: int) -> list[int]:
-    """``--heatmaps N`` (the first N pairs) together with ``--heatmap-lines 3,7`` (1-based)."""
+def _heatmap_lines(chosen: str) -> list[int]:
+    """``--heatmap-lines 3,7`` (1-based; whether the input has them is known once it is read)."""
     try:
         lines = {int(item) for item in chosen.split(",") if item.strip()}
     except ValueError:
         raise click.BadParameter(f"{chosen!r}: expected comma-separated line numbers", param_hint="--heatmap-lines")
-    outside = sorted(line for line in lines if not 1 <= line <= pairs)
-    if outside:
-        raise click.BadParameter(f"line {outside[0]} is not among the {pairs} pairs", param_hint="--heatmap-lines")
-    return sorted(lines | set(range(1, min(first, pairs) + 1)))
+    if any(line < 1 for line in lines):
+        raise click.BadParameter(f"line {min(lines)} is not a line number (they start at 1)",
+                                 param_hint="--heatmap-lines")
+    return sorted(lines)
 
 
 def _read_gold(path: str, src_path: str | None, pairs: int) -> list[GoldAlignment]:
@@ -74,14 +76,23 @@ def _read_gold(path: str, src_path: str | None, pairs: int) -> list[GoldAlignmen
               f"head or head average and shift on which the two models' links agree most over the first "
               f"{AGREEMENT_SAMPLE:,} pairs (no gold links needed; for models without a guided head).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=32, help="Sentence pairs per forward pass.")
+@click.option("--chunk-size", type=click.IntRange(min=1), default=CHUNK_LINES,
+              help="Pairs read, aligned and kept at a time (OUT/.chunks: a rerun of a stopped run resumes there).")
+@click.option("--soft/--no-soft", default=True,
+              help="Write soft.npz and soft.json (soft.npz's index takes about 1.5 KB of memory a pair until it is "
+              "written: leave them out for millions of pairs).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 @click.option("--device", default="auto", help=DEVICE_HELP)
 @click.pass_context
 def align(ctx: click.Context, checkpoints, src_path, tgt_path, out_dir, reading, shift, heatmaps, heatmap_lines,
-          gold_path, reverse_checkpoints, symmetrization, average_threshold, agree_heads, batch_size, device) -> None:
+          gold_path, reverse_checkpoints, symmetrization, average_threshold, agree_heads, batch_size, chunk_size,
+          soft, quiet, device) -> None:
     """Align sentence pairs with a model's cross-attention (forced decoding of the given target).
 
     Writes OUT/alignments.align (Pharaoh i-j, 0-based source-target words), soft word
-    matrices with their words (soft.npz, soft.json), settings.json and heatmaps/.
+    matrices with their words (soft.npz, soft.json), settings.json and heatmaps/. The pairs
+    stream through --chunk-size at a time; an interrupted run resumes at its first
+    unfinished chunk when run again.
     Subcommands: `nmt align score` computes AER, precision and recall; `nmt align sweep`
     finds the layer, heads and shift that align best on gold-aligned sentences.
     """
@@ -95,36 +106,34 @@ def align(ctx: click.Context, checkpoints, src_path, tgt_path, out_dir, reading,
         raise click.UsageError("--agree-heads needs one --checkpoint and one --reverse-checkpoint (no ensembles)")
     if agree_heads and (reading.selection is not None or shift is not None):
         raise click.UsageError("--agree-heads chooses the heads and shift: leave out --layer, --heads and --shift")
-    if src_path is not None:
-        src_lines, tgt_lines = read_parallel(src_path, tgt_path)
-    else:
-        src_lines, tgt_lines = split_pairs(iter_lines(STDIN))
-    lines = _heatmap_lines(heatmaps, heatmap_lines, len(src_lines))
-    gold = _read_gold(gold_path, src_path, len(src_lines)) if gold_path else None
+    pairs = iter_parallel(src_path, tgt_path) if src_path is not None else split_pairs(iter_lines(STDIN))
+    lines = _heatmap_lines(heatmap_lines)
     options = AlignOptions(reading=reading, shift=shift, batch_size=batch_size, symmetrization=symmetrization,
                            average_threshold=average_threshold)
     if agree_heads:
-        aligner, ranked = agreeing_aligner(options, checkpoints[0], reverse_checkpoints[0], src_lines, tgt_lines,
-                                           device)
+        sample = list(itertools.islice(pairs, AGREEMENT_SAMPLE))  # the readings are chosen on the first pairs
+        pairs = itertools.chain(sample, pairs)
+        aligner, ranked = agreeing_aligner(options, checkpoints[0], reverse_checkpoints[0],
+                                           [source for source, _ in sample], [target for _, target in sample], device)
         click.echo(f"agreed readings: {ranked[0].describe()}", err=True)
     else:
         aligner = Aligner(checkpoints, options, device, reverse_checkpoints)
-    sentences = aligner.align(src_lines, tgt_lines)
+    written = align_into(aligner, pairs, out_dir, HeatmapChoice(heatmaps, lines), gold_path,
+                         display_name(src_path or STDIN), chunk_size, progress=not quiet, soft=soft)
     settings = aligner.settings
     combined = describe_symmetrization(aligner.symmetrization, average_threshold)
     counts = "+".join(str(len(side)) for side in (checkpoints, reverse_checkpoints) if side)
     models = f"{counts} models, " if max(len(checkpoints), len(reverse_checkpoints)) > 1 else ""
-    written = write_outputs(out_dir, sentences, settings, lines, gold)
     click.echo(
-        f"aligned {len(sentences)} pairs ({models}{settings['selection']}, shift={'on' if settings['shift'] else 'off'}, "
+        f"aligned {written.pairs} pairs ({models}{settings['selection']}, "
+        f"shift={'on' if settings['shift'] else 'off'}, "
         f"{'full context, ' if settings['full_context'] else ''}{'null, ' if settings['null'] else ''}"
         f"{reading.method}{', ' + combined if reverse_checkpoints else ''}) -> {out_dir}: "
-        f"{', '.join(path.name for path in written[:4])}, {len(written) - 4} heatmap(s)",
+        f"{', '.join(path.name for path in written.paths)}, {len(written.heatmaps)} heatmap(s)",
         err=True,
     )
-    if gold is not None:
-        lengths = [(len(s.src_words), len(s.tgt_words)) for s in sentences]
-        click.echo(score_alignments(gold, [s.links for s in sentences], lengths).summary())
+    if written.score is not None:
+        click.echo(written.score.summary())
 
 
 @align.command("score")

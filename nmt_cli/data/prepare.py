@@ -186,7 +186,7 @@ def _say(enabled: bool, message: str) -> None:
 def corpus_data_config(data: DataConfig, spec: CorpusConfig) -> DataConfig:
     """The data settings that read one of ``data.corpora`` like a source of its own."""
     return dataclasses.replace(data, source=spec.source, path=spec.path, hf_config=spec.hf_config,
-                               train_split=spec.split, corpora=())
+                               train_split=spec.split, corpora=(), streaming=data.streaming and spec.source == "hf")
 
 
 def _input_name(split: str, part: SplitPart) -> str:

@@ -1,6 +1,13 @@
 """``hf`` and ``hf_disk``: splits of Hugging Face ``datasets``, from the hub or a
 ``save_to_disk`` folder. Rows have a ``translation`` column (``{"de": ..., "en": ...}``) or
-one column per language. ``datasets`` is imported only when a split is read."""
+one column per language. ``datasets`` is imported only when a split is read.
+
+Either way the rows are read in batches of :data:`HF_BATCH`, so a split never sits whole in
+memory here. With ``data.streaming`` the hub's split is an ``IterableDataset``: ``nmt
+prepare`` reads it once, front to back (it cleans and writes the text as it goes; its later
+passes read that text, never the stream), and downloads nothing it does not read
+(``data.max_train_pairs`` stops it early). Without it, ``load_dataset`` first downloads
+the whole split and converts it into the Hugging Face cache, memory-mapped from there."""
 
 from __future__ import annotations
 
@@ -55,15 +62,32 @@ def _one_line(exc: Exception) -> str:
 
 @DATA_SOURCES.register("hf")
 class HubCorpus(DatasetsCorpus):
-    """``load_dataset(path, hf_config, split=..., streaming=True)``: a hub id, or a local folder in hub layout."""
+    """``load_dataset(path, hf_config, split=...)``: a hub id, or a local folder in hub layout (``data.streaming``: as a stream)."""
+
+    def __init__(self, data: DataConfig):
+        super().__init__(data)
+        self._opened: dict[str, Any] = {}
 
     def dataset(self, split: str) -> Any:
-        import datasets
+        """The split as ``load_dataset`` gives it: an ``IterableDataset`` with ``data.streaming``
+        (each iteration opens the stream again), else a ``Dataset`` in the cache; opened once."""
+        if split not in self._opened:
+            import datasets
 
-        try:
-            return datasets.load_dataset(self.data.path, self.data.hf_config or None, split=split, streaming=True)
-        except Exception as exc:  # datasets raises many types; show one line, never a traceback
-            raise NmtError(f"{self.data.path}: cannot load split '{split}' ({_one_line(exc)})") from None
+            try:
+                self._opened[split] = datasets.load_dataset(self.data.path, self.data.hf_config or None, split=split,
+                                                            streaming=self.data.streaming)
+            except Exception as exc:  # datasets raises many types; show one line, never a traceback
+                raise NmtError(f"{self.data.path}: cannot load split '{split}' ({_one_line(exc)})") from None
+        return self._opened[split]
+
+    def size_hint(self, split: str) -> int | None:
+        """The row count: the downloaded split's, or what the dataset card says of a stream (else None)."""
+        dataset = self.dataset(split)
+        if not self.data.streaming:
+            return len(dataset)
+        listed = (dataset.info.splits or {}).get(split)
+        return listed.num_examples if listed is not None and listed.num_examples else None
 
     def fingerprint(self, split: str) -> dict[str, Any]:
         identity = {"dataset": self.data.path, "config": self.data.hf_config, "split": split}
