@@ -37,7 +37,7 @@ import os
 import statistics
 import tempfile
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
