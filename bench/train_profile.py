@@ -24,11 +24,14 @@ loss, backward, clip, Adam) runs ``--steps`` times after a warm-up.
   and at the rates ``torch.mm`` / ``torch.bmm`` reach on the update's own product shapes,
   timed alone (the LSTM layers at the peak rate): the time of an update that did nothing
   but its products. The rate the products reach inside training is their FLOPs over their
-  profiled time.
+  profiled time. With ``--threads 1`` the kernels are timed by this process's CPU time, and
+  the whole update's rate is also given at its CPU time: on a shared machine the wall time
+  holds the time other processes had the core, the CPU time does not.
 
 Shapes: ``tiny`` (Transformer 2+2, d 128), ``base`` (6+6, d 512, 8 heads, ffn 2048: the
-Transformer-base shape at its full size) and ``rnn`` (Bahdanau, LSTM 256), fp32, 2 threads,
-batches of at most 2,048 tokens. ``--quick``: the quick Multi30k slice, tiny and rnn, 2 updates.
+Transformer-base shape at its full size) and ``rnn`` (Bahdanau, LSTM 256), fp32, 2 threads
+(``--threads``), batches of at most 2,048 tokens. ``--quick``: the quick Multi30k slice, tiny
+and rnn, 2 updates.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
 from common import THREADS, Report, bench_arguments, fmt, repeats_of
-from model_flops import EXTRA_FORMULAS, matmul_peak_gflops
+from model_flops import EXTRA_FORMULAS, PEAK_SHAPES, matmul_peak_gflops
 from peers.arch import BASE_TRANSFORMER, TINY_RNN, TINY_TRANSFORMER, RnnSpec, TrainSpec, TransformerSpec
 from peers.corpus import prepare_multi30k
 from peers.ours import model_section, train_section
@@ -191,7 +194,7 @@ class ProductShapes(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def product_rate(shape: tuple[int, int, int, int], repeats: int = 5) -> float:
+def product_rate(shape: tuple[int, int, int, int], clock=time.perf_counter, repeats: int = 5) -> float:
     """Best GFLOP/s of ``torch.mm`` (``torch.bmm`` for a batch) on one shape, at the current thread count."""
     batch, rows, inner, columns = shape
     if batch == 1:
@@ -205,11 +208,16 @@ def product_rate(shape: tuple[int, int, int, int], repeats: int = 5) -> float:
     run()
     best = float("inf")
     for _ in range(repeats):
-        started = time.perf_counter()
+        started = clock()
         for _ in range(calls):
             run()
-        best = min(best, (time.perf_counter() - started) / calls)
+        best = min(best, (clock() - started) / calls)
     return flops / best / 1e9
+
+
+def kernel_clock(threads: int):
+    """The clock kernels are timed by: one thread's CPU time (steady on a shared machine), else wall time."""
+    return time.process_time if threads == 1 else time.perf_counter
 
 
 @dataclass
@@ -238,10 +246,10 @@ def profile_shape(prepared: Path, spec: TransformerSpec | RnnSpec, steps: int, w
                   threads: int) -> ShapeProfile:
     """Time ``steps`` updates, profile as many more, count the products of one more."""
     with tempfile.TemporaryDirectory() as scratch:
-        return _profile_trainer(build_trainer(prepared, spec, Path(scratch) / "run", threads), steps, warmup)
+        return _profile_trainer(build_trainer(prepared, spec, Path(scratch) / "run", threads), steps, warmup, threads)
 
 
-def _profile_trainer(trainer, steps: int, warmup: int) -> ShapeProfile:
+def _profile_trainer(trainer, steps: int, warmup: int, threads: int) -> ShapeProfile:
     trainer.model.train()
     for _ in range(warmup):
         trainer._update()
@@ -271,7 +279,7 @@ def _profile_trainer(trainer, steps: int, warmup: int) -> ShapeProfile:
     by_op = counter.get_flop_counts().get("Global", {})
     lstm_flops = sum(v for op, v in by_op.items() if "rnn_layer" in str(op))
     scale = tokens / max(counted_tokens, 1)  # FLOPs of that update, at the timed updates' mean tokens
-    shape_seconds = sum(count * 2 * b * m * k * n / (product_rate((b, m, k, n)) * 1e9)
+    shape_seconds = sum(count * 2 * b * m * k * n / (product_rate((b, m, k, n), kernel_clock(threads)) * 1e9)
                         for (b, m, k, n), count in shapes.calls.items())
     return ShapeProfile(wall, cpu, tokens, parts_ms, operators / steps, profiled_wall,
                         counter.get_total_flops() * scale, lstm_flops * scale, shape_seconds * scale)
@@ -293,7 +301,10 @@ def main() -> None:
     if args.threads != THREADS:
         report.variant = f"{args.threads} thread{'s' if args.threads > 1 else ''}"
     load_before = os.getloadavg()[0]
-    peak = matmul_peak_gflops(threads=args.threads)
+    if args.threads == 1:  # timed on this process's CPU time, as the rates of the update's own shapes
+        peak = max(product_rate((1, *shape), time.process_time) for shape in PEAK_SHAPES)
+    else:
+        peak = matmul_peak_gflops(threads=args.threads)
     torch.set_num_threads(args.threads)
     for name in names:
         spec = SHAPES[name]
@@ -327,14 +338,17 @@ def main() -> None:
                        f"{fmt(measured.flops / (product_ms / 1e3) / 1e9)} GFLOP/s in their profiled time "
                        f"({measured.flops / (product_ms / 1e3) / 1e9 / peak:.0%} of peak); whole update: "
                        f"{fmt(measured.flops / (wall / 1e3) / 1e9)} GFLOP/s "
-                       f"({measured.flops / (wall / 1e3) / 1e9 / peak:.0%} of peak)")
+                       f"({measured.flops / (wall / 1e3) / 1e9 / peak:.0%} of peak); at its CPU time {cpu:.0f} ms: "
+                       f"{fmt(measured.flops / (cpu / 1e3) / 1e9)} GFLOP/s "
+                       f"({measured.flops / (cpu / 1e3) / 1e9 / peak:.0%} of peak)")
     report.notes += [
         f"whole update: median wall time of {', '.join(f'{n} {args.steps or (QUICK_STEPS if args.quick else STEPS[n])}' for n in names)} "
         f"timed updates after {1 if args.quick else WARMUP} warm-up ones, median of {repeats_of(args)} run(s); "
         "parts: one more pass of as many updates under torch.profiler (each operator's own time; "
-        "Python and dispatch: the plain wall time less every operator's time)",
-        f"peak: the best torch.mm rate on {args.threads} thread(s) over model_flops.PEAK_SHAPES ({fmt(peak)} GFLOP/s); "
-        "FLOPs of matrix products only, counted as model_flops.py counts them",
+        "Python and dispatch: the profiled wall time less every operator's time; shares of the profiled wall time)",
+        f"peak: the best torch.mm rate on {args.threads} thread(s) over model_flops.PEAK_SHAPES ({fmt(peak)} GFLOP/s)"
+        + (", kernels timed by this process's CPU time (one thread: not slowed by other processes)"
+           if args.threads == 1 else "") + "; FLOPs of matrix products only, counted as model_flops.py counts them",
         f"the machine is shared: 1-minute load average {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} "
         "at the end; the CPU time beside the wall time shows how much of an update was this process's",
     ]
