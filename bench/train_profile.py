@@ -250,6 +250,7 @@ def profile_shape(prepared: Path, spec: TransformerSpec | RnnSpec, steps: int, w
 
 
 def _profile_trainer(trainer, steps: int, warmup: int, threads: int) -> ShapeProfile:
+    """:func:`profile_shape` on a built trainer."""
     trainer.model.train()
     for _ in range(warmup):
         trainer._update()
@@ -295,8 +296,12 @@ def main() -> None:
                         f"(default {', '.join(f'{k} {v}' for k, v in STEPS.items())}; --quick {QUICK_STEPS})")
     args = parser.parse_args()
     names = args.models.split(",") if args.models else (["tiny", "rnn"] if args.quick else list(SHAPES))
+    unknown = [name for name in names if name not in SHAPES]
+    if unknown:
+        parser.error(f"--models: unknown shape {unknown[0]!r} (choose from {', '.join(SHAPES)})")
     prepared = prepare_multi30k(args.work, args.quick)
-    report = Report("train_profile", f"Where a training step's time goes (fp32, {args.threads} CPU threads)",
+    report = Report("train_profile", f"Where a training step's time goes (fp32, {args.threads} CPU thread"
+                    f"{'s' if args.threads > 1 else ''})",
                     ["shape", "part", "ms / update", "share", "note"], quick=args.quick)
     if args.threads != THREADS:
         report.variant = f"{args.threads} thread{'s' if args.threads > 1 else ''}"
