@@ -42,8 +42,8 @@ from nmt_cli.fileio import atomic_write_text
 
 #: how a section carried over from an earlier file begins its note (it keeps the first note it got)
 CARRIED = "_Carried over from an earlier BENCHMARKS.md"
-SCRIPTS = ("train_speed", "translate_speed", "engine_ratio", "decode_profile", "decode_length", "prepare_scale",
-           "align_quality", "serve_load", "terminology", "shortlist_speed")
+SCRIPTS = ("train_speed", "train_profile", "translate_speed", "engine_ratio", "decode_profile", "decode_length",
+           "prepare_scale", "align_quality", "serve_load", "terminology", "shortlist_speed")
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ PASS_THROUGH = (
     PassThrough("--systems", ("align_quality",), "comma list of the nmt-cli aligners to run"),
     PassThrough("--device", ("align_quality",), "where nmt-cli trains, aligns and translates (cpu, cuda)"),
     PassThrough("--reuse-models", ("align_quality",), "keep and resume the models under --work", flag=True),
-    PassThrough("--models", ("train_speed",), "comma list of the model shapes to train"),
+    PassThrough("--models", ("train_speed", "train_profile"), "comma list of the model shapes to train"),
     PassThrough("--peers", ("train_speed", "translate_speed"), "all, none, or a comma list of peer toolkits"),
 )
 #: options every script takes and run_all passes on

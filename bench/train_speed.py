@@ -38,6 +38,8 @@ from peers.install import install_record
 from peers.results import PeerRunFailed, TrainResult
 from peers.selection import TRAINING_PEERS, parse_peer_list, peer_label, ready_peers
 
+from nmt_cli.precision import cpu_has_native_bf16
+
 
 @dataclass(frozen=True)
 class Setting:
@@ -101,6 +103,10 @@ def main() -> None:
         train_spec = setting.quick if args.quick else setting.full
         if train_spec is None:
             report.notes.append(f"{model_name}: skipped in --quick mode")
+            continue
+        if train_spec.precision == "bf16" and not cpu_has_native_bf16():
+            report.notes.append(f"{model_name}: skipped: this CPU has no bf16 units (AVX-512 BF16 or AMX), "
+                                "where nmt-cli trains bf16 settings in fp32")
             continue
         if setting.spec not in step_flops:
             step_flops[setting.spec] = flops_per_target_token(prepared, setting.spec, train_spec.max_tokens)

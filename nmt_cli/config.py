@@ -388,8 +388,9 @@ class TrainConfig(Validated):
     )
     precision: str = choice(
         "auto", "auto", "fp32", "bf16", "fp16",
-        help="auto: bf16 on CUDA, fp32 on CPU; fp16 scales the loss and skips (without counting) an "
-        "update whose gradients overflowed",
+        help="auto: bf16 on CUDA, fp32 on CPU; bf16 on a CPU without bf16 units (AVX-512 BF16 or AMX) runs fp32, "
+        "with a note in the log; fp16 scales the loss and skips (without counting) an update whose gradients "
+        "overflowed",
     )
     fp16_init_scale: float = setting(
         2.0**16, "fp16: the first loss scale; halved after each overflow, doubled after 2,000 clean updates",

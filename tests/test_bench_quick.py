@@ -70,6 +70,25 @@ def test_train_speed_quick_reports_our_throughput_and_memory(work: Path) -> None
     assert "fp32 matmul peak" in flops_note
 
 
+def test_train_profile_quick_splits_an_update_into_parts_that_add_up(work: Path) -> None:
+    report = run_bench("train_profile", work, "--models", "tiny", "--threads", "1")
+    assert report["script"] == "train_profile" and report["variant"] == "1 thread"
+    rows = [dict(zip(report["columns"], row)) for row in report["rows"]]
+    parts = [row for row in rows if row["share"] and row["part"] != "whole update"
+             and not row["part"].startswith("ceiling")]
+    names = {row["part"] for row in parts}
+    assert {"matrix products (mm, addmm, bmm)", "Python and dispatch (wall time outside every operator)"} <= names
+    assert any(name.startswith("attention") for name in names) and any(name.startswith("loss") for name in names)
+    # the parts share out the profiled update: their shares add up to the whole of it
+    assert abs(sum(figure(row["share"].rstrip("%")) for row in parts) - 100) <= len(parts)
+    products = next(row for row in parts if row["part"].startswith("matrix products"))
+    assert figure(products["ms / update"]) > 0
+    whole = next(row for row in rows if row["part"] == "whole update")
+    assert "tgt tok/s" in whole["note"] and figure(whole["ms / update"]) > 0
+    (rate,) = [row for row in rows if row["part"] == "products in training: rate reached"]
+    assert "% of peak" in rate["note"]
+
+
 def test_translate_speed_quick_reports_equal_work_rows(work: Path) -> None:
     report = run_bench("translate_speed", work, "--peers", "none", "--ours", "transformer,shipped,int8,ctranslate2",
                        "--beams", "5", "--batches", "32,64")

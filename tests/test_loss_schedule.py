@@ -99,6 +99,22 @@ def _layer_with(weight: torch.Tensor) -> nn.Module:
     return layer
 
 
+def test_confident_wrong_rows_keep_a_finite_loss_and_gradient():
+    """A reference word with p_y far below float32's smallest number (logit gaps of 300): the
+    log-partition comes from the largest probability, so nothing underflows to inf."""
+    features = torch.tensor([[[300.0, 0.0], [0.0, 300.0], [1.0, -1.0]]], requires_grad=True)
+    layer = nn.Linear(2, 2, bias=False)
+    with torch.no_grad():
+        layer.weight.copy_(torch.eye(2))
+    target, mask = torch.tensor([[1, 0, 1]]), torch.ones(1, 3, dtype=torch.bool)
+    loss, nll = label_smoothed_cross_entropy(features, layer, target, mask, 0.1)
+    expected_loss, expected_nll = reference_smoothed_loss(features.double() @ layer.weight.double().t(), target, mask, 0.1)
+    torch.testing.assert_close(loss.double(), expected_loss.detach(), rtol=1e-6, atol=1e-4)
+    torch.testing.assert_close(nll.double(), expected_nll.detach(), rtol=1e-6, atol=1e-4)
+    (grad,) = torch.autograd.grad(loss, features)
+    assert torch.isfinite(grad).all()
+
+
 def test_without_gradient_the_values_are_the_same_and_nothing_is_kept():
     torch.manual_seed(4)
     features, layer = torch.randn(2, 6, 8), nn.Linear(8, 30)

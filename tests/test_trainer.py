@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 
@@ -9,6 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from nmt_cli import precision as precision_module
 from nmt_cli.checkpoint import list_checkpoints, load_checkpoint, load_optimizer_state
 from nmt_cli.config import Config, load_config
 from nmt_cli.data.prepared import PreparedData
@@ -178,12 +180,30 @@ def test_checkpoint_keeper_keeps_last_and_best(tmp_path):
     assert json.loads((tmp_path / "checkpoints" / "best.json").read_text())["step"] == 20
 
 
-def test_precision_choices():
+def test_precision_choices(monkeypatch):
     cpu = torch.device("cpu")
-    assert Precision("auto", cpu).dtype is None and Precision("auto", cpu).scaler is None
-    assert Precision("bf16", cpu).dtype == torch.bfloat16 and Precision("bf16", cpu).scaler is None
+    monkeypatch.setattr(precision_module, "cpu_has_native_bf16", lambda: True)
+    assert Precision("auto", cpu).dtype is None and Precision("auto", cpu).scaler is None  # fp32 on CPU
+    bf16 = Precision("bf16", cpu)
+    assert bf16.dtype == torch.bfloat16 and bf16.scaler is None and bf16.note is None
     fp16 = Precision("fp16", cpu, init_scale=128.0)
     assert fp16.dtype == torch.float16 and fp16.scaler.get_scale() == 128.0
+
+
+def test_bf16_on_a_cpu_without_bf16_units_runs_fp32_and_says_so(monkeypatch):
+    monkeypatch.setattr(precision_module, "cpu_has_native_bf16", lambda: False)
+    bf16 = Precision("bf16", torch.device("cpu"))
+    assert bf16.name == "fp32" and bf16.dtype is None and "no bf16 units" in bf16.note
+    assert isinstance(bf16.autocast(), contextlib.nullcontext)
+    assert Precision("fp16", torch.device("cpu")).dtype == torch.float16  # fp16 stays: it tests loss scaling
+
+
+def test_the_cpu_bf16_check_follows_torchs_avx512_bf16_and_amx_probes(monkeypatch):
+    for avx512_bf16, amx, expected in ((False, False, False), (True, False, True), (False, True, True)):
+        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda value=avx512_bf16: value)
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda value=amx: value)
+        assert precision_module.cpu_has_native_bf16() is expected
+        assert precision_module.has_native_bf16(torch.device("cpu")) is expected
 
 
 @pytest.mark.filterwarnings("ignore:.*CUDA is not available")  # the fp16 scaler of a GPU this machine lacks

@@ -41,19 +41,21 @@ def model_section(spec: TransformerSpec | RnnSpec, arch: str | None = None) -> d
             "attention": "additive", "tie_embeddings": spec.tied_embeddings}
 
 
+def train_section(train_spec: TrainSpec, threads: int = THREADS) -> dict:
+    """``train:`` settings for ``train_spec`` on ``threads`` threads (no validation until the last step)."""
+    return {"max_tokens": train_spec.max_tokens, "max_steps": train_spec.steps, "lr": train_spec.lr,
+            "warmup_steps": train_spec.warmup, "label_smoothing": train_spec.label_smoothing,
+            "schedule": "inverse_sqrt", "adam_betas": [0.9, 0.98], "clip_norm": 1.0,
+            "seed": train_spec.seed, "num_threads": threads, "log_every": train_spec.log_every,
+            "valid_every": train_spec.steps, "valid_bleu": False, "early_stop_metric": "loss",
+            "keep_last": 1, "keep_best": 1, "precision": train_spec.precision}
+
+
 def train(prepared: Path, spec: TransformerSpec | RnnSpec, train_spec: TrainSpec, out_dir: Path,
           threads: int = THREADS, arch: str | None = None) -> TrainResult:
     """``nmt train`` for ``train_spec.steps`` steps (no validation until the last step)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    config = {
-        "model": model_section(spec, arch),
-        "train": {"max_tokens": train_spec.max_tokens, "max_steps": train_spec.steps, "lr": train_spec.lr,
-                  "warmup_steps": train_spec.warmup, "label_smoothing": train_spec.label_smoothing,
-                  "schedule": "inverse_sqrt", "adam_betas": [0.9, 0.98], "clip_norm": 1.0,
-                  "seed": train_spec.seed, "num_threads": threads, "log_every": train_spec.log_every,
-                  "valid_every": train_spec.steps, "valid_bleu": False, "early_stop_metric": "loss",
-                  "keep_last": 1, "keep_best": 1, "precision": train_spec.precision},
-    }
+    config = {"model": model_section(spec, arch), "train": train_section(train_spec, threads)}
     config_path = out_dir / "train.yaml"
     config_path.write_text(yaml.safe_dump(config), encoding="utf-8")
     run = out_dir / "run"

@@ -36,6 +36,15 @@ class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
     ``d W += dz^T rows``, ``d b += sum dz``) and the block's logits are dropped. ``backward``
     only scales the stored gradients by the incoming one. The NLL is reported, not
     differentiated.
+
+    A block's ``(n, V)`` logits are read as few times as possible, with one ``exp`` each (the
+    part of the loss that is not a matrix product): ``softmax`` gives ``p``; the log-partition
+    is ``lse = max z - log max p`` (``max p >= 1 / V`` cannot underflow, as ``p_y`` could);
+    ``-log p_y = lse - z_y``; the mean of the logits over the vocabulary is ``x . mean(W) +
+    mean(b)``, a product of ``F`` numbers a row. The row weights ``w`` scale the ``(n, F)``
+    rows and results of the gradient products instead of the ``(n, V)`` block, and the
+    constant ``-eps / V`` is added through the products' sums (``d rows -= (eps / V) sum_v
+    W_v``; ``d W_v -= (eps / V) sum_i w_i x_i`` for every ``v``) instead of to each logit.
     """
 
     @staticmethod
@@ -50,38 +59,54 @@ class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
             projection = weight.to(compute_dtype)
             offset = None if bias is None else bias.to(compute_dtype)
             row_weights = mask.to(exact)  # (N,): 1 for real target tokens, 0 for padding
+            mean_weight = weight.to(exact).mean(dim=0)  # (F,): mean_v z_v = x . mean_weight + mean(b)
+            mean_offset = 0.0 if bias is None else bias.to(exact).mean()
             loss_sum = torch.zeros((), dtype=exact, device=device)
             nll_sum = torch.zeros((), dtype=exact, device=device)
             if with_gradient:
                 grad_rows = torch.empty(rows.shape, dtype=exact, device=device)
                 grad_weight = torch.zeros(weight.shape, dtype=exact, device=device)
                 grad_bias = None if bias is None else torch.zeros(vocab, dtype=exact, device=device)
+                weighted_input_sum = torch.zeros(rows.size(1), dtype=exact, device=device)  # sum_i w_i x_i
             step = _block_rows(device, vocab)
             for start in range(0, rows.size(0), step):
                 block = slice(start, start + step)
                 logits = F.linear(inputs[block], projection, offset).to(exact)  # (n, V)
-                log_probs = torch.log_softmax(logits, dim=-1)
-                del logits
                 labels, weights = target[block, None], row_weights[block]  # (n, 1), (n,)
-                nll = -log_probs.gather(-1, labels).squeeze(-1)  # (n,)
-                loss = nll if smoothing == 0 else (1.0 - smoothing) * nll - smoothing * log_probs.mean(dim=-1)
+                probs = torch.softmax(logits, dim=-1)
+                log_partition = logits.amax(dim=-1) - probs.amax(dim=-1).log()  # (n,): logsumexp_v z_v
+                nll = log_partition - logits.gather(-1, labels).squeeze(-1)  # (n,)
+                if smoothing:
+                    exact_inputs = inputs[block].to(exact)
+                    mean_logits = exact_inputs @ mean_weight + mean_offset  # (n,)
+                    loss = (1.0 - smoothing) * nll + smoothing * (log_partition - mean_logits)
+                else:
+                    loss = nll
+                del logits
                 loss_sum += (loss * weights).sum()
                 nll_sum += (nll * weights).sum()
                 if not with_gradient:
                     continue
-                grad = log_probs.exp_().mul_(weights[:, None])  # w * p, in place of the log-probabilities
-                if smoothing:
-                    grad.sub_((weights * (smoothing / vocab))[:, None])
-                grad.scatter_add_(-1, labels, -(1.0 - smoothing) * weights[:, None])  # (n, V): d loss / dz
+                grad = probs.scatter_add_(-1, labels, probs.new_full(labels.shape, -(1.0 - smoothing)))
+                weighted_inputs = inputs[block] * weights[:, None].to(compute_dtype)  # (n, F): w_i x_i
                 if compute_dtype == exact:  # float32 / float64: straight into the gradient buffers
-                    torch.mm(grad, projection, out=grad_rows[block])  # (n, F)
-                    grad_weight.addmm_(grad.t(), inputs[block])  # (V, F)
+                    torch.mm(grad, projection, out=grad_rows[block])  # (n, F), rows not yet weighted
+                    grad_weight.addmm_(grad.t(), weighted_inputs)  # (V, F)
                 else:  # bf16 / fp16 matrix products, summed in float32
                     grad_low = grad.to(compute_dtype)
                     grad_rows[block] = grad_low @ projection
-                    grad_weight += grad_low.t() @ inputs[block]
+                    grad_weight += grad_low.t() @ weighted_inputs
+                grad_rows[block] *= weights[:, None]
                 if grad_bias is not None:
-                    grad_bias += grad.sum(dim=0)
+                    grad_bias += grad.t() @ weights  # (V,)
+                if smoothing:
+                    weighted_input_sum += weighted_inputs.to(exact).sum(dim=0)
+            if with_gradient and smoothing:  # the -eps / V of every logit's gradient
+                constant = smoothing / vocab
+                grad_rows.sub_(row_weights[:, None] * (constant * weight.to(exact).sum(dim=0)))
+                grad_weight.sub_(constant * weighted_input_sum)
+                if grad_bias is not None:
+                    grad_bias.sub_(constant * row_weights.sum())
         if with_gradient:
             ctx.save_for_backward(grad_rows, grad_weight, grad_bias)
             ctx.dtypes = (rows.dtype, weight.dtype, None if bias is None else bias.dtype)

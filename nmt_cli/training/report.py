@@ -16,6 +16,7 @@ import torch
 
 from nmt_cli.config import Config
 from nmt_cli.data.prepared import PreparedData
+from nmt_cli.precision import Precision
 from nmt_cli.progress import format_duration
 from nmt_cli.training.distributed import DistributedContext
 from nmt_cli.training.progress import RunLog, format_metric, progress_line
@@ -41,7 +42,7 @@ class SessionReport:
         return self.tokens / self.seconds if self.seconds else 0.0
 
     def started(self, data: PreparedData, pairs: int, batches: int, parameters: int, context: DistributedContext,
-                precision: str, state: TrainingState, resumed_from: Path | None) -> None:
+                precision: Precision, state: TrainingState, resumed_from: Path | None) -> None:
         """The first line: model, data, batches, device, precision, and where the run starts."""
         cfg = self.config.train
         corpora = data.manifest["splits"]["train"].get("corpora") or []
@@ -55,9 +56,11 @@ class SessionReport:
         self.log.line(
             f"{self.config.model.arch}: {parameters:,} parameters | {pairs:,} training pairs{mixed} in "
             f"{batches:,} batches of <= {cfg.max_tokens} tokens | device {context.device} x {context.world_size} | "
-            f"{precision} | {where}"
+            f"{precision.name} | {where}"
         )
-        if precision == "fp16" and context.device.type == "cpu":
+        if precision.note:
+            self.log.line(f"note: {precision.note}")
+        if precision.name == "fp16" and context.device.type == "cpu":
             self.log.line("note: fp16 on a CPU only tests loss scaling; it trains many times slower than fp32 "
                           "(bf16 or fp32 to train)")
 

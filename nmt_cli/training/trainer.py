@@ -263,7 +263,7 @@ class Trainer:
         if self.context.is_main:
             self.run_dir.write_config(self.config)
         self.report.started(self.data, len(self.train_split), len(self.epoch_batches(self.stream_of_batches.epoch)),
-                            self.model.num_parameters(), self.context, self.precision.name, self.state,
+                            self.model.num_parameters(), self.context, self.precision, self.state,
                             self.resumed_from)
 
     def _log_progress(self) -> None:

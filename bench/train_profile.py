@@ -1,0 +1,364 @@
+"""Where a training step's time goes, and the ceiling the matrix products set.
+
+The runs of ``train_speed.py`` (same Multi30k de->en pieces, shapes, token batches and
+settings, ``peers.ours.train_section``), in this process: a :class:`~nmt_cli.training.trainer.Trainer`
+is built as ``nmt train`` builds it and its own update (``Trainer._update``: collate, forward,
+loss, backward, clip, Adam) runs ``--steps`` times after a warm-up.
+
+- **Wall time per update**: the median over the timed updates without the profiler (its
+  CPU time beside it: on a shared machine the wall time also holds other people's work).
+- **Parts**: one more pass over as many updates under ``torch.profiler``; each operator's
+  own time (exclusive of the operators it calls) goes to a part. Matrix products (``mm``,
+  ``addmm``, ``bmm``) and oneDNN's fused LSTM layers are parts wherever they run. The other
+  operators go to the part of the code that ran them (attention, the loss, dropout, the
+  optimizer step, collating the batch), found from ``record_function`` ranges put around
+  those functions for the profile, and, in backward, from the forward operator whose
+  autograd node runs them (the profiler's sequence numbers). The rest are other kernels
+  (layer norm, embeddings, residual adds, ReLU, copies) or framework operators that move
+  no data (views, autograd bookkeeping). What no operator covers is **Python and dispatch**:
+  the profiled wall time less every operator's time. Parts are shares of the profiled wall
+  time; the profiler's own cost (the profiled less the plain wall time, in the whole-update
+  row) falls mostly on this part and on the small operators.
+- **Ceiling**: the matrix-product FLOPs of an update (counted as ``model_flops.py`` counts
+  them) at the best ``torch.mm`` rate of this machine (``model_flops.matmul_peak_gflops``),
+  and at the rates ``torch.mm`` / ``torch.bmm`` reach on the update's own product shapes,
+  timed alone (the LSTM layers at the peak rate): the time of an update that did nothing
+  but its products. The rate the products reach inside training is their FLOPs over their
+  profiled time. With ``--threads 1`` the kernels are timed by this process's CPU time, and
+  the whole update's rate is also given at its CPU time: on a shared machine the wall time
+  holds the time other processes had the core, the CPU time does not.
+
+Shapes: ``tiny`` (Transformer 2+2, d 128), ``base`` (6+6, d 512, 8 heads, ffn 2048: the
+Transformer-base shape at its full size) and ``rnn`` (Bahdanau, LSTM 256), fp32, 2 threads
+(``--threads``), batches of at most 2,048 tokens. ``--quick``: the quick Multi30k slice, tiny
+and rnn, 2 updates.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import tempfile
+import time
+from collections import Counter
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import FlopCounterMode
+
+from common import THREADS, Report, bench_arguments, fmt, repeats_of
+from model_flops import EXTRA_FORMULAS, PEAK_SHAPES, matmul_peak_gflops
+from peers.arch import BASE_TRANSFORMER, TINY_RNN, TINY_TRANSFORMER, RnnSpec, TrainSpec, TransformerSpec
+from peers.corpus import prepare_multi30k
+from peers.ours import model_section, train_section
+
+from nmt_cli.config import Config
+from nmt_cli.data.prepared import PreparedData
+from nmt_cli.models import dropout as dropout_module
+from nmt_cli.models.attention.multihead import MultiHeadAttention
+from nmt_cli.models.rnn import AttentionalRNN
+from nmt_cli.training import trainer as trainer_module
+from nmt_cli.training.batching import Batch
+from nmt_cli.training.distributed import init_distributed
+from nmt_cli.training.objectives import cross_entropy
+from nmt_cli.training.run_dir import RunDirectory
+from nmt_cli.training.updater import Updater
+
+aten = torch.ops.aten
+
+SHAPES = {"tiny": TINY_TRANSFORMER, "base": BASE_TRANSFORMER, "rnn": TINY_RNN}
+#: updates timed (and as many profiled) per shape, and warm-up updates before them
+STEPS = {"tiny": 20, "base": 4, "rnn": 12}
+QUICK_STEPS = 2
+WARMUP = 3
+
+PRODUCTS = "matrix products (mm, addmm, bmm)"
+LSTM = "LSTM layers (oneDNN: gate products and gate functions)"
+ATTENTION = "attention (fused kernel, head split/merge; RNN: scores, softmax, context)"
+LOSS = "loss: log-softmax, exp, smoothed-CE gradient (output-layer products above)"
+DROPOUT = "dropout (mask draw and apply)"
+OPTIMIZER = "optimizer: gradient-norm clip, fused Adam, zero_grad"
+DATA = "data: collate and copy the batch"
+OTHER = "other kernels (layer norm, embeddings, residual adds, ReLU, copies)"
+FRAMEWORK = "framework operators (views, autograd bookkeeping)"
+PYTHON = "Python and dispatch (wall time outside every operator)"
+PARTS = (PRODUCTS, LSTM, ATTENTION, LOSS, DROPOUT, OPTIMIZER, DATA, OTHER, FRAMEWORK, PYTHON)
+
+PRODUCT_OPS = {"aten::mm", "aten::addmm", "aten::addmm_", "aten::bmm", "aten::baddbmm", "aten::addbmm"}
+LSTM_OPS = {"aten::mkldnn_rnn_layer", "aten::mkldnn_rnn_layer_backward"}
+VIEW_OPS = {"aten::view", "aten::t", "aten::transpose", "aten::as_strided", "aten::expand", "aten::permute",
+            "aten::unsqueeze", "aten::squeeze", "aten::reshape", "aten::_unsafe_view", "aten::slice",
+            "aten::select", "aten::unbind", "aten::split", "aten::split_with_sizes", "aten::narrow",
+            "aten::detach", "detach", "aten::alias", "aten::resolve_conj", "aten::resolve_neg", "aten::unflatten",
+            "aten::empty", "aten::empty_strided", "aten::lift_fresh", "aten::_reshape_alias", "aten::chunk",
+            "aten::is_nonzero", "aten::result_type", "aten::empty_like"}
+RANGE = "train_profile::"
+
+
+def _ranged(part: str, function):
+    """``function`` inside a ``record_function`` range naming ``part``."""
+    def wrapped(*args, **kwargs):
+        with record_function(RANGE + part):
+            return function(*args, **kwargs)
+    return wrapped
+
+
+@contextmanager
+def part_ranges():
+    """Ranges around the functions each part is made of, for the length of a profile."""
+    patches = [(MultiHeadAttention, name, ATTENTION) for name in ("forward", "causal", "cross", "summarize_memory")]
+    patches += [(AttentionalRNN, "_attend", ATTENTION), (cross_entropy, "label_smoothed_cross_entropy", LOSS),
+                (dropout_module, "dropout", DROPOUT), (Updater, "step", OPTIMIZER), (trainer_module, "collate", DATA),
+                (Batch, "to", DATA)]
+    originals = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
+    for owner, name, part in patches:
+        setattr(owner, name, _ranged(part, getattr(owner, name)))
+    try:
+        yield
+    finally:
+        for owner, name, original in originals:
+            setattr(owner, name, original)
+
+
+def _range_of(event) -> str | None:
+    """The part of the innermost range around a forward operator, or None."""
+    parent = event.cpu_parent
+    while parent is not None:
+        if parent.name.startswith(RANGE):
+            return parent.name[len(RANGE):]
+        parent = parent.cpu_parent
+    return None
+
+
+def _backward_node(event):
+    """The ``autograd::engine::evaluate_function`` event an operator runs under in backward, or None."""
+    parent = event
+    while parent is not None:
+        if parent.name.startswith("autograd::engine::evaluate_function"):
+            return parent
+        parent = parent.cpu_parent
+    return None
+
+
+def part_microseconds(events) -> tuple[Counter, int]:
+    """Each part's operator time (microseconds, every operator's own time) in a profile, and the operators run."""
+    forward_part: dict[int, str] = {}  # sequence number of an autograd node -> part of the op that made it
+    for event in events:
+        if event.sequence_nr >= 0 and _backward_node(event) is None and not event.name.startswith(RANGE):
+            part = _range_of(event)
+            if part is not None:
+                forward_part.setdefault(event.sequence_nr, part)
+    parts: Counter = Counter()
+    operators = 0
+    for event in events:
+        if event.name.startswith(RANGE):  # a range's own time is Python
+            continue
+        operators += 1
+        if event.name in PRODUCT_OPS:
+            part = PRODUCTS
+        elif event.name in LSTM_OPS:
+            part = LSTM
+        else:
+            node = _backward_node(event)
+            part = (forward_part.get(node.sequence_nr) if node is not None else _range_of(event))
+            if part is None:
+                framework = (event.name in VIEW_OPS or node is not None and not event.name.startswith("aten::")
+                             or "AccumulateGrad" in event.name)
+                part = FRAMEWORK if framework else OTHER
+        parts[part] += event.self_cpu_time_total
+    return parts, operators
+
+
+class ProductShapes(TorchDispatchMode):
+    """Records the (batch, rows, inner, columns) shape of every matrix product it sees."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: Counter = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        packet = func.overloadpacket
+        if packet in (aten.mm, aten.bmm):
+            left, right = args[0], args[1]
+        elif packet in (aten.addmm, aten.addmm_, aten.baddbmm):
+            left, right = args[1], args[2]
+        else:
+            left = None
+        if left is not None:
+            batch = left.size(0) if left.dim() == 3 else 1
+            self.calls[(batch, left.size(-2), left.size(-1), right.size(-1))] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def product_rate(shape: tuple[int, int, int, int], clock=time.perf_counter, repeats: int = 5) -> float:
+    """Best GFLOP/s of ``torch.mm`` (``torch.bmm`` for a batch) on one shape, at the current thread count."""
+    batch, rows, inner, columns = shape
+    if batch == 1:
+        left, right = torch.randn(rows, inner), torch.randn(inner, columns)
+        run = lambda: torch.mm(left, right)  # noqa: E731
+    else:
+        left, right = torch.randn(batch, rows, inner), torch.randn(batch, inner, columns)
+        run = lambda: torch.bmm(left, right)  # noqa: E731
+    flops = 2 * batch * rows * inner * columns
+    calls = max(1, int(2e8 // max(flops, 1)))  # about 0.2 GFLOP per timing
+    run()
+    best = float("inf")
+    for _ in range(repeats):
+        started = clock()
+        for _ in range(calls):
+            run()
+        best = min(best, (clock() - started) / calls)
+    return flops / best / 1e9
+
+
+def kernel_clock(threads: int):
+    """The clock kernels are timed by: one thread's CPU time (steady on a shared machine), else wall time."""
+    return time.process_time if threads == 1 else time.perf_counter
+
+
+@dataclass
+class ShapeProfile:
+    """What one shape's updates were made of."""
+
+    wall_ms: list[float]  # per timed update
+    cpu_ms: list[float]
+    tokens: float  # target tokens per update
+    parts_ms: dict[str, float]  # per update
+    operators: float  # per update
+    profiled_wall_ms: float  # per update, under the profiler
+    flops: float  # matrix-product FLOPs per update
+    lstm_flops: float
+    product_seconds_at_shape_rates: float  # per update, ``mm``/``bmm`` products at their own shapes' rates
+
+
+def build_trainer(prepared: Path, spec: TransformerSpec | RnnSpec, run_dir: Path, threads: int):
+    """A Trainer of ``nmt train`` for ``spec`` at ``train_speed.py``'s settings (no file is written)."""
+    train_spec = TrainSpec(steps=10**6, log_every=10**6, warmup=4000)
+    config = Config.from_dict({"model": model_section(spec), "train": train_section(train_spec, threads)})
+    return trainer_module.Trainer(config, PreparedData(prepared), RunDirectory(run_dir), init_distributed("cpu"))
+
+
+def profile_shape(prepared: Path, spec: TransformerSpec | RnnSpec, steps: int, warmup: int,
+                  threads: int) -> ShapeProfile:
+    """Time ``steps`` updates, profile as many more, count the products of one more."""
+    with tempfile.TemporaryDirectory() as scratch:
+        return _profile_trainer(build_trainer(prepared, spec, Path(scratch) / "run", threads), steps, warmup, threads)
+
+
+def _profile_trainer(trainer, steps: int, warmup: int, threads: int) -> ShapeProfile:
+    """:func:`profile_shape` on a built trainer."""
+    trainer.model.train()
+    for _ in range(warmup):
+        trainer._update()
+    wall, cpu = [], []
+    tokens_before = trainer.interval.tokens
+    for _ in range(steps):
+        started, started_cpu = time.perf_counter(), time.process_time()
+        trainer._update()
+        wall.append((time.perf_counter() - started) * 1e3)
+        cpu.append((time.process_time() - started_cpu) * 1e3)
+    tokens = (trainer.interval.tokens - tokens_before) / steps
+    with part_ranges(), profile(activities=[ProfilerActivity.CPU]) as profiler:
+        started = time.perf_counter()
+        for _ in range(steps):
+            trainer._update()
+        profiled_wall = (time.perf_counter() - started) * 1e3 / steps
+    parts, operators = part_microseconds(profiler.events())
+    parts_ms = {part: parts[part] / 1e3 / steps for part in PARTS if part != PYTHON}
+    parts_ms[PYTHON] = max(0.0, profiled_wall - sum(parts_ms.values()))
+    tokens_before = trainer.interval.tokens
+    counter, shapes = FlopCounterMode(display=False, custom_mapping=EXTRA_FORMULAS), ProductShapes()
+    with ExitStack() as stack:
+        stack.enter_context(counter)
+        stack.enter_context(shapes)
+        trainer._update()
+    counted_tokens = trainer.interval.tokens - tokens_before
+    by_op = counter.get_flop_counts().get("Global", {})
+    lstm_flops = sum(v for op, v in by_op.items() if "rnn_layer" in str(op))
+    scale = tokens / max(counted_tokens, 1)  # FLOPs of that update, at the timed updates' mean tokens
+    shape_seconds = sum(count * 2 * b * m * k * n / (product_rate((b, m, k, n), kernel_clock(threads)) * 1e9)
+                        for (b, m, k, n), count in shapes.calls.items())
+    return ShapeProfile(wall, cpu, tokens, parts_ms, operators / steps, profiled_wall,
+                        counter.get_total_flops() * scale, lstm_flops * scale, shape_seconds * scale)
+
+
+def main() -> None:
+    parser = bench_arguments(__doc__.splitlines()[0])
+    parser.add_argument("--models", default=None, help=f"comma list of {', '.join(SHAPES)} "
+                        "(default: all; --quick: tiny,rnn)")
+    parser.add_argument("--threads", type=int, default=THREADS, help=f"torch threads (default {THREADS}, as "
+                        "train_speed.py; 1 measures more steadily on a loaded machine)")
+    parser.add_argument("--steps", type=int, default=None, help="updates timed and profiled per shape "
+                        f"(default {', '.join(f'{k} {v}' for k, v in STEPS.items())}; --quick {QUICK_STEPS})")
+    args = parser.parse_args()
+    names = args.models.split(",") if args.models else (["tiny", "rnn"] if args.quick else list(SHAPES))
+    unknown = [name for name in names if name not in SHAPES]
+    if unknown:
+        parser.error(f"--models: unknown shape {unknown[0]!r} (choose from {', '.join(SHAPES)})")
+    prepared = prepare_multi30k(args.work, args.quick)
+    report = Report("train_profile", f"Where a training step's time goes (fp32, {args.threads} CPU thread"
+                    f"{'s' if args.threads > 1 else ''})",
+                    ["shape", "part", "ms / update", "share", "note"], quick=args.quick)
+    if args.threads != THREADS:
+        report.variant = f"{args.threads} thread{'s' if args.threads > 1 else ''}"
+    load_before = os.getloadavg()[0]
+    if args.threads == 1:  # timed on this process's CPU time, as the rates of the update's own shapes
+        peak = max(product_rate((1, *shape), time.process_time) for shape in PEAK_SHAPES)
+    else:
+        peak = matmul_peak_gflops(threads=args.threads)
+    torch.set_num_threads(args.threads)
+    for name in names:
+        spec = SHAPES[name]
+        steps = args.steps or (QUICK_STEPS if args.quick else STEPS[name])
+        shape = f"{name}: {spec.describe()}"
+        runs = [profile_shape(prepared, spec, steps, 1 if args.quick else WARMUP, args.threads) for _ in range(repeats_of(args))]
+        measured = runs[len(runs) // 2] if len(runs) > 1 else runs[0]
+        walls = [statistics.median(run.wall_ms) for run in runs]
+        wall = statistics.median(walls)
+        for part in PARTS:
+            report.add_row(shape, part, f"{measured.parts_ms[part]:.1f}",
+                           f"{measured.parts_ms[part] / measured.profiled_wall_ms:.0%}", "")
+        cpu = statistics.median(c for run in runs for c in run.cpu_ms)
+        report.add_row(shape, "whole update", f"{wall:.1f}", "100%",
+                       f"{fmt(measured.tokens / wall * 1e3)} tgt tok/s ({fmt(measured.tokens)} tgt tokens per "
+                       f"update); updates {min(min(r.wall_ms) for r in runs):.0f}-"
+                       f"{max(max(r.wall_ms) for r in runs):.0f} ms; CPU {cpu:.0f} ms; "
+                       f"{fmt(measured.operators)} operators; under the profiler {measured.profiled_wall_ms:.0f} ms")
+        product_ms = measured.parts_ms[PRODUCTS] + measured.parts_ms[LSTM]
+        at_peak = measured.flops / (peak * 1e9) * 1e3
+        at_shapes = measured.product_seconds_at_shape_rates * 1e3 + measured.lstm_flops / (peak * 1e9) * 1e3
+        report.add_row(shape, "ceiling: products at the peak rate, nothing else", f"{at_peak:.1f}",
+                       f"{at_peak / wall:.0%}",
+                       f"{measured.flops / 1e9:.2f} GFLOP per update at {fmt(peak)} GFLOP/s: "
+                       f"{fmt(measured.tokens / at_peak * 1e3)} tgt tok/s")
+        report.add_row(shape, "ceiling: products at their own shapes' rates", f"{at_shapes:.1f}",
+                       f"{at_shapes / wall:.0%}",
+                       f"{fmt(measured.tokens / at_shapes * 1e3)} tgt tok/s"
+                       + ("; LSTM layers at the peak rate" if measured.lstm_flops else ""))
+        report.add_row(shape, "products in training: rate reached", "", "",
+                       f"{fmt(measured.flops / (product_ms / 1e3) / 1e9)} GFLOP/s in their profiled time "
+                       f"({measured.flops / (product_ms / 1e3) / 1e9 / peak:.0%} of peak); whole update: "
+                       f"{fmt(measured.flops / (wall / 1e3) / 1e9)} GFLOP/s "
+                       f"({measured.flops / (wall / 1e3) / 1e9 / peak:.0%} of peak); at its CPU time {cpu:.0f} ms: "
+                       f"{fmt(measured.flops / (cpu / 1e3) / 1e9)} GFLOP/s "
+                       f"({measured.flops / (cpu / 1e3) / 1e9 / peak:.0%} of peak)")
+    report.notes += [
+        f"whole update: median wall time of {', '.join(f'{n} {args.steps or (QUICK_STEPS if args.quick else STEPS[n])}' for n in names)} "
+        f"timed updates after {1 if args.quick else WARMUP} warm-up ones, median of {repeats_of(args)} run(s); "
+        "parts: one more pass of as many updates under torch.profiler (each operator's own time; "
+        "Python and dispatch: the profiled wall time less every operator's time; shares of the profiled wall time)",
+        f"peak: the best torch.mm rate on {args.threads} thread(s) over model_flops.PEAK_SHAPES ({fmt(peak)} GFLOP/s)"
+        + (", kernels timed by this process's CPU time (one thread: not slowed by other processes)"
+           if args.threads == 1 else "") + "; FLOPs of matrix products only, counted as model_flops.py counts them",
+        f"the machine is shared: 1-minute load average {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} "
+        "at the end; the CPU time beside the wall time shows how much of an update was this process's",
+    ]
+    report.emit(args.json)
+
+
+if __name__ == "__main__":
+    main()
