@@ -288,6 +288,10 @@ def git_commit() -> tuple[str, bool | None]:
     return described.removesuffix("-dirty"), not described.endswith("-dirty")
 
 
+#: the commit and state of the tree when this script's code was loaded: the code a report measures
+LOADED_FROM = git_commit()
+
+
 def gpu_description() -> str:
     """The GPUs torch sees, e.g. ``NVIDIA H100 80GB HBM3 x 1``, or ``none``."""
     try:
@@ -324,7 +328,9 @@ def script_command(argv: Sequence[str] | None = None) -> str:
 def measured_at(argv: Sequence[str] | None = None) -> dict[str, str | bool | None]:
     """When, at which commit (and whether the tree was clean), on which machine and by which
     command a report was made, so every section says where it came from."""
-    commit, clean = git_commit()
+    commit, clean = LOADED_FROM
+    if clean and git_commit() != LOADED_FROM:  # HEAD moved while it ran: code imported later may be newer
+        clean = False
     cpu, extensions, cores = cpu_model(), vector_extensions(), str(os.cpu_count())
     # "commit" stays what `git describe --dirty` says (scripts quote it in their notes); "clean" says it outright
     return {"commit": commit if clean is not False else f"{commit}-dirty", "clean": clean, "utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),

@@ -217,10 +217,21 @@ def test_every_section_starts_with_its_commit_machine_and_commands(tmp_path, mon
     assert run_all.CARRIED not in again["align_quality (10,000 training steps)"]
 
 
+def test_a_report_names_the_commit_its_code_was_loaded_from_and_a_move_of_head_makes_it_unclean(monkeypatch):
+    import common
+
+    monkeypatch.setattr(common, "LOADED_FROM", ("abc1234", True))
+    monkeypatch.setattr(common, "git_commit", lambda: ("abc1234", True))
+    assert common.measured_at([])["commit"] == "abc1234" and common.measured_at([])["clean"] is True
+    monkeypatch.setattr(common, "git_commit", lambda: ("def5678", True))  # a merge landed while it ran
+    made = common.measured_at([])
+    assert made["commit"] == "abc1234-dirty" and made["clean"] is False
+
+
 def test_a_report_records_the_tree_the_machine_and_its_command_without_where_files_go(monkeypatch):
     import common
 
-    monkeypatch.setattr(common, "git_commit", lambda: ("abc1234", False))
+    monkeypatch.setattr(common, "LOADED_FROM", ("abc1234", False))
     made = common.measured_at([str(common.BENCH_DIR / "align_quality.py"), "--json", "/tmp/x.json", "--work=/tmp/w",
                                "--steps", "10000"])
     assert made["commit"] == "abc1234-dirty" and made["clean"] is False
