@@ -26,7 +26,7 @@ def test_quick_bench_prints_a_row_per_system(tmp_path):
         [sys.executable, str(REPO / "bench" / "align_quality.py"), "--quick", "--work", str(tmp_path),
          "--json", str(report_path), "--threads", "1", "--steps", "12", "--device", "cpu", "--seeds", "2",
          "--eflomal-runs", "2"],
-        # about 300 s on 2 idle cores of an AVX2-only CPU (it trains 2 seeds of every system); past
+        # about 700 s alone on 2 cores of an AVX2-only CPU (it trains 2 seeds of every system); past
         # 900 s when the cores also ran make demo and a large nmt prepare
         capture_output=True, text=True, timeout=1800,
     )
