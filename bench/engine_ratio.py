@@ -80,12 +80,26 @@ class CTranslate2Steps:
 
 
 def cpu_seconds(engine, texts: list[str]) -> float:
-    """Process CPU time of one decode of ``texts``, checked to have done the forced work."""
+    """Process CPU time of one decode of ``texts``, checked to have done the forced work (an
+    engine's outputs are hypotheses, or lists of pieces)."""
     started = time.process_time()
     outputs = engine.translate(texts)
     elapsed = time.process_time() - started
-    assert all(len(output.tokens) == LENGTH for output in outputs), "every output must have the forced length"
+    lengths = [len(output) if isinstance(output, list) else len(output.tokens) for output in outputs]
+    assert all(length == LENGTH for length in lengths), "every output must have the forced length"
     return elapsed
+
+
+def interleaved_cpu_runs(engines: dict, texts: list[str], repeats: int) -> dict[str, list[float]]:
+    """``name -> CPU seconds of each run``: every engine warmed up on the first texts (untimed),
+    then ``repeats`` rounds that decode ``texts`` with each engine in turn, so a slow spell hits all."""
+    for engine in engines.values():
+        engine.translate(texts[:8])
+    runs = {name: [] for name in engines}
+    for _ in range(repeats):
+        for name, engine in engines.items():
+            runs[name].append(cpu_seconds(engine, texts))
+    return runs
 
 
 def read_multi30k(name: str, count: int) -> list[str]:
@@ -143,12 +157,7 @@ def main() -> None:
                     quick=args.quick)
     for shape, model_config, texts in forced_work(args.quick):
         engines = random_engines(model_config, tokenizer)
-        for engine in engines.values():
-            engine.translate(texts[:8])  # warm-up
-        runs = {name: [] for name in engines}
-        for _ in range(repeats):
-            for name, engine in engines.items():
-                runs[name].append(cpu_seconds(engine, texts))
+        runs = interleaved_cpu_runs(engines, texts, repeats)
         sentences = {name: len(texts) / min(seconds) for name, seconds in runs.items()}
         for name, _, _, base in ENGINES:
             report.add_row(shape, name, fmt(sentences[name] * LENGTH), fmt(sentences[name]),

@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import os
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
 from common import Report, bench_arguments, fmt, repeats_of
-from engine_ratio import FORCED_LENGTH, LENGTH, read_multi30k, shared_tokenizer
+from engine_ratio import FORCED_LENGTH, LENGTH, interleaved_cpu_runs, read_multi30k, shared_tokenizer
 
 from nmt_cli.allocator import keep_freed_memory
 from nmt_cli.checkpoint import save_checkpoint
@@ -80,16 +79,6 @@ class CTranslate2Forced:
         return outputs
 
 
-def cpu_seconds(engine, texts: list[str]) -> float:
-    """Process CPU time of one decode of ``texts``, checked to have done the forced work."""
-    started = time.process_time()
-    outputs = engine.translate(texts)
-    elapsed = time.process_time() - started
-    lengths = [len(output) if isinstance(output, list) else len(output.tokens) for output in outputs]
-    assert all(length == LENGTH for length in lengths), "every output must have the forced length"
-    return elapsed
-
-
 def engines(tokenizer: Tokenizer, shortlist, beam: int, scratch: Path) -> dict:
     """Each row's engine: torch fp32 and int8 with and without the shortlist, CTranslate2 int8
     without its map, with it on batches of 32, and with it a sentence a batch."""
@@ -128,12 +117,7 @@ def main() -> None:
     for beam in BEAMS:
         with tempfile.TemporaryDirectory() as scratch:
             loaded = engines(tokenizer, shortlist, beam, Path(scratch))
-            for engine in loaded.values():
-                engine.translate(texts[:8])  # warm-up
-            runs = {name: [] for name in loaded}
-            for _ in range(repeats):
-                for name, engine in loaded.items():
-                    runs[name].append(cpu_seconds(engine, texts))
+            runs = interleaved_cpu_runs(loaded, texts, repeats)
         rate = {name: len(texts) * LENGTH / min(seconds) for name, seconds in runs.items()}
         for name in loaded:
             base = name.split(" + ")[0]
