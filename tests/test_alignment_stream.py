@@ -115,24 +115,32 @@ def test_the_reader_is_never_more_than_a_chunk_ahead_of_the_writer(models, tmp_p
     assert spy.most_ahead == 3  # whatever the input's length, one chunk is read ahead of what is written
 
 
+UNPATCHED_ALIGN = Aligner.align  # the aligner's own method, whatever a test has patched in since
+
+
+def recording_align(calls: list, stop_at: int | None = None):
+    """``Aligner.align`` that records each chunk's source lines in ``calls`` and, at the
+    ``stop_at``-th chunk, is interrupted as Ctrl-C would interrupt it."""
+    def recorded(self, src_lines, tgt_lines):
+        calls.append(list(src_lines))
+        if len(calls) == stop_at:
+            raise KeyboardInterrupt
+        return UNPATCHED_ALIGN(self, src_lines, tgt_lines)
+
+    return recorded
+
+
 def test_a_stopped_run_resumes_at_its_first_unfinished_chunk(models, tmp_path, monkeypatch):
     align_into(aligner(models), PAIRS, tmp_path / "whole", chunk_lines=2, progress=False)
-    calls, align = [], Aligner.align
-
-    def stops_at_the_third_chunk(self, src_lines, tgt_lines):
-        calls.append(list(src_lines))
-        if len(calls) == 3:
-            raise KeyboardInterrupt
-        return align(self, src_lines, tgt_lines)
-
-    monkeypatch.setattr(Aligner, "align", stops_at_the_third_chunk)
+    calls = []
+    monkeypatch.setattr(Aligner, "align", recording_align(calls, stop_at=3))
     out = tmp_path / "stopped"
     with pytest.raises(KeyboardInterrupt):
         align_into(aligner(models), PAIRS, out, chunk_lines=2, progress=False)
     assert sorted(path.name for path in out.iterdir()) == [CHUNKS]  # no output half-written
     assert len(list((out / CHUNKS).glob("*.npz"))) == 2
     calls.clear()
-    monkeypatch.setattr(Aligner, "align", lambda self, s, t: calls.append(list(s)) or align(self, s, t))
+    monkeypatch.setattr(Aligner, "align", recording_align(calls))
     align_into(aligner(models), PAIRS, out, chunk_lines=2, progress=False)
     assert calls == [[source for source, _ in PAIRS[start:start + 2]] for start in (4, 6)]  # chunks 3 and 4 only
     assert output_bytes(out) == output_bytes(tmp_path / "whole")
@@ -242,22 +250,15 @@ def test_bootstrap_links_stream_and_are_the_same_for_any_chunk_size(models, tmp_
 def test_an_interrupted_bootstrap_links_stage_aligns_only_what_it_had_not(models, tmp_path, monkeypatch):
     from nmt_cli import bootstrap as bootstrap_module
 
-    calls, align = [], Aligner.align
-
-    def stops_at_the_second_chunk(self, src_lines, tgt_lines):
-        calls.append(len(src_lines))
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-        return align(self, src_lines, tgt_lines)
-
+    calls = []
     target = tmp_path / "links" / "train.align"
-    monkeypatch.setattr(Aligner, "align", stops_at_the_second_chunk)
+    monkeypatch.setattr(Aligner, "align", recording_align(calls, stop_at=2))
     with pytest.raises(KeyboardInterrupt):
         bootstrap_module._align_into(aligner(models), iter(PAIRS), target, None, chunk_lines=3)
     assert not target.exists() and len(list((target.parent / CHUNKS).iterdir())) >= 1
     calls.clear()
-    monkeypatch.setattr(Aligner, "align", lambda self, s, t: calls.append(len(s)) or align(self, s, t))
+    monkeypatch.setattr(Aligner, "align", recording_align(calls))
     assert bootstrap_module._align_into(aligner(models), iter(PAIRS), target, None, chunk_lines=3)[0] == 8
-    assert calls == [3, 2]  # the first chunk was kept
+    assert [len(chunk) for chunk in calls] == [3, 2]  # the first chunk was kept
     bootstrap_module._align_into(aligner(models), iter(PAIRS), tmp_path / "whole" / "train.align", None, chunk_lines=8)
     assert target.read_bytes() == (tmp_path / "whole" / "train.align").read_bytes()
