@@ -10,8 +10,9 @@ seconds from its start to its first logged update, and its peak RSS, which shoul
 with the corpus. Each prepared directory is removed once measured (disk).
 
 Sizes run smallest first; a size whose prepare time, extrapolated from the seconds per
-million pairs of the size before it, would pass ``--budget-minutes`` is not run and its row
-says so.
+million pairs of the size before it (plus generating its corpus when it must be generated,
+at the slowest rate a corpus in the work folder was generated), would pass
+``--budget-minutes`` is not run and its row says so.
 
     python bench/prepare_scale.py --quick                     # 20k pairs
     python bench/prepare_scale.py                             # 4.5M, 13.5M, 40M pairs
@@ -31,13 +32,14 @@ from pathlib import Path
 import numpy as np
 from common import REPO, Report, bench_arguments, fmt, project_version, run_measured, tail, thread_env
 
-from nmt_cli.fileio import atomic_open
+from nmt_cli.fileio import atomic_open, atomic_write_json
 
 SIZES = (4_500_000, 13_500_000, 40_000_000)  # WMT14 en-de, 3x, WMT14 en-fr
 QUICK_PAIRS = 20_000
 EVAL_PAIRS = 3000
 RSS_LIMIT_MB = 2048
 CHUNK = 50_000  # pairs generated at a time
+GENERATED = "generated.json"  # how long generating a corpus took: pairs, seconds
 TRAIN_STEPS = 5
 #: a small Transformer: the same model at every size, so its RSS compares across sizes
 MODEL = ["model.d_model=128", "model.heads=4", "model.ffn_dim=512", "model.encoder_layers=2",
@@ -94,6 +96,7 @@ def write_corpus(folder: Path, pairs: int, work: Path) -> None:
                     if path.name.rsplit("-", 1)[1].isdigit() and (path / "test.en").is_file())
     larger = [path for size, path in larger if size > pairs]
     folder.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
     vocabularies = {"de": _vocabulary(1, 60_000), "en": _vocabulary(2, 60_000)}
     for number, (split, size) in enumerate(sizes.items()):
         for lang in ("de", "en"):
@@ -112,6 +115,14 @@ def write_corpus(folder: Path, pairs: int, work: Path) -> None:
                     target = np.clip(np.rint(source * rng.lognormal(0.03, 0.15, count)), 1, 200).astype(np.int64)
                     line_rng = np.random.default_rng([number, chunk, 1 if lang == "de" else 2])
                     out.write(_lines(vocabularies[lang], line_rng, source if lang == "de" else target))
+    if not larger:
+        atomic_write_json(folder / GENERATED, {"pairs": pairs, "seconds": time.perf_counter() - started})
+
+
+def generating_seconds_per_million(work: Path) -> float | None:
+    """Seconds per million pairs the slowest corpus generated in ``work`` took (None: none was)."""
+    records = [json.loads(path.read_text()) for path in work.glob(f"realistic-corpus-*/{GENERATED}")]
+    return max((record["seconds"] / (record["pairs"] / 1e6) for record in records), default=None)
 
 
 def disk_mb(path: Path) -> float:
@@ -163,14 +174,16 @@ def main() -> None:
     vocab = 8000 if not args.quick else 1000
     script_start, per_million = time.perf_counter(), None
     for pairs in sorted(sizes):
+        corpus = args.work / f"realistic-corpus-{pairs}"
         if per_million is not None:
-            projected = per_million * pairs / 1e6
+            missing = not (corpus / "test.en").is_file()
+            generating = generating_seconds_per_million(args.work) or 0.0
+            projected = (per_million + generating * missing) * pairs / 1e6
             left = args.budget_minutes * 60 - (time.perf_counter() - script_start)
             if projected > left:
                 report.add_row(fmt(pairs), load_average(), f"not run: about {projected / 60:.0f} min projected, "
                                f"{max(left, 0) / 60:.0f} min of the budget left", *["-"] * 9)
                 continue
-        corpus = args.work / f"realistic-corpus-{pairs}"
         write_corpus(corpus, pairs, args.work)
         out = args.work / f"prepared-scale-{pairs}"
         load = load_average()

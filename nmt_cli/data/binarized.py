@@ -203,14 +203,13 @@ class TokenArray:
         self.index_path = index_path
         self.data = np.zeros(0, dtype=dtype) if expected == 0 else np.memmap(bin_path, dtype=dtype, mode="r")
 
-    @property
-    def lengths(self) -> np.ndarray:
-        return np.diff(self.offsets)
-
-    def check_offsets(self) -> None:
-        """Fail unless the offsets never fall (reads the whole index: :meth:`PreparedData.verify`)."""
-        if (self.lengths < 0).any():
+    def read_lengths(self) -> np.ndarray:
+        """Every sentence's length, from the index read as a file (not through the memory map,
+        whose pages would stay counted in this process); fails unless the offsets rise."""
+        lengths = np.diff(np.load(self.index_path, allow_pickle=False))
+        if (lengths < 0).any():
             raise NmtError(f"{self.index_path}: not a token index (offsets must rise from 0); prepare the data again")
+        return lengths
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -257,10 +256,10 @@ class ShardedTokenArray:
         return np.concatenate(blocks) if blocks else np.zeros(0, dtype=LENGTH_DTYPE)
 
     def check(self) -> None:
-        """Every shard's offsets rise, and its lengths are those ``.lengths.npy`` records."""
-        for shard, start in zip(self.shards, self.starts):
-            shard.check_offsets()
-            if not np.array_equal(shard.lengths, self.lengths[start : start + len(shard)]):
+        """Every shard's offsets rise, and its lengths are those ``.lengths.npy`` records (a shard in
+        memory at a time)."""
+        for shard, start in zip(self.shards, self.starts.tolist()):
+            if not np.array_equal(shard.read_lengths(), self.read_lengths([(start, start + len(shard))])):
                 raise NmtError(f"{self.lengths_path}: disagrees with {shard.index_path}; prepare the data again")
 
 
