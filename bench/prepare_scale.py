@@ -225,7 +225,7 @@ def main() -> None:
     report.notes.append(f"Train: `nmt train` of a 2+2-layer Transformer (d_model 128) for {TRAIN_STEPS} steps of "
                         "2,048 tokens on 2 threads; seconds from the command's start to the first update in "
                         "metrics.jsonl (start-up, checking every token file's sha256 and cutting the first "
-                        "batching window included). Peak RSS counts the token pages read through memory maps.")
+                        "batching window included).")
     report.notes.append("Corpus: generated text with real-text lengths (log-normal words per sentence, median 19, "
                         "5% short lines of 1-4 words; target length the source's times a log-normal ratio) over "
                         "Zipf-distributed 60,000-word vocabularies, as train/valid/test.{de,en} files.")

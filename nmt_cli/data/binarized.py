@@ -1,4 +1,4 @@
-"""Token ids on disk, in shards, read through memory maps: nothing here grows with the corpus.
+"""Token ids on disk, in shards, read a sentence or a block at a time: nothing here grows with the corpus.
 
 A split's side (``<prefix>`` = ``<dir>/<split>.<src|tgt>``) is:
 
@@ -12,10 +12,12 @@ A split's side (``<prefix>`` = ``<dir>/<split>.<src|tgt>``) is:
 Writers stream: ids go straight to the file, offsets and lengths to files of their own, so
 no per-sentence Python object and no whole-split array is held. A prepared directory is
 built under a temporary name and renamed into place whole (:mod:`nmt_cli.fileio`), so a
-kill never leaves a half-written split behind. Readers memory-map every file and check
-that each index and its ids agree when a shard is opened (a truncated or replaced file fails
-naming it, not in the middle of training). :meth:`ShardedTokenArray.read_lengths` reads
-lengths by plain file reads, so batching a large split does not keep its pages mapped.
+kill never leaves a half-written split behind. Readers check that each index and its ids
+agree when a shard is opened (a truncated or replaced file fails naming it, not in the
+middle of training). The lengths are memory-mapped (``.lengths``); batching and collation
+read lengths and ids by plain reads (:meth:`ShardedTokenArray.read_lengths`,
+:meth:`TokenArray.__getitem__`), so the pages of a large split never stay counted in the
+training process's RSS.
 
 The piece links of a split (:mod:`nmt_cli.data.links`) are one unsharded array of the same
 kind, ``<prefix>.bin`` + ``<prefix>.idx.npy`` (:class:`TokenArrayWriter`, :class:`TokenArray`).
@@ -181,41 +183,58 @@ class ShardedTokenWriter:
 
 
 class TokenArray:
-    """Read-only view of one array of sentences (a shard, or a split's links), memory-mapped."""
+    """Read-only view of one array of sentences (a shard, or a split's links).
+
+    Sentences are read with ``os.pread`` (their two offsets, then their ids), not through a
+    memory map: batches pick sentences all over a shard, and the pages a map faults in
+    (with the kernel's read-ahead around each) stay counted in the reading process's RSS,
+    which would then grow with the corpus as training goes on.
+    """
 
     def __init__(self, prefix: str | os.PathLike, dtype: np.dtype | str):
         prefix = Path(prefix)
-        dtype = np.dtype(dtype)
-        index_path = prefix.with_name(prefix.name + ".idx.npy")
-        bin_path = prefix.with_name(prefix.name + ".bin")
+        self.dtype = np.dtype(dtype)
+        self.index_path = prefix.with_name(prefix.name + ".idx.npy")
+        self.bin_path = prefix.with_name(prefix.name + ".bin")
         try:
-            self.offsets = np.load(index_path, mmap_mode="r", allow_pickle=False)
+            offsets = np.load(self.index_path, mmap_mode="r", allow_pickle=False)
         except (OSError, ValueError, EOFError) as exc:
-            raise NmtError(f"{index_path}: not a token index ({exc}); prepare the data again") from None
-        if self.offsets.ndim != 1 or len(self.offsets) == 0 or self.offsets[0] != 0:
-            raise NmtError(f"{index_path}: not a token index (offsets must rise from 0); prepare the data again")
-        expected = int(self.offsets[-1]) * dtype.itemsize
-        size = bin_path.stat().st_size if bin_path.is_file() else None
+            raise NmtError(f"{self.index_path}: not a token index ({exc}); prepare the data again") from None
+        if offsets.ndim != 1 or len(offsets) == 0 or offsets.dtype != np.int64 or offsets[0] != 0:
+            raise NmtError(f"{self.index_path}: not a token index (offsets must rise from 0); prepare the data again")
+        self._count, self._header = len(offsets) - 1, offsets.offset
+        expected = int(offsets[-1]) * self.dtype.itemsize
+        del offsets
+        size = self.bin_path.stat().st_size if self.bin_path.is_file() else None
         if size != expected:
             found = "is missing" if size is None else f"has {size:,} bytes"
-            raise NmtError(f"{bin_path}: {found} but its index needs {expected:,} (truncated or changed since "
+            raise NmtError(f"{self.bin_path}: {found} but its index needs {expected:,} (truncated or changed since "
                            "nmt prepare); prepare the data again")
-        self.index_path = index_path
-        self.data = np.zeros(0, dtype=dtype) if expected == 0 else np.memmap(bin_path, dtype=dtype, mode="r")
+        self._files: tuple[int, int] | None = None  # (index, ids) descriptors, opened at the first read
 
     def read_lengths(self) -> np.ndarray:
-        """Every sentence's length, from the index read as a file (not through the memory map,
-        whose pages would stay counted in this process); fails unless the offsets rise."""
+        """Every sentence's length, from the index read whole (:meth:`ShardedTokenArray.check`);
+        fails unless the offsets rise."""
         lengths = np.diff(np.load(self.index_path, allow_pickle=False))
         if (lengths < 0).any():
             raise NmtError(f"{self.index_path}: not a token index (offsets must rise from 0); prepare the data again")
         return lengths
 
     def __len__(self) -> int:
-        return len(self.offsets) - 1
+        return self._count
 
     def __getitem__(self, index: int) -> np.ndarray:
-        return np.asarray(self.data[self.offsets[index] : self.offsets[index + 1]], dtype=np.int64)
+        if self._files is None:
+            self._files = (os.open(self.index_path, os.O_RDONLY), os.open(self.bin_path, os.O_RDONLY))
+        index_file, ids_file = self._files
+        start, end = np.frombuffer(os.pread(index_file, 16, self._header + 8 * index), dtype=np.int64).tolist()
+        ids = os.pread(ids_file, (end - start) * self.dtype.itemsize, start * self.dtype.itemsize)
+        return np.frombuffer(ids, dtype=self.dtype).astype(np.int64)
+
+    def __del__(self) -> None:
+        if getattr(self, "_files", None) is not None:
+            for descriptor in self._files:
+                os.close(descriptor)
 
 
 class ShardedTokenArray:

@@ -1,7 +1,7 @@
 """Read access to a prepared directory (the output of ``nmt prepare``).
 
 ``PreparedData(path)`` checks the manifest once, and that every token file has the size
-the manifest records (a ``stat`` each); token shards are memory-mapped only when a split
+the manifest records (a ``stat`` each); token shards are opened only when a split
 is asked for, so opening a WMT-size directory costs nothing. A directory of an older
 format (format version 1: one token file per side, before shards) is refused with a
 message saying to prepare it again. :meth:`PreparedData.verify`
@@ -85,7 +85,7 @@ class PreparedData:
             raise NmtError(f"{self.path}: no split '{name}' (splits: {', '.join(self.split_names)})")
 
     def split(self, name: str) -> ParallelSplit:
-        """Token ids of ``train``, ``valid`` or ``test`` (memory-mapped)."""
+        """Token ids of ``train``, ``valid`` or ``test`` (read from their shards as asked for)."""
         self._check_split(name)
         stats = self.manifest["splits"][name]
         split = ParallelSplit(self.path, name, self.manifest["token_dtype"], stats["shards"])

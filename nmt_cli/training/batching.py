@@ -287,17 +287,17 @@ class BatchStream:
 
 def collate(split: ParallelSplit, indices: np.ndarray) -> Batch:
     """Gather pairs ``indices`` of ``split`` into padded LongTensors and masks."""
-    src_lengths = split.src.lengths[indices]
-    tgt_lengths = split.tgt.lengths[indices]
+    sources = [split.src[index] for index in indices.tolist()]
+    targets = [split.tgt[index] for index in indices.tolist()]
+    src_lengths = np.array([len(source) for source in sources], dtype=np.int64)
+    tgt_lengths = np.array([len(target) for target in targets], dtype=np.int64)
     width_src = max(int(src_lengths.max()), 1)
     width_tgt = int(tgt_lengths.max()) + 1
     src = np.full((len(indices), width_src), PAD_ID, dtype=np.int64)  # (B, S)
     tgt_in = np.full((len(indices), width_tgt), PAD_ID, dtype=np.int64)  # (B, T)
     tgt_out = np.full((len(indices), width_tgt), PAD_ID, dtype=np.int64)  # (B, T)
     tgt_in[:, 0] = BOS_ID
-    for row, (index, tgt_len) in enumerate(zip(indices.tolist(), tgt_lengths.tolist())):
-        source = split.src[index]
-        target = split.tgt[index]
+    for row, (source, target, tgt_len) in enumerate(zip(sources, targets, tgt_lengths.tolist())):
         src[row, : len(source)] = source
         tgt_in[row, 1 : tgt_len + 1] = target
         tgt_out[row, :tgt_len] = target
