@@ -169,9 +169,10 @@ class DataConfig(Validated):
     """Where parallel text comes from, how it is cleaned and how it is tokenised."""
 
     section = "data"
-    #: keys that change how preparation reads its input or how much memory it uses, never what it
-    #: writes: neither the prepared data's fingerprint nor a resumed run's checks look at them
-    RESOURCE_KEYS: typing.ClassVar[frozenset[str]] = frozenset({"dedup_memory_mb", "streaming"})
+    #: keys that change how preparation reads its input, how much memory it uses or how it cuts its
+    #: files, never the data it writes: neither the prepared data's fingerprint nor a resumed run's
+    #: checks look at them
+    RESOURCE_KEYS: typing.ClassVar[frozenset[str]] = frozenset({"dedup_memory_mb", "streaming", "shard_pairs"})
 
     source: str = registered(DATA_SOURCES, "synthetic", EntriesHelp("where the pairs come from", DATA_SOURCES))
     path: str = setting("", "folder, dataset id or save_to_disk folder, depending on `source`")
@@ -220,6 +221,10 @@ class DataConfig(Validated):
     character_coverage: float = setting(1.0, above=0, at_most=1)
     spm_input_sentence_size: int = setting(2_000_000, "sentences sampled to train SentencePiece", at_least=1)
     spm_seed: int = setting(1)
+    shard_pairs: int = setting(
+        1_000_000, "most pairs per token shard of a prepared split (each corpus of data.corpora gets shards of "
+        "its own); the data is the same whatever the size", at_least=1,
+    )
 
     def rules(self) -> list[str]:
         problems = []
@@ -359,6 +364,11 @@ class TrainConfig(Validated):
     max_tokens: int = setting(
         4096, "padded tokens per batch (per process): sentences x the longer of the longest source and the "
         "longest target + 1, B * max(S, T + 1)", at_least=1,
+    )
+    batch_window: int = setting(
+        1_000_000, "training pairs sorted by length together when batches are cut: each epoch the split is "
+        "dealt into windows of about this many pairs (blocks spread over the whole split), each sorted, cut and "
+        "its batches shuffled; batching memory grows with it, not with the corpus", at_least=1,
     )
     update_freq: int = setting(1, "gradient accumulation: batches per optimizer step", at_least=1)
     max_steps: int = setting(10000, "optimizer steps (0 = no limit)", at_least=0)

@@ -5,11 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nmt_cli.data.binarized import ParallelSplit, TokenArrayWriter
+from nmt_cli.data.binarized import ParallelSplit, ShardedTokenWriter
 from nmt_cli.errors import NmtError
 from nmt_cli.specials import BOS_ID, EOS_ID, PAD_ID
-from nmt_cli.training.batching import (BatchStream, FixedBatches, WeightedBatches, collate, make_batches,
-                                       padded_sizes, shard_batches)
+from nmt_cli.training import batching
+from nmt_cli.training.batching import (BatchStream, WindowedBatches, collate, make_batches, padded_sizes,
+                                       shard_batches)
 
 
 @pytest.fixture()
@@ -43,6 +44,15 @@ def test_a_pair_over_the_budget_gets_its_own_batch():
     assert [b.tolist() for b in batches if 1 in b.tolist()] == [[1]]
 
 
+def reader(src: np.ndarray, tgt: np.ndarray):
+    """A length reader over in-memory arrays (as :func:`split_lengths` reads a prepared split)."""
+    return lambda ranges: (np.concatenate([src[a:b] for a, b in ranges]), np.concatenate([tgt[a:b] for a, b in ranges]))
+
+
+def windowed(src, tgt, max_tokens, seed=3, corpora=None, window=1_000_000) -> WindowedBatches:
+    return WindowedBatches(reader(src, tgt), corpora or [(0, len(src), 1.0)], max_tokens, seed, window)
+
+
 def test_shards_are_disjoint_equal_and_seeded(lengths):
     src, tgt = lengths
     batches = make_batches(src, tgt, max_tokens=128)
@@ -54,15 +64,16 @@ def test_shards_are_disjoint_equal_and_seeded(lengths):
     assert all(np.array_equal(a, b) for a, b in zip(again, shards[1]))
     next_epoch = shard_batches(batches, epoch=2, seed=7, rank=1, world_size=3)
     assert any(not np.array_equal(a, b) for a, b in zip(next_epoch, shards[1]))
-    with pytest.raises(NmtError, match="fewer than"):
-        shard_batches(batches[:2], epoch=1, seed=7, rank=0, world_size=3)
+    with pytest.raises(NmtError, match="too few"):
+        BatchStream(windowed(src[:3], tgt[:3], 1000), seed=7, rank=0, world_size=3)
 
 
 def test_stream_resumes_at_its_position_across_epochs(lengths):
     src, tgt = lengths
-    batches = FixedBatches(src, tgt, max_tokens=512)
+    batches = windowed(src, tgt, max_tokens=512)
     stream = BatchStream(batches, seed=3)
-    per_epoch = len(batches(1))  # one process: every batch of the epoch
+    per_epoch = len(batches.batches(1, 0))  # one window, one process: every batch of the epoch
+    assert batches.batches_per_epoch(1) == (per_epoch, True)
     taken = [next(stream) for _ in range(per_epoch + 5)]
     assert stream.position == {"epoch": 2, "batch": 5}
     first_epoch = sorted(np.concatenate(taken[:per_epoch]).tolist())
@@ -72,13 +83,39 @@ def test_stream_resumes_at_its_position_across_epochs(lengths):
         assert np.array_equal(next(resumed), expected)
 
 
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_windows_spread_the_split_cover_each_pair_once_and_resume_anywhere(lengths, world_size, monkeypatch):
+    """A window of 60 pairs over 500: 9 windows of 8-pair blocks dealt round-robin; each epoch
+    still gives every pair once (less the batches left over per rank), and every position resumes exactly."""
+    monkeypatch.setattr(batching, "BLOCK_PAIRS", 8)
+    src, tgt = lengths
+    batches = windowed(src, tgt, max_tokens=256, window=60)
+    assert batches.windows == 9
+    dealt = [pair for window in range(9) for first, end in batches.ranges(window)[0] for pair in range(first, end)]
+    assert sorted(dealt) == list(range(len(src)))
+    assert all(len(batches.ranges(window)[0]) > 1 for window in range(9))  # spread out, not one run
+    streams = [BatchStream(batches, seed=3, rank=rank, world_size=world_size) for rank in range(world_size)]
+    per_rank = sum(count // world_size for count in batches.counts(1))
+    epoch = [[next(stream) for _ in range(per_rank)] for stream in streams]
+    assert all(stream.position == {"epoch": 2, "batch": 0} for stream in streams)
+    pairs = np.concatenate([batch for rank in epoch for batch in rank])
+    assert len(pairs) == len(set(pairs.tolist()))  # no pair twice in an epoch, on any rank
+    if world_size == 1:
+        assert sorted(pairs.tolist()) == list(range(len(src)))
+    for index in (0, 1, per_rank // 2, per_rank - 1):
+        resumed = BatchStream(windowed(src, tgt, max_tokens=256, window=60), seed=3, rank=world_size - 1,
+                              world_size=world_size, index=index)
+        for expected in epoch[-1][index:]:
+            assert np.array_equal(next(resumed), expected)
+    assert batches.order(1) != batches.order(2)  # windows come in another order each epoch
+
+
 def _split(tmp_path, pairs: list[tuple[list[int], list[int]]]) -> ParallelSplit:
     for side, column in (("src", 0), ("tgt", 1)):
-        writer = TokenArrayWriter(tmp_path / f"train.{side}", np.uint16)
-        for pair in pairs:
-            writer.append(pair[column])
+        writer = ShardedTokenWriter(tmp_path, "train", side, np.uint16, [1] * len(pairs))  # a shard per pair
+        writer.extend([pair[column] for pair in pairs])
         writer.close()
-    return ParallelSplit(tmp_path, "train", np.uint16)
+    return ParallelSplit(tmp_path, "train", np.uint16, [1] * len(pairs))
 
 
 def test_collate_builds_teacher_forcing_tensors(tmp_path):
@@ -94,19 +131,37 @@ def test_collate_builds_teacher_forcing_tensors(tmp_path):
 
 def test_weighted_batches_draw_each_corpus_by_its_weight_and_resume_exactly(lengths):
     src, tgt = lengths
-    numbers = np.repeat(np.array([0, 1], dtype=np.int16), [len(src) // 4, len(src) - len(src) // 4])
-    weighted = WeightedBatches(src, tgt, numbers, [3.0, 0.5], max_tokens=512, seed=3)
-    drawn = weighted.draw(1)
-    small, large = np.flatnonzero(numbers == 0), np.flatnonzero(numbers == 1)
+    small, large = (0, len(src) // 4), (len(src) // 4, len(src))
+    corpora = [(*small, 3.0), (*large, 0.5)]
+    weighted = windowed(src, tgt, max_tokens=512, corpora=corpora)
+    drawn, drawn_src, drawn_tgt = weighted.draw(1, 0)
+    assert np.array_equal(drawn_src, src[drawn]) and np.array_equal(drawn_tgt, tgt[drawn])
     counts = np.bincount(drawn, minlength=len(src))
-    assert set(counts[small].tolist()) == {3}  # upsampled: every pair three times
-    assert counts[large].sum() == round(0.5 * len(large)) and counts[large].max() == 1
-    assert not np.array_equal(np.sort(weighted.draw(2)), np.sort(drawn))  # another half next epoch
-    assert sorted(np.concatenate(weighted(1)).tolist()) == sorted(drawn.tolist())
-    assert all(len(batch) * int(padded_sizes(src[batch], tgt[batch]).max()) <= 512 for batch in weighted(1)
-               if len(batch) > 1)
+    assert set(counts[slice(*small)].tolist()) == {3}  # upsampled: every pair three times
+    assert counts[slice(*large)].sum() == round(0.5 * (large[1] - large[0])) and counts[slice(*large)].max() == 1
+    assert not np.array_equal(np.sort(weighted.draw(2, 0)[0]), np.sort(drawn))  # another half next epoch
+    assert sorted(np.concatenate(weighted.batches(1, 0)).tolist()) == sorted(drawn.tolist())
+    assert all(len(batch) * int(padded_sizes(src[batch], tgt[batch]).max()) <= 512
+               for batch in weighted.batches(1, 0) if len(batch) > 1)
+    mixed = [batch for batch in weighted.batches(1, 0) if (batch < small[1]).any() and (batch >= small[1]).any()]
+    assert mixed  # one window: the corpora share batches, as one sorted draw
     stream = BatchStream(weighted, seed=3)
-    taken = [next(stream) for _ in range(len(weighted(1)) + 5)]
-    resumed = BatchStream(WeightedBatches(src, tgt, numbers, [3.0, 0.5], 512, seed=3), seed=3, epoch=1, index=4)
+    taken = [next(stream) for _ in range(len(weighted.batches(1, 0)) + 5)]
+    resumed = BatchStream(windowed(src, tgt, 512, corpora=corpora), seed=3, epoch=1, index=4)
     for expected in taken[4:]:
         assert np.array_equal(next(resumed), expected)
+
+
+def test_weighted_windows_draw_every_corpus_by_its_weight(lengths):
+    """Several windows: each draws its share of every corpus, and the epoch keeps the weights."""
+    src, tgt = lengths
+    corpora = [(0, 100, 3.0), (100, 500, 0.5)]
+    weighted = windowed(src, tgt, max_tokens=512, corpora=corpora, window=100)
+    assert weighted.windows == 5  # 300 + 200 draws
+    drawn = [weighted.draw(1, window)[0] for window in range(weighted.windows)]
+    assert all((d < 100).any() and (d >= 100).any() for d in drawn)  # every window mixes both
+    counts = np.bincount(np.concatenate(drawn), minlength=len(src))
+    assert set(counts[:100].tolist()) == {3} and counts[100:].max() == 1
+    assert abs(int(counts[100:].sum()) - 200) <= weighted.windows  # rounding per window
+    assert weighted.counts(1) != weighted.counts(2) or not np.array_equal(weighted.draw(1, 0)[0],
+                                                                           weighted.draw(2, 0)[0])

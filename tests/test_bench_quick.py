@@ -228,7 +228,8 @@ def test_run_all_renders_benchmarks_md_and_reuses_an_earlier_report(work: Path) 
         assert heading in page
     report = json.loads((work / "results" / "prepare_scale.json").read_text())
     rows = rows_by(report, "pairs")
-    assert figure(rows["20,000"]["peak RSS (MB)"]) > 0 and figure(rows["20,000"]["pairs/s"]) > 0
+    assert figure(rows["20,000"]["prepare peak RSS (MB)"]) > 0 and figure(rows["20,000"]["pairs/s"]) > 0
+    assert figure(rows["20,000"]["train peak RSS (MB)"]) > 0 and figure(rows["20,000"]["train: s to 1st update"]) > 0
     again = subprocess.run([*command, "--reuse"], capture_output=True, text=True, cwd=REPO, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "reusing" in again.stdout

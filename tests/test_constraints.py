@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nmt_cli.config import DecodeConfig
-from nmt_cli.decoding.constraints import (ConstraintTable, advance, all_met, constraints_met, contains, initial_state,
+from nmt_cli.decoding.constraints import (ConstraintTable, advance, all_met, constraints_met, initial_state,
                                           met_units, next_tokens, tokens_needed)
 from nmt_cli.decoding.ensemble import Ensemble
 from nmt_cli.decoding.generator import generate

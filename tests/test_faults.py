@@ -466,7 +466,7 @@ def test_case06_failed_checkpoint_write_leaves_the_run_resumable(tiny_prepared, 
 def test_case07_damaged_token_array_is_named_before_training(tiny_prepared, tmp_path, damage):
     data = tmp_path / "data"
     shutil.copytree(tiny_prepared, data)
-    array = data / "train.src.bin"
+    array = data / "train.src.00000.bin"
     content = bytearray(array.read_bytes())
     if damage == "truncated":
         array.write_bytes(content[: len(content) - 100])

@@ -88,7 +88,8 @@ def test_a_streamed_split_prepares_the_same_directory_as_the_downloaded_one(tmp_
     assert streamed["splits"]["train"]["dropped"]["duplicate"] >= 100  # one pair in four repeats an earlier one
     files, _ = prepared_files(tmp_path / "streamed")
     assert files == prepared_files(tmp_path / "downloaded")[0]
-    assert {"spm.model", "train.de", "train.en", "train.src.bin", "valid.de", "test.en"} <= set(files)
+    assert {"spm.model", "train.de", "train.en", "train.src.00000.bin", "train.src.lengths.npy", "valid.de",
+            "test.en"} <= set(files)
     # the same fingerprint: a prepared directory is reused whichever way it was read
     assert prepare(hub_config(folder, streaming=False), tmp_path / "streamed", progress=False)["reused"]
 

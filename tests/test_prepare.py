@@ -40,8 +40,9 @@ def synthetic_dir(tmp_path_factory):
 def test_layout_and_manifest(synthetic_dir):
     names = {p.name for p in synthetic_dir.iterdir()}
     for split in ("train", "valid", "test"):
-        assert {f"{split}.de", f"{split}.en", f"{split}.align", f"{split}.src.bin", f"{split}.src.idx.npy",
-                f"{split}.tgt.bin", f"{split}.tgt.idx.npy"} <= names
+        assert {f"{split}.de", f"{split}.en", f"{split}.align", f"{split}.src.00000.bin", f"{split}.src.00000.idx.npy",
+                f"{split}.tgt.00000.bin", f"{split}.tgt.00000.idx.npy", f"{split}.src.lengths.npy",
+                f"{split}.tgt.lengths.npy"} <= names
     assert {"manifest.json", "config.yaml", "spm.model"} <= names
     manifest = json.loads((synthetic_dir / "manifest.json").read_text())
     assert manifest["splits"]["train"]["kept"] == 600 and manifest["splits"]["valid"]["kept"] == 40
@@ -217,12 +218,12 @@ def test_dedup_keeps_the_first_of_each_pair_across_corpora_in_any_memory(tmp_pat
     assert len(spills) > 4  # runs of about 200 hashes
     roomy = prepare(files_config(**corpora, **{"data.dedup": True}), "roomy", progress=False)
 
-    rows = [(*pair, int(number)) for pair, number in
-            zip(prepared_text(tmp_path / "all", "train.de", "train.en"), np.load("all/train.corpus.npy"))]
+    numbers = [number for number, (start, end, _) in enumerate(PreparedData("all").corpus_mix())
+               for _ in range(start, end)]
+    rows = [(*pair, number) for pair, number in zip(prepared_text(tmp_path / "all", "train.de", "train.en"), numbers)]
     expected = first_of_each(rows)
     assert len(expected) == 100 and len(rows) == 1200
     assert prepared_text(tmp_path / "tiny", "train.de", "train.en") == [row[:2] for row in expected]
-    assert np.load("tiny/train.corpus.npy").tolist() == [row[2] for row in expected]
     train = tiny["splits"]["train"]
     assert [c["pairs"] for c in train["corpora"]] == [sum(row[2] == n for row in expected) for n in (0, 1)]
     assert train["kept"] == 100 and train["read"] == 1203

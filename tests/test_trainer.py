@@ -18,7 +18,7 @@ from nmt_cli.errors import ConfigError
 from nmt_cli.models import build_model
 from nmt_cli.precision import Precision
 from nmt_cli.training import train
-from nmt_cli.training.batching import BatchStream, FixedBatches, collate, make_batches
+from nmt_cli.training.batching import BatchStream, collate, epoch_batches, make_batches
 from nmt_cli.training.checkpointing import CheckpointKeeper
 from nmt_cli.training.progress import read_metrics
 from nmt_cli.training.trainer import seed_everything
@@ -110,7 +110,7 @@ def test_max_epochs_stops_after_one_pass(tiny_prepared, tmp_path):
     summary = train(config, tiny_prepared, tmp_path / "run", stream=io.StringIO())
     split = PreparedData(tiny_prepared).split("train")
     assert summary.stop_reason == "max_epochs"
-    assert summary.step == len(make_batches(split.src.lengths, split.tgt.lengths, 400))
+    assert summary.step == len(make_batches(split.src.lengths, split.tgt.lengths, 400))  # one window: all of it
 
 
 @pytest.mark.parametrize("normalization", ["tokens", "sentences"])
@@ -126,7 +126,8 @@ def test_one_update_is_the_normalised_gradient_of_all_its_batches(tiny_prepared,
     split = data.split("train")
     seed_everything(config.train.seed)
     model = build_model(config.model, data.tokenizer.src_vocab_size, data.tokenizer.tgt_vocab_size, True)
-    stream = BatchStream(FixedBatches(split.src.lengths, split.tgt.lengths, 400), config.train.seed)
+    stream = BatchStream(epoch_batches(data, split, 400, config.train.seed, config.train.batch_window),
+                         config.train.seed)
     batches = [collate(split, next(stream)) for _ in range(2)]
     tokens = sum(b.num_tokens for b in batches)
     denominator = tokens if normalization == "tokens" else sum(b.src.size(0) for b in batches)

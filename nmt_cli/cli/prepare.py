@@ -43,7 +43,8 @@ def format_report(manifest: dict, out_dir: str) -> str:
         tokens = stats["tokens"]
         lines.append(f"  {name:<5} {stats['kept']:>10,} pairs (read {stats['read']:,}; dropped: {dropped}; "
                      f"normalized {stats['normalized']:,}; tokens {tokens['src']['tokens']:,} src "
-                     f"/ {tokens['tgt']['tokens']:,} tgt)")
+                     f"/ {tokens['tgt']['tokens']:,} tgt in {len(stats['shards']):,} "
+                     f"shard{'s' if len(stats['shards']) > 1 else ''})")
         if "links" in stats:
             links = stats["links"]
             lines.append(f"        word links: {links['word_links']:,} in {links['pairs_with_links']:,} pairs -> "

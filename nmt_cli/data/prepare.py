@@ -7,18 +7,19 @@ Everything streams, so memory does not grow with the corpus:
    when it has them (the synthetic corpus's own, or ``data.alignment_path``'s, read in
    step with the pairs by :mod:`nmt_cli.data.links`). Splits are renamed ``train``,
    ``valid``, ``test``. The training split may mix several corpora (``data.corpora``,
-   each with a sampling weight): they are written one after the other,
-   ``train.corpus.npy`` holds each pair's corpus number and the manifest their names,
-   sizes and weights; the batcher samples by weight (:mod:`nmt_cli.training.batching`).
+   each with a sampling weight): they are read one after the other and the manifest
+   records their names, sizes and weights; each corpus gets token shards of its own and
+   the batcher samples each one by its weight (:mod:`nmt_cli.training.batching`).
    With ``data.dedup`` the training text is written to a scratch folder first and copied
    without the repeated pairs, found by sorting their hashes in runs on disk.
 2. SentencePiece is trained on a uniform sample of at most ``spm_input_sentence_size``
-   training sentences, chosen by index once the number of training pairs is known and
-   streamed from the cleaned text (no sentence list in memory). Given an existing
+   training sentences, chosen by index once the number of training pairs is known (only
+   the chosen numbers are held) and streamed from the cleaned text (no sentence list in memory). Given an existing
    tokenizer (``--tokenizer-from``: fine-tuning data must be encoded with the pieces
    of the model it adapts), that one is used instead.
-3. The cleaned text is encoded in batches into token arrays (:mod:`nmt_cli.data.binarized`),
-   and word links into piece links (``<split>.links.*``).
+3. The cleaned text is encoded in batches into token shards of at most ``data.shard_pairs``
+   pairs, and their lengths (:mod:`nmt_cli.data.binarized`), and word links into piece links
+   (``<split>.links.*``).
 
 The directory is built under a temporary name and renamed into place whole. Its
 ``manifest.json`` records a fingerprint of the data settings and of the inputs
@@ -38,13 +39,13 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterator
 
 import numpy as np
 
 from nmt_cli import __version__
 from nmt_cli.config import Config, CorpusConfig, DataConfig
-from nmt_cli.data.binarized import TokenArrayWriter, array_files, token_dtype
+from nmt_cli.data.binarized import ShardedTokenWriter, array_files, shard_sizes, token_dtype
 from nmt_cli.data.cleaning import PairCleaner
 from nmt_cli.data.links import attach_links, write_piece_links
 from nmt_cli.data.sources import Corpus, file_digest, iter_limited, open_corpus
@@ -56,7 +57,8 @@ from nmt_cli.textio import iter_lines
 from nmt_cli.tokenization import Tokenizer, train_sentencepiece
 
 FORMAT = "nmt-prepared"
-FORMAT_VERSION = 1
+#: 2: token arrays in shards with a lengths file per side, no train.corpus.npy (1: one token file per side)
+FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
 ENCODE_BATCH = 10_000
 
@@ -122,7 +124,7 @@ def prepare(config: Config, out_dir: str | Path, force: bool = False, progress: 
             "tokenizer": tokenizer_info,
             "special_ids": dict(SPECIAL_IDS),
             "token_dtype": dtype.name,
-            "arrays": _array_records(tmp, parts),
+            "arrays": _array_records(tmp, stats),
             "gold_alignments": corpus.kind == "synthetic" and not config.data.corpora,
             "alignment_files": {name: str(part.link_file) for name, split_parts in parts.items()
                                 for part in split_parts if part.link_file is not None},
@@ -168,11 +170,11 @@ def _prepared_entry(name: str) -> bool:
         name.startswith(("train.", "valid.", "test."))
 
 
-def _array_records(directory: Path, splits: Iterable[str]) -> dict[str, dict[str, Any]]:
+def _array_records(directory: Path, stats: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Size and sha256 of every token file, checked when the directory is read."""
     records = {}
-    for name in splits:
-        for file in array_files(name):
+    for name, split_stats in stats.items():
+        for file in array_files(name, len(split_stats["shards"])):
             path = directory / file
             records[file] = {"bytes": path.stat().st_size, "sha256": file_digest(path)[0]}
     return records
@@ -254,8 +256,8 @@ def _write_clean_split(parts: list[SplitPart], name: str, out: Path, config: Con
     """Read, clean and write the text of split ``name`` from its parts, one after the other.
 
     With duplicate removal the text goes to a scratch folder inside ``out`` first and is
-    copied without the repeated pairs once they are known. A mixed training split also
-    gets ``train.corpus.npy``: each pair's part number.
+    copied without the repeated pairs once they are known. A mixed training split records
+    each part's pairs (``corpora``), in order.
     """
     data = config.data
     with_alignment = all(part.corpus.kind == "synthetic" or part.link_file is not None for part in parts)
@@ -295,9 +297,6 @@ def _write_clean_split(parts: list[SplitPart], name: str, out: Path, config: Con
     if len(parts) > 1:
         result["corpora"] = [{"name": part.name, "source": part.corpus.describe(), "split": part.source_split,
                               "pairs": count, "weight": part.weight} for part, count in zip(parts, kept)]
-        numbers = np.repeat(np.arange(len(parts), dtype=np.int16), kept)
-        with atomic_open(out / f"{name}.corpus.npy", "wb") as handle:
-            np.save(handle, numbers)
     return result
 
 
@@ -344,16 +343,17 @@ def _train_tokenizer(out: Path, config: Config, train_pairs: int, progress: bool
     data = config.data
     budget = max(1, data.spm_input_sentence_size // (2 if data.joint_vocab else 1))
     sample = min(train_pairs, budget)
-    chosen = np.ones(train_pairs, dtype=bool)
-    if sample < train_pairs:
-        chosen[:] = False
-        chosen[np.random.default_rng(data.spm_seed).choice(train_pairs, sample, replace=False)] = True
+    chosen = np.arange(sample) if sample == train_pairs else \
+        np.sort(np.random.default_rng(data.spm_seed).choice(train_pairs, sample, replace=False))
     paths = {"src": out / f"train.{data.src_lang}", "tgt": out / f"train.{data.tgt_lang}"}
 
     def sentences(*sides: str) -> Iterator[str]:
-        for selected, lines in zip(chosen, zip(*(iter_lines(paths[side]) for side in sides))):
-            if selected:
+        wanted = iter(chosen.tolist())
+        next_number = next(wanted, None)
+        for number, lines in enumerate(zip(*(iter_lines(paths[side]) for side in sides))):
+            if number == next_number:
                 yield from lines
+                next_number = next(wanted, None)
 
     def train(*sides: str) -> bytes:
         _say(progress, f"prepare: training SentencePiece ({data.spm_model_type}, vocab {data.vocab_size}) "
@@ -402,7 +402,9 @@ def _encode_splits(out: Path, stats: dict[str, dict[str, Any]], config: Config, 
     SentencePiece models beside them; adds ``tokens`` (and ``links``) to each split's stats."""
     dtype = token_dtype(max(tokenizer.src_vocab_size, tokenizer.tgt_vocab_size))
     for name, split_stats in stats.items():
-        split_stats["tokens"] = _binarize(out, name, split_stats["kept"], config, tokenizer, dtype, progress)
+        parts = [corpus["pairs"] for corpus in split_stats.get("corpora", ())] or [split_stats["kept"]]
+        split_stats["shards"] = shard_sizes(parts, config.data.shard_pairs)
+        split_stats["tokens"] = _binarize(out, name, split_stats, config, tokenizer, dtype, progress)
         if (out / f"{name}.align").is_file():
             split_stats["links"] = write_piece_links(out, name, config.data.src_lang, config.data.tgt_lang,
                                                      tokenizer, split_stats["kept"], progress)
@@ -411,34 +413,29 @@ def _encode_splits(out: Path, stats: dict[str, dict[str, Any]], config: Config, 
     return dtype
 
 
-def _binarize(out: Path, name: str, pairs: int, config: Config, tokenizer: Tokenizer, dtype: np.dtype,
-              progress: bool) -> dict[str, Any]:
-    """Encode ``<name>.<lang>`` into ``<name>.src|tgt.bin/.idx.npy``; token counts per side."""
+def _binarize(out: Path, name: str, split_stats: dict[str, Any], config: Config, tokenizer: Tokenizer,
+              dtype: np.dtype, progress: bool) -> dict[str, Any]:
+    """Encode ``<name>.<lang>`` into the shards ``split_stats["shards"]`` sizes and the
+    lengths of ``<name>.src|tgt``; token counts per side."""
     counts = {}
     for side, lang, encode in (("src", config.data.src_lang, tokenizer.encode_src_batch),
                                ("tgt", config.data.tgt_lang, tokenizer.encode_tgt_batch)):
-        writer = TokenArrayWriter(out / f"{name}.{side}", dtype)
-        longest = 0
+        writer = ShardedTokenWriter(out, name, side, dtype, split_stats["shards"])
         try:
-            with Progress(f"encode {name}.{lang}", pairs, unit="sentences", enabled=progress) as bar:
+            with Progress(f"encode {name}.{lang}", split_stats["kept"], unit="sentences", enabled=progress) as bar:
                 batch: list[str] = []
                 for line in iter_lines(out / f"{name}.{lang}"):
                     batch.append(line)
                     if len(batch) == ENCODE_BATCH:
-                        longest = max(longest, _encode_batch(writer, encode, batch, bar))
+                        writer.extend(encode(batch))
+                        bar.update(len(batch))
                         batch = []
                 if batch:
-                    longest = max(longest, _encode_batch(writer, encode, batch, bar))
+                    writer.extend(encode(batch))
+                    bar.update(len(batch))
+            writer.close()
         except BaseException:
             writer.abort()
             raise
-        writer.close()
-        counts[side] = {"tokens": writer.num_tokens, "max_length": longest}
+        counts[side] = {"tokens": writer.num_tokens, "max_length": writer.longest}
     return counts
-
-
-def _encode_batch(writer: TokenArrayWriter, encode: Any, batch: list[str], bar: Progress) -> int:
-    ids = encode(batch)
-    writer.extend(ids)
-    bar.update(len(batch))
-    return max(map(len, ids), default=0)

@@ -1,8 +1,10 @@
 """Read access to a prepared directory (the output of ``nmt prepare``).
 
 ``PreparedData(path)`` checks the manifest once, and that every token file has the size
-the manifest records (a ``stat`` each); token arrays are memory-mapped only when a split
-is asked for, so opening a WMT-size directory costs nothing. :meth:`PreparedData.verify`
+the manifest records (a ``stat`` each); token shards are opened only when a split
+is asked for, so opening a WMT-size directory costs nothing. A directory of an older
+format (format version 1: one token file per side, before shards) is refused with a
+message saying to prepare it again. :meth:`PreparedData.verify`
 also checks the sha256 sums the manifest records (``nmt train`` does, before it starts).
 """
 
@@ -39,7 +41,8 @@ class PreparedData:
             raise NmtError(f"{manifest_path}: not a manifest written by nmt prepare")
         if manifest.get("format_version") != FORMAT_VERSION:
             raise NmtError(f"{manifest_path}: format version {manifest.get('format_version')} is not supported "
-                           f"(expected {FORMAT_VERSION}); prepare the data again")
+                           f"(expected {FORMAT_VERSION}, token arrays in shards); prepare the data again "
+                           f"(nmt prepare --force --out {self.path})")
         self.manifest: dict[str, Any] = manifest
         self.src_lang: str = manifest["src_lang"]
         self.tgt_lang: str = manifest["tgt_lang"]
@@ -61,10 +64,13 @@ class PreparedData:
                                "changed since nmt prepare); prepare the data again")
 
     def verify(self) -> None:
-        """Open every split and compare each token file with the sha256 the manifest records."""
+        """Open every split, check its offsets and lengths agree, and compare each token file
+        with the sha256 the manifest records."""
         for name in self.split_names:
-            self.split(name)
-            for file in array_files(name):
+            split = self.split(name)
+            split.src.check()
+            split.tgt.check()
+            for file in array_files(name, len(self.manifest["splits"][name]["shards"])):
                 record = self._recorded_arrays().get(file)
                 if record is not None and file_digest(self.path / file)[0] != record["sha256"]:
                     raise NmtError(f"{self.path / file}: its content differs from what nmt prepare wrote "
@@ -79,30 +85,25 @@ class PreparedData:
             raise NmtError(f"{self.path}: no split '{name}' (splits: {', '.join(self.split_names)})")
 
     def split(self, name: str) -> ParallelSplit:
-        """Token ids of ``train``, ``valid`` or ``test`` (memory-mapped)."""
+        """Token ids of ``train``, ``valid`` or ``test`` (read from their shards as asked for)."""
         self._check_split(name)
-        split = ParallelSplit(self.path, name, self.manifest["token_dtype"])
-        kept = self.manifest["splits"][name].get("kept")
-        if kept is not None and len(split) != kept:
-            raise NmtError(f"{self.path / array_files(name)[1]}: indexes {len(split):,} sentences but the manifest "
-                           f"records {kept:,}; prepare the data again")
+        stats = self.manifest["splits"][name]
+        split = ParallelSplit(self.path, name, self.manifest["token_dtype"], stats["shards"])
+        if len(split) != stats["kept"]:
+            raise NmtError(f"{split.src.lengths_path}: holds {len(split):,} sentences but the manifest records "
+                           f"{stats['kept']:,}; prepare the data again")
         return split
 
-    def corpus_mix(self) -> tuple[np.ndarray, list[float]] | None:
-        """For a training split mixed from several corpora (``data.corpora``): each pair's
-        corpus number and each corpus's sampling weight; None for a single corpus."""
-        corpora = self.manifest["splits"]["train"].get("corpora")
-        if not corpora:
-            return None
-        path = self.path / "train.corpus.npy"
-        try:
-            numbers = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as exc:
-            raise NmtError(f"{path}: unreadable corpus numbers ({exc}); prepare the data again") from None
-        if len(numbers) != sum(corpus["pairs"] for corpus in corpora):
-            raise NmtError(f"{path}: has {len(numbers)} entries but the manifest lists "
-                           f"{sum(corpus['pairs'] for corpus in corpora)} training pairs; prepare the data again")
-        return numbers, [float(corpus["weight"]) for corpus in corpora]
+    def corpus_mix(self) -> list[tuple[int, int, float]]:
+        """The training split's corpora as ``(first pair, end, weight)``: one per corpus of
+        ``data.corpora`` (and the main source), in order, or the whole split at weight 1."""
+        train = self.manifest["splits"]["train"]
+        corpora = train.get("corpora") or [{"pairs": train["kept"], "weight": 1.0}]
+        ends = np.cumsum([corpus["pairs"] for corpus in corpora]).tolist()
+        if ends[-1] != train["kept"]:
+            raise NmtError(f"{self.path / MANIFEST}: its corpora hold {ends[-1]:,} training pairs, not the "
+                           f"{train['kept']:,} it records; prepare the data again")
+        return [(end - corpus["pairs"], end, float(corpus["weight"])) for corpus, end in zip(corpora, ends)]
 
     def text_path(self, split: str, side: str) -> Path:
         """The cleaned text of one side (``"src"`` or ``"tgt"``), one sentence per line."""

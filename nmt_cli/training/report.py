@@ -41,9 +41,11 @@ class SessionReport:
         """Target tokens per second of this session's logged intervals (all processes)."""
         return self.tokens / self.seconds if self.seconds else 0.0
 
-    def started(self, data: PreparedData, pairs: int, batches: int, parameters: int, context: DistributedContext,
-                precision: Precision, state: TrainingState, resumed_from: Path | None) -> None:
-        """The first line: model, data, batches, device, precision, and where the run starts."""
+    def started(self, data: PreparedData, pairs: int, batches: tuple[int, bool], parameters: int,
+                context: DistributedContext, precision: Precision, state: TrainingState,
+                resumed_from: Path | None) -> None:
+        """The first line: model, data, batches (per epoch, and whether that count is exact),
+        device, precision, and where the run starts."""
         cfg = self.config.train
         corpora = data.manifest["splits"]["train"].get("corpora") or []
         mixed = "".join(f"{', ' if k else ' (mixed: '}{c['name']} {c['pairs']:,} x{c['weight']:g}"
@@ -55,7 +57,8 @@ class SessionReport:
             where = f"fine-tuning from {start['checkpoint']} (step {start['step']}; kept {kept})"
         self.log.line(
             f"{self.config.model.arch}: {parameters:,} parameters | {pairs:,} training pairs{mixed} in "
-            f"{batches:,} batches of <= {cfg.max_tokens} tokens | device {context.device} x {context.world_size} | "
+            f"{'' if batches[1] else 'about '}{batches[0]:,} batches of <= {cfg.max_tokens} tokens | "
+            f"device {context.device} x {context.world_size} | "
             f"{precision.name} | {where}"
         )
         if precision.note:

@@ -171,7 +171,8 @@ class Trainer:
             self.state = TrainingState(init_from=started)
         self.objective = build_objective(config, ObjectiveContext(context.device, data))
         self.module, self._ddp = wrap_model(self.model, context, self.cfg.compile)
-        self.epoch_batches = epoch_batches(data, self.train_split, self.cfg.max_tokens, self.cfg.seed)
+        self.epoch_batches = epoch_batches(data, self.train_split, self.cfg.max_tokens, self.cfg.seed,
+                                           self.cfg.batch_window)
         self.stream_of_batches = BatchStream(self.epoch_batches, self.cfg.seed, context.rank, context.world_size,
                                              epoch=self.state.position["epoch"], index=self.state.position["batch"])
         self.keeper = CheckpointKeeper(run_dir.path, self.early_stopping.metric, self.early_stopping.mode,
@@ -262,7 +263,8 @@ class Trainer:
         self.report = SessionReport(log, self.config, self.objective.terms)
         if self.context.is_main:
             self.run_dir.write_config(self.config)
-        self.report.started(self.data, len(self.train_split), len(self.epoch_batches(self.stream_of_batches.epoch)),
+        self.report.started(self.data, len(self.train_split),
+                            self.epoch_batches.batches_per_epoch(self.stream_of_batches.epoch),
                             self.model.num_parameters(), self.context, self.precision, self.state,
                             self.resumed_from)
 
