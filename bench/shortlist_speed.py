@@ -8,9 +8,10 @@ size of each sentence's candidate set, which they give at Marian's ``k = 50`` an
 Every engine decodes the same Multi30k test2016 sentences in batches of 32, and every output
 is forced to ``LENGTH`` pieces (as in ``engine_ratio``), so each row does the same number of
 decoder steps: the rows differ only in what the output layer computes. CTranslate2 is called
-directly, with and without ``use_vmap``, on the same batches (where its vocabulary map takes
-the batch's union of candidates), and one sentence a batch (what ``nmt translate``'s
-ctranslate2 engine does with a map, so that each sentence gets its own candidates).
+directly, with and without ``use_vmap``, on the batches ``nmt translate``'s ctranslate2 engine
+forms at each ``decode.shortlist_scope``: ``batch`` (the default), the same batches of 32 as
+without the map, each decoded over the union of its sentences' candidates; ``sentence``, one
+sentence a batch, so that each gets its own candidates.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ from nmt_cli.tokenization.spm import word_spans
 TINY = ModelConfig(d_model=256, heads=8, ffn_dim=1536, encoder_layers=6, decoder_layers=2, dropout=0.0)
 BATCH_SENTENCES = 32
 BEAMS = (1, 5)
+#: the batches nmt translate's ctranslate2 engine decodes with its map, by decode.shortlist_scope
+SCOPE_BATCHES = {"batch": BATCH_SENTENCES, "sentence": 1}
 PAIRS = 20000
 
 
@@ -81,7 +84,7 @@ class CTranslate2Forced:
 
 def engines(tokenizer: Tokenizer, shortlist, beam: int, scratch: Path) -> dict:
     """Each row's engine: torch fp32 and int8 with and without the shortlist, CTranslate2 int8
-    without its map, with it on batches of 32, and with it a sentence a batch."""
+    without its map and with it at each ``decode.shortlist_scope`` (batches of 32, or of one)."""
     torch.manual_seed(0)
     model = build_model(TINY, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, True)
     checkpoint = save_checkpoint(scratch / "step-00000001", model.state_dict(), Config(model=TINY), tokenizer,
@@ -95,9 +98,8 @@ def engines(tokenizer: Tokenizer, shortlist, beam: int, scratch: Path) -> dict:
                                            overrides=forced, shortlist=listed)
     exported = export_ctranslate2(checkpoint, scratch / "export", "int8", shortlist=shortlist)
     loaded["CTranslate2 int8"] = CTranslate2Forced(exported, tokenizer, beam, False, BATCH_SENTENCES)
-    loaded["CTranslate2 int8 + vmap (batch union)"] = CTranslate2Forced(exported, tokenizer, beam, True,
-                                                                        BATCH_SENTENCES)
-    loaded["CTranslate2 int8 + vmap (a sentence a batch)"] = CTranslate2Forced(exported, tokenizer, beam, True, 1)
+    for scope, batch in SCOPE_BATCHES.items():
+        loaded[f"CTranslate2 int8 + vmap, {scope} scope"] = CTranslate2Forced(exported, tokenizer, beam, True, batch)
     return loaded
 
 
@@ -131,8 +133,9 @@ def main() -> None:
         f"word links; a sentence has {int(np.median(candidates))} candidates (median; "
         f"{min(candidates)}-{max(candidates)}) of {tokenizer.tgt_vocab_size:,} pieces",
         "the torch engine's shortlist is per sentence (each row's softmax over its own sentence's candidates, the "
-        "projection over the batch's union); CTranslate2's map takes the batch's union, so nmt-cli's ctranslate2 "
-        "engine runs a sentence a batch with it (the last row)",
+        "projection over the batch's union); CTranslate2's map takes the batch's union: nmt-cli's ctranslate2 "
+        "engine does so at decode.shortlist_scope batch (the default), and runs a sentence a batch at sentence "
+        "scope so that no output depends on its batch-mates",
         f"load average when measured: {os.getloadavg()[0]:.2f} (a shared machine: figures under load are not "
         "benchmark figures)",
     ]

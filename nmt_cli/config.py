@@ -515,6 +515,12 @@ class DecodeConfig(Validated):
         "error", "error", "relax", "drop",
         help="constraints (and prefix) longer than a sentence's output limit: stop with an error naming the "
         "sentence, raise that sentence's limit to fit them, or drop the constraints that do not fit")
+    shortlist_scope: str = choice(
+        "batch", "batch", "sentence",
+        help="the ctranslate2 engine's vocabulary map (a lexical shortlist): batch: each batch decodes over the "
+        "union of its sentences' candidates (fast; a sentence's output may depend on its batch-mates), sentence: "
+        "a sentence a batch, each over its own candidates (the same output in any batch; slower than no map). "
+        "The torch engine always uses each sentence's own candidates")
 
     def rules(self) -> list[str]:
         problems = []

@@ -64,7 +64,7 @@ def model_options(func: Command) -> Command:
 
 def decode_options(func: Command) -> Command:
     """``--beam --alpha --nbest --workers --on-long-line --on-unmet --engine --quantize --shortlist
-    --set decode.*`` and :func:`model_options`.
+    --shortlist-scope --set decode.*`` and :func:`model_options`.
 
     Adds ``engine``, ``quantize``, ``shortlist`` (a file, False for ``none``, None unset) and
     ``overrides`` (``{"decode.beam_size": 4, ...}``, applied to the checkpoint's config) to
@@ -93,15 +93,19 @@ def decode_options(func: Command) -> Command:
     @click.option("--shortlist", metavar="FILE|none",
                   help="A lexical shortlist (nmt shortlist): each sentence may output only its candidates. The "
                        "ctranslate2 engine uses an export's own (nmt export --shortlist) unless this is none.")
+    @click.option("--shortlist-scope", type=click.Choice(["batch", "sentence"]),
+                  help="ctranslate2 with a vocabulary map: decode each batch over its sentences' union of candidates "
+                       "(batch: fast, an output may depend on its batch-mates) or each sentence alone over its own "
+                       "(sentence: the same output in any batch, slower) (decode.shortlist_scope) [default: batch].")
     @click.option("--set", "overrides", multiple=True, metavar="decode.KEY=VALUE",
                   help="Any decoding setting, e.g. --set decode.max_len_b=50 (repeatable).")
     @model_options
     @functools.wraps(func)
     def wrapper(*args: Any, beam, alpha, nbest, workers, on_long_line, on_unmet, engine, quantize, shortlist,
-                overrides, translator_options, **kwargs: Any) -> Any:
+                shortlist_scope, overrides, translator_options, **kwargs: Any) -> Any:
         changes = parse_overrides(overrides)
         flags = (("beam_size", beam), ("alpha", alpha), ("nbest", nbest), ("workers", workers),
-                 ("on_long_line", on_long_line), ("on_unmet", on_unmet))
+                 ("on_long_line", on_long_line), ("on_unmet", on_unmet), ("shortlist_scope", shortlist_scope))
         changes.update({f"decode.{key}": value for key, value in flags if value is not None})
         options = {**translator_options, "engine": engine, "quantize": quantize, "overrides": changes,
                    "shortlist": False if shortlist == "none" else shortlist}

@@ -36,10 +36,12 @@ directory written by ``nmt export``. How our search settings map onto CTranslate
   it as (1, 1, T, S), so other ``--layer/--heads`` readings are refused.
 * Sampling (``decode.sampling``) is not offered: CTranslate2 draws from another random stream.
 * A lexical shortlist is the export's vocabulary map (``nmt export --shortlist``, ``vmap.txt``),
-  used when the export has one (``use_vmap``). CTranslate2 takes the candidates of a whole
-  batch, so a sentence's output would depend on its batch-mates (mozilla/translations#977):
-  with the map, each sentence is its own batch (the ``decode.workers`` batches still run at
-  once), so each gets exactly its own candidates, as in the torch engine. What this engine
+  used when the export has one (``use_vmap``). CTranslate2 decodes a batch over the union of
+  its sentences' candidates, so a sentence's output may depend on its batch-mates
+  (mozilla/translations#977). ``decode.shortlist_scope``: ``batch`` (the default) takes that
+  union, the fast way; ``sentence`` makes each sentence its own batch (the ``decode.workers``
+  batches still run at once), so each gets exactly its own candidates, as in the torch
+  engine, at the cost of batching (slower than no map on the CPU). What this engine
   recomputes with ``score_batch`` (per-token scores, a prefix's hypotheses, those cut at the
   limit, the ``min_len`` correction) is scored over the whole vocabulary, not the candidates.
 * Per-token scores, when the caller asks for them (``token_scores``: JSONL records, the
@@ -200,8 +202,8 @@ class CTranslate2Translator:
         average = averaged_label(self.record.averaged)
         parts = signature_parts(self.decode, self.checkpoint, self.record.step, average)
         shortlist = self.record.shortlist
-        vmap = ([f"shortlist:{shortlist['k']}+{shortlist['frequent']}@{shortlist['fingerprint']}"]
-                if self.use_vmap else [])
+        vmap = ([f"shortlist:{shortlist['k']}+{shortlist['frequent']}@{shortlist['fingerprint']}",
+                 f"vmap:{self.decode.shortlist_scope}"] if self.use_vmap else [])
         return "|".join([*parts[:-1], "engine:ctranslate2", f"compute:{self.compute_type}", *vmap, parts[-1]])
 
     def output_limits(self, requests: Sequence[Request]) -> list[int]:
@@ -215,7 +217,8 @@ class CTranslate2Translator:
 
     def _batches(self, requests: Sequence[Request]) -> list[tuple[list[int], int]]:
         """(indices, output limit) batches: non-empty requests grouped by limit, then by token
-        budget; with the vocabulary map, a sentence a batch (its own candidates)."""
+        budget; with the vocabulary map at ``decode.shortlist_scope`` sentence, a sentence a
+        batch (its own candidates)."""
         nonempty = [i for i, request in enumerate(requests) if request.source]
         limits = dict(zip(nonempty, self.output_limits([requests[i] for i in nonempty])))
         budget = batch_token_budget(self.decode.max_tokens, self.device)
@@ -223,9 +226,14 @@ class CTranslate2Translator:
         for limit in sorted(set(limits.values()), reverse=True):
             group = [i for i in nonempty if limits[i] == limit]
             lengths = [len(requests[i].source) for i in group]
-            for batch in token_budget_batches(lengths, budget, 1 if self.use_vmap else self.decode.max_sentences):
+            sentences = 1 if self._per_sentence() else self.decode.max_sentences
+            for batch in token_budget_batches(lengths, budget, sentences):
                 batches.append(([group[j] for j in batch], limit))
         return batches
+
+    def _per_sentence(self) -> bool:
+        """Whether each sentence is decoded alone, over its own candidates (the map at sentence scope)."""
+        return self.use_vmap and self.decode.shortlist_scope == "sentence"
 
     def _beam(self) -> int:
         """CTranslate2's beam size: 1 for ``decode.search: greedy``, else ``decode.beam_size``."""
