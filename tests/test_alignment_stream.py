@@ -13,13 +13,14 @@ from click.testing import CliRunner
 from nmt_cli.alignment import corpus as corpus_module
 from nmt_cli.alignment import output as output_module
 from nmt_cli.alignment.api import Aligner, AlignOptions
-from nmt_cli.alignment.corpus import align_into
+from nmt_cli.alignment.corpus import align_into, link_chunks
 from nmt_cli.alignment.output import HeatmapChoice, load_soft_npz
 from nmt_cli.cli import cli
 from nmt_cli.cli import align as _align_command  # noqa: F401  (registers `nmt align`)
 from nmt_cli.errors import InputError, NmtError
 from nmt_cli.pharaoh import read_alignments
 from nmt_cli.resumable import CHUNKS
+from tests.interrupting import recording
 from tests.test_cli_align import SRC, TGT, make_checkpoint
 
 PAIRS = list(zip(SRC * 3, TGT * 3))[:8]  # 8 pairs: chunks of 3 end with a short one
@@ -118,27 +119,23 @@ def test_the_reader_is_never_more_than_a_chunk_ahead_of_the_writer(models, tmp_p
 UNPATCHED_ALIGN = Aligner.align  # the aligner's own method, whatever a test has patched in since
 
 
-def recording_align(calls: list, stop_at: int | None = None):
-    """``Aligner.align`` that records each chunk's source lines in ``calls`` and, at the
-    ``stop_at``-th chunk, is interrupted as Ctrl-C would interrupt it."""
-    def recorded(self, src_lines, tgt_lines):
-        calls.append(list(src_lines))
-        if len(calls) == stop_at:
-            raise KeyboardInterrupt
-        return UNPATCHED_ALIGN(self, src_lines, tgt_lines)
-
-    return recorded
+def recording_align(calls: list, stop_at: int | None = None, mid_chunk: bool = False):
+    """``Aligner.align`` recording each chunk's source lines in ``calls`` and interrupted at the
+    ``stop_at``-th chunk (:func:`tests.interrupting.recording`)."""
+    return recording(UNPATCHED_ALIGN, calls, stop_at, mid_chunk)
 
 
-def test_a_stopped_run_resumes_at_its_first_unfinished_chunk(models, tmp_path, monkeypatch):
+@pytest.mark.parametrize("mid_chunk", [False, True], ids=["at-a-chunk-boundary", "mid-chunk"])
+def test_a_stopped_run_resumes_at_its_first_unfinished_chunk(models, tmp_path, monkeypatch, mid_chunk):
     align_into(aligner(models), PAIRS, tmp_path / "whole", chunk_lines=2, progress=False)
     calls = []
-    monkeypatch.setattr(Aligner, "align", recording_align(calls, stop_at=3))
+    monkeypatch.setattr(Aligner, "align", recording_align(calls, stop_at=3, mid_chunk=mid_chunk))
     out = tmp_path / "stopped"
     with pytest.raises(KeyboardInterrupt):
         align_into(aligner(models), PAIRS, out, chunk_lines=2, progress=False)
     assert sorted(path.name for path in out.iterdir()) == [CHUNKS]  # no output half-written
-    assert len(list((out / CHUNKS).glob("*.npz"))) == 2
+    assert len(list((out / CHUNKS).glob("*.npz"))) == 2  # nor the chunk begun
+    assert len(list((out / CHUNKS).iterdir())) == 4  # the two chunks and their seconds: no temporary
     calls.clear()
     monkeypatch.setattr(Aligner, "align", recording_align(calls))
     align_into(aligner(models), PAIRS, out, chunk_lines=2, progress=False)
@@ -236,7 +233,7 @@ def test_bootstrap_links_stream_and_are_the_same_for_any_chunk_size(models, tmp_
                                             chunk_lines=chunk) == (24, sum(len(line.split())
                                                                            for line in target.read_text().splitlines()))
         written[chunk] = target.read_bytes()
-        assert not (target.parent / CHUNKS).exists()
+        assert not link_chunks(target).folder.exists()
         aligned = 0
         for size, lines_read in align_calls:  # when a chunk is aligned, no line past it has been read
             aligned += size
@@ -247,18 +244,21 @@ def test_bootstrap_links_stream_and_are_the_same_for_any_chunk_size(models, tmp_
         set(sentence.links) for sentence in whole]
 
 
-def test_an_interrupted_bootstrap_links_stage_aligns_only_what_it_had_not(models, tmp_path, monkeypatch):
+@pytest.mark.parametrize("mid_chunk", [False, True], ids=["at-a-chunk-boundary", "mid-chunk"])
+def test_an_interrupted_bootstrap_links_stage_aligns_only_what_it_had_not(models, tmp_path, monkeypatch, mid_chunk):
     from nmt_cli import bootstrap as bootstrap_module
 
     calls = []
     target = tmp_path / "links" / "train.align"
-    monkeypatch.setattr(Aligner, "align", recording_align(calls, stop_at=2))
+    monkeypatch.setattr(Aligner, "align", recording_align(calls, stop_at=2, mid_chunk=mid_chunk))
     with pytest.raises(KeyboardInterrupt):
         bootstrap_module._align_into(aligner(models), iter(PAIRS), target, None, chunk_lines=3)
-    assert not target.exists() and len(list((target.parent / CHUNKS).iterdir())) >= 1
+    assert sorted(path.name for path in target.parent.iterdir()) == ["train.align.chunks"]  # nothing half-written
+    assert len(list(link_chunks(target).folder.glob("*.align"))) == 1
     calls.clear()
     monkeypatch.setattr(Aligner, "align", recording_align(calls))
     assert bootstrap_module._align_into(aligner(models), iter(PAIRS), target, None, chunk_lines=3)[0] == 8
-    assert [len(chunk) for chunk in calls] == [3, 2]  # the first chunk was kept
-    bootstrap_module._align_into(aligner(models), iter(PAIRS), tmp_path / "whole" / "train.align", None, chunk_lines=8)
+    assert calls == [[source for source, _ in PAIRS[start:start + 3]] for start in (3, 6)]  # the first was kept
+    bootstrap_module._align_into(aligner(models), iter(PAIRS), tmp_path / "whole" / "train.align", None, chunk_lines=3)
     assert target.read_bytes() == (tmp_path / "whole" / "train.align").read_bytes()
+    assert sorted(path.name for path in target.parent.iterdir()) == ["train.align"]

@@ -7,25 +7,31 @@ float64 matrices so that nothing is rounded on the way) and yields them: memory 
 chunk, never the corpus. A run that stops keeps its finished chunks, and the next one,
 reading the same pairs with the same aligner settings, aligns only the others, so the
 outputs it writes are exactly those of a run that never stopped.
+
+:func:`align_links_into` does the same for a Pharaoh file alone (the links of ``nmt align
+bootstrap``, of ``nmt shortlist --aligner`` and of ``nmt distill``'s shortlist stage): each
+chunk keeps only its lines, in :func:`link_chunks` beside the file.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Iterable, Iterator
+from typing import IO, Iterable, Iterator, TextIO
 
 import numpy as np
 
 from nmt_cli.alignment.api import Aligner
 from nmt_cli.alignment.output import AlignmentOutputs, HeatmapChoice, SoftNpzWriter, load_soft_npz, write_outputs
 from nmt_cli.alignment.reader import SentenceAlignment
-from nmt_cli.pharaoh import iter_alignments
+from nmt_cli.fileio import atomic_open
+from nmt_cli.pharaoh import format_links, iter_alignments
 from nmt_cli.progress import Progress
 from nmt_cli.resumable import CHUNKS, ChunkFolder
-from nmt_cli.textio import CHUNK_LINES
+from nmt_cli.textio import CHUNK_LINES, iter_lines
 
-__all__ = ["aligned_chunks", "aligned_pairs", "align_into"]
+__all__ = ["LinksWritten", "aligned_chunks", "aligned_pairs", "align_into", "align_links_into", "link_chunks"]
 
 Pair = tuple[str, str]
 
@@ -49,10 +55,8 @@ def aligned_pairs(aligner: Aligner, pairs: Iterable[Pair], chunks: ChunkFolder, 
                 writer.add(k, sentence)
             writer.close({})
 
-    for chunk, path, made in chunks.results(pairs, chunk_lines, align):
-        if progress is not None and made:
-            progress.update(len(chunk))
-        yield from load_soft_npz(path)[0]
+    for chunk in chunks.results(pairs, chunk_lines, align, progress):
+        yield from load_soft_npz(chunk.path)[0]
 
 
 def align_into(aligner: Aligner, pairs: Iterable[Pair], out_dir: str | os.PathLike,
@@ -72,3 +76,49 @@ def align_into(aligner: Aligner, pairs: Iterable[Pair], out_dir: str | os.PathLi
     counter.close()
     chunks.remove()
     return written
+
+
+@dataclass(frozen=True)
+class LinksWritten:
+    """What :func:`align_links_into` wrote: pairs, links, and the seconds its chunks took to
+    align, in whichever session aligned them."""
+
+    pairs: int
+    links: int
+    seconds: float
+
+
+def link_chunks(target: str | os.PathLike, aligner: Aligner | None = None) -> ChunkFolder:
+    """The folder ``TARGET.chunks`` that keeps the finished chunks of the Pharaoh file
+    ``target``, keyed by ``aligner``'s settings (None: a folder opened to remove them)."""
+    target = Path(target)
+    settings = aligner.deciding_settings if aligner is not None else None
+    return ChunkFolder(target.parent / f"{target.name}{CHUNKS}", settings, ".align")
+
+
+def align_links_into(aligner: Aligner, pairs: Iterable[Pair], target: str | os.PathLike,
+                     chunk_lines: int = CHUNK_LINES, total: int | None = None, label: str = "align",
+                     stream: TextIO | None = None) -> LinksWritten:
+    """Align ``pairs`` (read lazily) ``chunk_lines`` at a time into the Pharaoh file ``target``
+    (atomically), each chunk's lines kept in :func:`link_chunks` so that a rerun aligns only
+    the chunks not finished; the caller removes them once what it makes of the links is
+    written. Progress (``label``, on ``stream``; none without one) counts the pairs aligned
+    now, of the ``total`` pairs when it is given."""
+    chunks = link_chunks(target, aligner)
+
+    def align(chunk: list[Pair], handle: IO[bytes]) -> None:
+        for sentence in aligner.align([source for source, _ in chunk], [tgt for _, tgt in chunk]):
+            handle.write((format_links(sentence.links) + "\n").encode("utf-8"))
+
+    count = links = 0
+    seconds = 0.0
+    todo = None if total is None else chunks.remaining(total, chunk_lines)
+    with atomic_open(target) as handle, Progress(label, total=todo, enabled=stream is not None,
+                                                 stream=stream) as counter:
+        for chunk in chunks.results(pairs, chunk_lines, align, counter):
+            for line in iter_lines(chunk.path):
+                handle.write(line + "\n")
+                links += len(line.split())
+            count += len(chunk.items)
+            seconds += chunk.seconds
+    return LinksWritten(count, links, seconds)
