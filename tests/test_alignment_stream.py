@@ -5,6 +5,7 @@ writer, and a stopped run resumes at its first unfinished chunk."""
 from __future__ import annotations
 
 import json
+import zipfile
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from nmt_cli.alignment import output as output_module
 from nmt_cli.alignment.api import Aligner, AlignOptions
 from nmt_cli.alignment.corpus import align_into, link_chunks
 from nmt_cli.alignment.output import HeatmapChoice, load_soft_npz
+from nmt_cli.alignment.reader import SentenceAlignment
 from nmt_cli.cli import cli
 from nmt_cli.cli import align as _align_command  # noqa: F401  (registers `nmt align`)
 from nmt_cli.errors import InputError, NmtError
@@ -151,6 +153,51 @@ def test_a_chunk_is_aligned_again_when_its_pairs_or_the_settings_change(models, 
     assert keys[0] != keys[1] and chunks.key(PAIRS[:2]) == keys[0]
     other = corpus_module.aligned_chunks(Aligner(models["forward"], AlignOptions(batch_size=1), "cpu"), out / CHUNKS)
     assert other.key(PAIRS[:2]) != keys[0]  # without the reverse model the alignments differ
+
+
+def soft_sentences(count: int) -> list[SentenceAlignment]:
+    """Pairs of every shape soft.npz holds: words in any script, an empty side, no links."""
+    rng = np.random.default_rng(3)
+    sentences = []
+    for n in range(count):
+        src, tgt = [f"wört{n}", "ß", "日本"][: n % 4], [f"w{n}", "x"][: (n + 1) % 3]
+        links = [(i, j) for j in range(len(tgt)) for i in range(len(src)) if (i + j + n) % 2 == 0]
+        sentences.append(SentenceAlignment(src, tgt, rng.random((len(tgt), len(src))), links))
+    return sentences
+
+
+def test_soft_npz_holds_pairs_in_blocks_whose_entries_do_not_grow_with_the_pairs(tmp_path):
+    sentences = soft_sentences(11)
+    for pairs, block_pairs in ((11, 4), (3, 4), (0, 4), (11, 1000)):
+        path = tmp_path / f"{pairs}-{block_pairs}.npz"
+        with open(path, "wb") as handle, output_module.SoftNpzWriter(handle, compress=True, block_pairs=block_pairs,
+                                                                      matrix_dtype=np.float64) as writer:
+            for sentence in sentences[:pairs]:
+                writer.add(sentence)
+            writer.close({"step": 7})
+        with zipfile.ZipFile(path) as archive:  # six entries a block and the settings, whatever the pairs
+            assert len(archive.namelist()) == 6 * -(-pairs // block_pairs) + 1
+        read, settings = load_soft_npz(path)
+        assert settings == {"step": 7} and len(read) == pairs
+        for got, want in zip(read, sentences):
+            assert (got.src_words, got.tgt_words, got.links) == (want.src_words, want.tgt_words, want.links)
+            np.testing.assert_array_equal(got.matrix, want.matrix)
+
+
+def test_soft_npz_of_the_layout_before_blocks_still_reads(tmp_path):
+    sentences = soft_sentences(3)
+    arrays = {"settings": np.array(json.dumps({"step": 1}))}
+    for k, sentence in enumerate(sentences):
+        arrays.update({f"matrix_{k}": sentence.matrix.astype(np.float32), f"links_{k}": np.array(
+            sentence.links, dtype=np.int64).reshape(-1, 2), f"src_words_{k}": np.array(sentence.src_words, dtype=str),
+            f"tgt_words_{k}": np.array(sentence.tgt_words, dtype=str)})
+    np.savez(tmp_path / "old.npz", **arrays)
+    read, settings = load_soft_npz(tmp_path / "old.npz")
+    assert settings == {"step": 1} and [(s.src_words, s.tgt_words, s.links) for s in read] == [
+        (s.src_words, s.tgt_words, s.links) for s in sentences]
+    (tmp_path / "not.npz").write_bytes(b"not a zip")
+    with pytest.raises(NmtError, match="not.npz: not a soft-alignment file written by nmt align"):
+        load_soft_npz(tmp_path / "not.npz")
 
 
 def test_gold_links_must_pair_with_the_input(models, tmp_path):

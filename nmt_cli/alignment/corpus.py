@@ -23,7 +23,7 @@ from typing import IO, Iterable, Iterator, TextIO
 import numpy as np
 
 from nmt_cli.alignment.api import Aligner
-from nmt_cli.alignment.output import AlignmentOutputs, HeatmapChoice, SoftNpzWriter, load_soft_npz, write_outputs
+from nmt_cli.alignment.output import AlignmentOutputs, HeatmapChoice, SoftNpzWriter, iter_soft_npz, write_outputs
 from nmt_cli.alignment.reader import SentenceAlignment
 from nmt_cli.fileio import atomic_open
 from nmt_cli.pharaoh import format_links, iter_alignments
@@ -50,13 +50,12 @@ def aligned_pairs(aligner: Aligner, pairs: Iterable[Pair], chunks: ChunkFolder, 
 
     def align(chunk: list[Pair], handle: IO[bytes]) -> None:
         with SoftNpzWriter(handle, compress=False, matrix_dtype=np.float64) as writer:
-            for k, sentence in enumerate(aligner.align([source for source, _ in chunk],
-                                                       [target for _, target in chunk])):
-                writer.add(k, sentence)
+            for sentence in aligner.align([source for source, _ in chunk], [target for _, target in chunk]):
+                writer.add(sentence)
             writer.close({})
 
     for chunk in chunks.results(pairs, chunk_lines, align, progress):
-        yield from load_soft_npz(chunk.path)[0]
+        yield from iter_soft_npz(chunk.path)
 
 
 def align_into(aligner: Aligner, pairs: Iterable[Pair], out_dir: str | os.PathLike,

@@ -79,8 +79,8 @@ def _read_gold(path: str, src_path: str | None, pairs: int) -> list[GoldAlignmen
 @click.option("--chunk-size", type=click.IntRange(min=1), default=CHUNK_LINES,
               help="Pairs read, aligned and kept at a time (OUT/.chunks: a rerun of a stopped run resumes there).")
 @click.option("--soft/--no-soft", default=True,
-              help="Write soft.npz and soft.json (soft.npz's index takes about 1.5 KB of memory a pair until it is "
-              "written: leave them out for millions of pairs).")
+              help="Write soft.npz and soft.json (the soft word matrices; leave them out when only the links "
+              "are wanted).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 @click.option("--device", default="auto", help=DEVICE_HELP)
 @click.pass_context
