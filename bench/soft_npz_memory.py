@@ -27,7 +27,7 @@ from nmt_cli.alignment.reader import SentenceAlignment
 
 #: pairs written in each layout (the layout before blocks is slow under tracemalloc: fewer)
 PAIRS = {"blocks": (10_000, 40_000, 160_000), "entries": (10_000, 40_000)}
-QUICK_PAIRS = {"blocks": (500, 2_000), "entries": (500, 2_000)}
+QUICK_PAIRS = {"blocks": (2_000, 8_000), "entries": (500, 2_000)}
 
 
 def one_pair() -> SentenceAlignment:
