@@ -1,4 +1,4 @@
-"""Memory of writing ``nmt align``'s ``soft.npz`` as the pairs grow: blocks of pairs against a zip entry per array a pair.
+"""Memory of writing ``nmt align``'s ``soft.npz`` as the pairs grow: blocks of pairs, or an entry per array a pair.
 
 ``SoftNpzWriter`` (blocks of ``SOFT_BLOCK_PAIRS`` pairs, six arrays a block) and the layout
 it replaced (four ``.npy`` entries a pair: ``matrix_k``, ``src_words_k``, ``tgt_words_k``,

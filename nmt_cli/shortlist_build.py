@@ -30,7 +30,7 @@ from nmt_cli.pharaoh import parse_links
 from nmt_cli.progress import Progress
 from nmt_cli.shortlist import (DEFAULT_FREQUENT, DEFAULT_K, Shortlist, ShortlistCounts, build_shortlist_from_counts,
                                tokenizer_identity, write_shortlist)
-from nmt_cli.textio import CHUNK_LINES, iter_lines
+from nmt_cli.textio import CHUNK_LINES, count_lines, iter_lines
 from nmt_cli.tokenization import Tokenizer
 from nmt_cli.tokenization.spm import word_spans
 
@@ -52,11 +52,6 @@ def paired_lines(*paths: str | os.PathLike) -> Iterator[tuple[str, ...]]:
         yield lines
 
 
-def count_pairs(path: str | os.PathLike) -> int:
-    """The lines of ``path`` (the pairs, for progress)."""
-    return sum(1 for _ in iter_lines(path))
-
-
 def shortlist_from_links(source: str | os.PathLike, target: str | os.PathLike, links: str | os.PathLike,
                          tokenizer: Tokenizer, k: int = DEFAULT_K, frequent: int = DEFAULT_FREQUENT,
                          stream: TextIO | None = None, built_from: dict | None = None) -> Shortlist:
@@ -65,7 +60,7 @@ def shortlist_from_links(source: str | os.PathLike, target: str | os.PathLike, l
     counts = ShortlistCounts(tokenizer.src_vocab_size, tokenizer.tgt_vocab_size)
     unmatched = 0
     lines = enumerate(paired_lines(source, target, links), start=1)
-    with Progress("shortlist", total=count_pairs(source), unit="pairs", enabled=stream is not None,
+    with Progress("shortlist", total=count_lines(source), unit="pairs", enabled=stream is not None,
                   stream=stream) as progress:
         while batch := list(itertools.islice(lines, ENCODE_BATCH)):
             src_pieces = tokenizer.src.encode([src for _, (src, _, _) in batch], out_type=str)
@@ -102,7 +97,7 @@ def align_in_chunks(aligners: Sequence[str | os.PathLike], source: str | os.Path
     :func:`~nmt_cli.alignment.corpus.link_chunks`); returns what the alignment cost and which
     aligner made it."""
     aligner = Aligner(list(aligners), options, device, list(reverse) or None)
-    written = align_links_into(aligner, paired_lines(source, target), out, chunk_lines, count_pairs(source),
+    written = align_links_into(aligner, paired_lines(source, target), out, chunk_lines, count_lines(source),
                                "shortlist align", stream)
     return {"pairs": written.pairs, "chunks": -(-written.pairs // chunk_lines),
             "align_seconds": round(written.seconds, 1), "aligner": aligner.settings}

@@ -140,8 +140,12 @@ def test_a_stopped_run_resumes_at_its_first_unfinished_chunk(models, tmp_path, m
     assert len(list((out / CHUNKS).iterdir())) == 4  # the two chunks and their seconds: no temporary
     calls.clear()
     monkeypatch.setattr(Aligner, "align", recording_align(calls))
-    align_into(aligner(models), PAIRS, out, chunk_lines=2, progress=False)
+    totals, real_progress = [], corpus_module.Progress
+    monkeypatch.setattr(corpus_module, "Progress", lambda *args, **options: totals.append(options["total"]) or
+                        real_progress(*args, **options))
+    align_into(aligner(models), PAIRS, out, chunk_lines=2, progress=False, total=len(PAIRS))
     assert calls == [[source for source, _ in PAIRS[start:start + 2]] for start in (4, 6)]  # chunks 3 and 4 only
+    assert totals == [4]  # the ETA counts down the pairs left, not those kept
     assert output_bytes(out) == output_bytes(tmp_path / "whole")
     assert not (out / CHUNKS).exists()
 

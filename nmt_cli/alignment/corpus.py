@@ -61,15 +61,18 @@ def aligned_pairs(aligner: Aligner, pairs: Iterable[Pair], chunks: ChunkFolder, 
 def align_into(aligner: Aligner, pairs: Iterable[Pair], out_dir: str | os.PathLike,
                heatmaps: HeatmapChoice = HeatmapChoice(),
                gold_path: str | os.PathLike | None = None, input_name: str = "<stdin>",
-               chunk_lines: int = CHUNK_LINES, progress: bool = True, soft: bool = True) -> AlignmentOutputs:
+               chunk_lines: int = CHUNK_LINES, progress: bool = True, soft: bool = True,
+               total: int | None = None) -> AlignmentOutputs:
     """``nmt align``: align ``pairs`` (read lazily; ``input_name`` names them in errors) into the
     files of :mod:`~nmt_cli.alignment.output` in ``out_dir``, ``chunk_lines`` pairs at a time,
     resuming from the chunks a stopped run left in ``out_dir/.chunks``, with the ``heatmaps``
     chosen; with ``gold_path``, its links (read in step with the pairs) are drawn on the
-    heatmaps and scored; ``soft=False`` leaves out the soft files."""
+    heatmaps and scored; ``soft=False`` leaves out the soft files. ``total``: the pairs, when
+    known, for the progress's ETA."""
     chunks = aligned_chunks(aligner, Path(out_dir) / CHUNKS)
     gold = iter_alignments(gold_path) if gold_path is not None else None
-    counter = Progress("align", unit="pairs", enabled=progress)
+    todo = None if total is None else chunks.remaining(total, chunk_lines)
+    counter = Progress("align", total=todo, unit="pairs", enabled=progress)
     written = write_outputs(out_dir, aligned_pairs(aligner, pairs, chunks, chunk_lines, counter), aligner.settings,
                             heatmaps, gold, (input_name, str(gold_path)), soft)
     counter.close()

@@ -24,7 +24,8 @@ from nmt_cli.cli import cli
 from nmt_cli.cli.options import DEVICE_HELP, config_options, link_options, reading_options
 from nmt_cli.config import Config
 from nmt_cli.pharaoh import GoldAlignment, read_alignments
-from nmt_cli.textio import CHUNK_LINES, STDIN, check_same_length, display_name, iter_lines, iter_parallel, read_parallel
+from nmt_cli.textio import (CHUNK_LINES, STDIN, check_same_length, count_lines, display_name, iter_lines, iter_parallel,
+                            read_parallel)
 
 FILE = click.Path(dir_okay=False)
 
@@ -119,7 +120,8 @@ def align(ctx: click.Context, checkpoints, src_path, tgt_path, out_dir, reading,
     else:
         aligner = Aligner(checkpoints, options, device, reverse_checkpoints)
     written = align_into(aligner, pairs, out_dir, HeatmapChoice(heatmaps, lines), gold_path,
-                         display_name(src_path or STDIN), chunk_size, progress=not quiet, soft=soft)
+                         display_name(src_path or STDIN), chunk_size, progress=not quiet, soft=soft,
+                         total=count_lines(src_path) if src_path is not None and not quiet else None)
     settings = aligner.settings
     combined = describe_symmetrization(aligner.symmetrization, average_threshold)
     counts = "+".join(str(len(side)) for side in (checkpoints, reverse_checkpoints) if side)
