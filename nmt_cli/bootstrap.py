@@ -42,21 +42,19 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Callable, Iterable, Iterator, Sequence, TextIO
+from typing import Callable, Iterable, Iterator, Sequence, TextIO
 
 from nmt_cli.alignment.agreement import AGREEMENT_SAMPLE, agreeing_aligner
 from nmt_cli.alignment.api import Aligner, AlignOptions
+from nmt_cli.alignment.corpus import align_links_into, link_chunks
 from nmt_cli.checkpoint import list_checkpoints, load_checkpoint_config, load_checkpoint_state
 from nmt_cli.config import Config
 from nmt_cli.data.prepare import prepare
 from nmt_cli.data.prepared import PreparedData
 from nmt_cli.errors import NmtError
-from nmt_cli.fileio import atomic_open
-from nmt_cli.pharaoh import format_links, write_reversed_alignments
-from nmt_cli.progress import Progress
-from nmt_cli.resumable import CHUNKS, ChunkFolder
+from nmt_cli.pharaoh import write_reversed_alignments
 from nmt_cli.stages import PipelineRecord, Stage, run_finished, training_seconds
-from nmt_cli.textio import iter_lines, iter_parallel
+from nmt_cli.textio import iter_parallel
 from nmt_cli.training import train
 from nmt_cli.training.resume import check_same_run
 
@@ -329,24 +327,10 @@ def _training_pairs(data: PreparedData) -> Iterator[tuple[str, str]]:
 
 def _align_into(aligner: Aligner, pairs: Iterable[tuple[str, str]], target: Path, stream: TextIO | None,
                 total: int | None = None, chunk_lines: int = ALIGN_CHUNK) -> tuple[int, int]:
-    """Align the pairs ``chunk_lines`` at a time into the Pharaoh file ``target`` (atomically),
-    with progress on ``stream`` (none without one); the numbers of pairs and links. Each
-    chunk's links are kept in ``.chunks`` beside ``target`` until it is written, so an
-    interrupted stage aligns only the chunks it had not finished."""
-    chunks = ChunkFolder(target.parent / CHUNKS, aligner.deciding_settings, ".align")
-
-    def align(chunk: list[tuple[str, str]], handle: IO[bytes]) -> None:
-        for sentence in aligner.align([source for source, _ in chunk], [target for _, target in chunk]):
-            handle.write((format_links(sentence.links) + "\n").encode("utf-8"))
-
-    count = links = 0
-    with atomic_open(target) as handle, Progress(f"bootstrap {target.parent.name}", total=total,
-                                                 enabled=stream is not None, stream=stream) as counter:
-        for chunk, path, _ in chunks.results(pairs, chunk_lines, align):
-            for line in iter_lines(path):
-                handle.write(line + "\n")
-                links += len(line.split())
-            count += len(chunk)
-            counter.update(len(chunk))
-    chunks.remove()
-    return count, links
+    """Align the pairs ``chunk_lines`` at a time into the Pharaoh file ``target`` (atomically,
+    resumable: :func:`~nmt_cli.alignment.corpus.align_links_into`), with progress on
+    ``stream`` (none without one); the numbers of pairs and links. The chunks go once
+    ``target`` is written."""
+    written = align_links_into(aligner, pairs, target, chunk_lines, total, f"bootstrap {target.parent.name}", stream)
+    link_chunks(target).remove()
+    return written.pairs, written.links

@@ -9,8 +9,9 @@
    ``translate/train.<tgt>`` is line-exact with the training source (a blank source, or
    one too long for the teacher, gives an empty line) and ``translate/train.scores`` holds
    the teacher's log-probability of each kept line divided by its tokens + 1 (EOS). The
-   corpus is translated ``chunk_lines`` lines at a time, each chunk written whole, so a
-   killed translation resumes at its last finished chunk; on the CPU every core decodes
+   corpus is translated ``chunk_lines`` lines at a time, each chunk kept in
+   ``translate/.chunks`` (:class:`~nmt_cli.resumable.ChunkFolder`) until the stage is
+   recorded, so a killed translation resumes at its first unfinished chunk; on the CPU every core decodes
    (``decode.workers``), a GPU when there is one;
 2. ``filter``: the worst ``drop_share`` of the pairs by that score are dropped (and every
    empty translation); ``filter/`` holds the kept pairs and the validation and test text
@@ -19,7 +20,7 @@
    corpus;
 3. ``shortlist``: the lexical shortlist of the kept pairs (:mod:`nmt_cli.shortlist`): the
    teacher (the ensemble) aligns them, ``chunk_lines`` pairs at a time into
-   ``shortlist/train.align.chunks`` (a killed alignment resumes at its last finished chunk),
+   ``shortlist/train.align.chunks`` (a killed alignment resumes at its first unfinished chunk),
    and each source piece keeps its ``k`` likeliest target pieces, with the ``frequent``
    most frequent ones (``shortlist/shortlist.txt``, Marian's ``50 50`` by default; none
    with ``shortlist=None``);
@@ -46,20 +47,19 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import itertools
 import json
 import math
 import os
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TextIO
+from typing import IO, Any, Callable, Iterable, Iterator, Mapping, Sequence, TextIO
 
 import numpy as np
 
+from nmt_cli.alignment.corpus import link_chunks
 from nmt_cli.checkpoint import (checkpoints_to_average, load_checkpoint_config, load_checkpoint_state,
-                                tokenizer_directory, write_average)
+                                resolve_checkpoint, tokenizer_directory, write_average)
 from nmt_cli.config import Config, load_config
 from nmt_cli.data.prepare import prepare
 from nmt_cli.data.prepared import PreparedData
@@ -70,8 +70,9 @@ from nmt_cli.errors import InputError, NmtError
 from nmt_cli.evaluation.checkpoint_eval import evaluate_split
 from nmt_cli.evaluation.metrics import build_metric
 from nmt_cli.export import export_ctranslate2
-from nmt_cli.fileio import atomic_open, atomic_write_json
+from nmt_cli.fileio import atomic_open
 from nmt_cli.progress import Progress, format_duration
+from nmt_cli.resumable import CHUNKS, ChunkFolder
 from nmt_cli.shortlist import DEFAULT_FREQUENT, DEFAULT_K, write_shortlist
 from nmt_cli.shortlist_build import align_in_chunks, shortlist_from_links
 from nmt_cli.stages import PipelineRecord, Stage, run_finished, training_seconds
@@ -325,7 +326,7 @@ def distill(teachers: Sequence[str | os.PathLike], data: str | os.PathLike, out_
     translate_stage = Stage("translate", sources, (f"{TRANSLATED}/{tgt}", f"{TRANSLATED}/train.scores"))
     run_stage(translate_stage, lambda: _translate(teachers, prepared, root / TRANSLATED, beam, options, device,
                                                   workers, stream))
-    shutil.rmtree(root / TRANSLATED / "chunks", ignore_errors=True)  # once recorded, the merged files hold them
+    _translation_chunks(root / TRANSLATED).remove()  # once recorded, the stage's files hold them
     filter_stage = Stage("filter", (f"data: {prepared.path}", *translate_stage.outputs),
                          (f"{FILTERED}/train.{prepared.src_lang}", f"{FILTERED}/{tgt}"))
     run_stage(filter_stage, lambda: _filter(prepared, root, options.drop_share, options.chunk_lines, stream))
@@ -395,45 +396,59 @@ def _first_difference(old: dict, new: dict, prefix: str = "") -> tuple[str, Any,
 
 def _translate(teachers: Sequence[str], data: PreparedData, folder: Path, beam: int, options: DistillOptions,
                device: str, workers: int | None, stream: TextIO | None) -> tuple[float, dict]:
-    """The teacher's translation of the training source, chunk by chunk into ``folder/chunks``
-    (a chunk already there is kept), then merged into the stage's two files."""
+    """The teacher's translation of the training source, ``options.chunk_lines`` lines at a
+    time, each chunk's kept hypotheses (JSON) in :func:`_translation_chunks` (a chunk finished
+    by an earlier run is kept), written as the stage's two line-exact files; the stage's cost
+    is what the chunks took, whichever session translated them."""
     resolved = resolve_device(device)
     workers = (workers or machine_cores()) if resolved.type == "cpu" else 1
     src_path, ref_path = data.text_path("train", "src"), data.text_path("train", "tgt")
     total = data.manifest["splits"]["train"]["kept"]
-    chunks = folder / "chunks"
-    chunks.mkdir(parents=True, exist_ok=True)
-    starts = range(0, total, options.chunk_lines)
-    todo = {start for start in starts if not (chunks / _chunk_name(start)).is_file()}
-    remaining = sum(min(options.chunk_lines, total - start) for start in todo)
-    translator = load_translator(teachers, engine="torch", device=resolved, overrides={
-        "decode.beam_size": beam, "decode.nbest": beam, "decode.search": "beam", "decode.sampling": "none",
-        "decode.on_long_line": "skip", "decode.workers": workers})
-    resumed = f" (resumed at line {min(todo) + 1:,})" if todo and min(todo) > 0 else ""
-    lines = _paired_lines(src_path, ref_path, total)
+    chunks = _translation_chunks(folder, {"teachers": [str(resolve_checkpoint(teacher)) for teacher in teachers],
+                                          "beam": beam, "keep": options.keep, "device": str(resolved)})
+    translator = None
+
+    def translate(pairs: list[tuple[str, str]], handle: IO[bytes]) -> None:
+        nonlocal translator
+        if translator is None:  # loaded for the first chunk to translate: a finished translation loads none
+            translator = load_translator(teachers, engine="torch", device=resolved, overrides={
+                "decode.beam_size": beam, "decode.nbest": beam, "decode.search": "beam", "decode.sampling": "none",
+                "decode.on_long_line": "skip", "decode.workers": workers})
+        entries = _distilled_entries(translator.translate([source for source, _ in pairs]),
+                                     [reference for _, reference in pairs], options.keep)
+        handle.write(json.dumps(entries, ensure_ascii=False).encode("utf-8"))
+
+    todo = chunks.remaining(total, options.chunk_lines)
+    resumed = f" ({total - todo:,} lines translated before)" if todo < total else ""
+    seconds, ranks, empty, long_lines = 0.0, {}, 0, 0
     try:
-        with Progress(f"distill translate{resumed}", total=remaining, unit="sentences", enabled=stream is not None,
-                      stream=stream) as counter:
-            for start in starts:
-                pairs = list(itertools.islice(lines, options.chunk_lines))
-                if start in todo:
-                    begun = time.perf_counter()
-                    entries = _distilled_entries(translator.translate([source for source, _ in pairs]),
-                                                 [reference for _, reference in pairs], options.keep)
-                    atomic_write_json(chunks / _chunk_name(start),
-                                      {"seconds": time.perf_counter() - begun, "entries": entries})
-                    counter.update(len(pairs))
-            for _ in lines:  # the end of the files: their line count is checked there
-                pass
+        with (atomic_open(folder / f"train.{data.tgt_lang}") as text, atomic_open(folder / "train.scores") as scores,
+              Progress(f"distill translate{resumed}", total=todo, unit="sentences", enabled=stream is not None,
+                       stream=stream) as counter):
+            for chunk in chunks.results(_paired_lines(src_path, ref_path, total), options.chunk_lines, translate,
+                                        counter):
+                seconds += chunk.seconds
+                for entry in json.loads(chunk.path.read_text(encoding="utf-8")):
+                    text.write(entry["text"] + "\n")
+                    scores.write(("" if entry["score"] is None else repr(entry["score"])) + "\n")
+                    ranks[entry["rank"]] = ranks.get(entry["rank"], 0) + 1
+                    empty += entry["score"] is None
+                    long_lines += entry["long"]
     finally:
-        translator.close()
-    return _merge_chunks(chunks, starts, folder, f"train.{data.tgt_lang}", {
-        "sentences": total, "teachers": len(teachers), "beam": beam, "keep": options.keep, "device": str(resolved),
-        "workers": workers, "chunks": len(starts)})
+        if translator is not None:
+            translator.close()
+    kept_rank = [ranks.get(rank, 0) for rank in range(max(ranks, default=-1) + 1)]
+    return seconds, {"sentences": total, "teachers": len(teachers), "beam": beam, "keep": options.keep,
+                     "device": str(resolved), "workers": workers, "chunks": -(-total // options.chunk_lines),
+                     "kept_rank": kept_rank, "empty": empty, "too_long": long_lines,
+                     "sentences_per_second": round(total / max(seconds, 1e-9), 1)}
 
 
-def _chunk_name(start: int) -> str:
-    return f"{start:010d}.json"
+def _translation_chunks(folder: Path, settings: dict | None = None) -> ChunkFolder:
+    """The translate stage's finished chunks, in ``folder/.chunks``, keyed by ``settings``
+    (the teachers' checkpoints, beam, keep and device: what decides the translations; None:
+    a folder opened to remove them)."""
+    return ChunkFolder(folder / CHUNKS, settings, ".json")
 
 
 def _paired_lines(src_path: Path, ref_path: Path, total: int) -> Iterator[tuple[str, str]]:
@@ -460,25 +475,6 @@ def _distilled_entries(hypotheses: Sequence[Hypothesis], references: Sequence[st
                         "score": None if empty else chosen.log_prob / (len(chosen.tokens) + 1),
                         "rank": rank, "long": bool(hypothesis.long_input)})
     return entries
-
-
-def _merge_chunks(chunks: Path, starts: range, folder: Path, text_name: str, details: dict) -> tuple[float, dict]:
-    """Write the chunks' translations and scores as the stage's two line-exact files; the
-    stage's cost is what the chunks took, whichever session translated them."""
-    seconds, ranks, empty, long_lines = 0.0, {}, 0, 0
-    with atomic_open(folder / text_name) as text, atomic_open(folder / "train.scores") as scores:
-        for start in starts:
-            chunk = json.loads((chunks / _chunk_name(start)).read_text(encoding="utf-8"))
-            seconds += chunk["seconds"]
-            for entry in chunk["entries"]:
-                text.write(entry["text"] + "\n")
-                scores.write(("" if entry["score"] is None else repr(entry["score"])) + "\n")
-                ranks[entry["rank"]] = ranks.get(entry["rank"], 0) + 1
-                empty += entry["score"] is None
-                long_lines += entry["long"]
-    kept_rank = [ranks.get(rank, 0) for rank in range(max(ranks, default=-1) + 1)]
-    return seconds, {**details, "kept_rank": kept_rank, "empty": empty, "too_long": long_lines,
-                     "sentences_per_second": round(details["sentences"] / max(seconds, 1e-9), 1)}
 
 
 # ---- filter, prepare, train, average, export --------------------------------------------------------------
@@ -541,7 +537,7 @@ def _shortlist(teachers: Sequence[str], data: PreparedData, root: Path, options:
     built = shortlist_from_links(src, tgt, root / SHORTLIST_LINKS, data.tokenizer, k, frequent, stream,
                                  {"aligner": aligned["aligner"]})
     write_shortlist(root / SHORTLISTED, built)
-    shutil.rmtree(root / f"{SHORTLIST_LINKS}.chunks", ignore_errors=True)  # the merged links hold them
+    link_chunks(root / SHORTLIST_LINKS).remove()  # the shortlist holds what they were for
     return aligned["align_seconds"] + time.perf_counter() - began, {
         "k": k, "frequent": frequent, "pairs": built.built_from["pairs"], "piece_links": built.built_from["links"],
         "source_pieces": len(built.translations), "unmatched_pairs": built.built_from["unmatched_pairs"],

@@ -3,8 +3,9 @@
 The links are given (a Pharaoh file, a line per pair: ``nmt align``'s, eflomal's, fast_align's)
 or made here by nmt-cli's aligner (:class:`~nmt_cli.alignment.api.Aligner`: one model or an
 ensemble, optionally with a reverse-direction model and symmetrization), ``chunk_lines``
-pairs at a time into a folder of chunk files, each written whole, so that an interrupted
-alignment resumes at its last finished chunk (``nmt distill``'s shortlist stage).
+pairs at a time through a :class:`~nmt_cli.resumable.ChunkFolder`, so that an interrupted
+alignment resumes at its first unfinished chunk (``nmt shortlist --aligner``, ``nmt
+distill``'s shortlist stage).
 
 Word links become piece links as ``nmt prepare`` makes them (:func:`nmt_cli.data.links.piece_links`:
 a word link links every piece of both words); a pair whose pieces spell other words than
@@ -16,22 +17,20 @@ from __future__ import annotations
 
 import itertools
 import os
-import time
-from pathlib import Path
 from typing import Iterator, Sequence, TextIO
 
 import numpy as np
 
 from nmt_cli.alignment.api import Aligner, AlignOptions
+from nmt_cli.alignment.corpus import align_links_into, link_chunks
 from nmt_cli.checkpoint import tokenizer_directory
 from nmt_cli.data.links import piece_links
 from nmt_cli.errors import InputError, NmtError
-from nmt_cli.fileio import atomic_open
-from nmt_cli.pharaoh import format_links, parse_links
+from nmt_cli.pharaoh import parse_links
 from nmt_cli.progress import Progress
 from nmt_cli.shortlist import (DEFAULT_FREQUENT, DEFAULT_K, Shortlist, ShortlistCounts, build_shortlist_from_counts,
-                               tokenizer_identity)
-from nmt_cli.textio import CHUNK_LINES, iter_lines
+                               tokenizer_identity, write_shortlist)
+from nmt_cli.textio import CHUNK_LINES, count_lines, iter_lines
 from nmt_cli.tokenization import Tokenizer
 from nmt_cli.tokenization.spm import word_spans
 
@@ -53,11 +52,6 @@ def paired_lines(*paths: str | os.PathLike) -> Iterator[tuple[str, ...]]:
         yield lines
 
 
-def count_pairs(path: str | os.PathLike) -> int:
-    """The lines of ``path`` (the pairs, for progress)."""
-    return sum(1 for _ in iter_lines(path))
-
-
 def shortlist_from_links(source: str | os.PathLike, target: str | os.PathLike, links: str | os.PathLike,
                          tokenizer: Tokenizer, k: int = DEFAULT_K, frequent: int = DEFAULT_FREQUENT,
                          stream: TextIO | None = None, built_from: dict | None = None) -> Shortlist:
@@ -66,7 +60,7 @@ def shortlist_from_links(source: str | os.PathLike, target: str | os.PathLike, l
     counts = ShortlistCounts(tokenizer.src_vocab_size, tokenizer.tgt_vocab_size)
     unmatched = 0
     lines = enumerate(paired_lines(source, target, links), start=1)
-    with Progress("shortlist", total=count_pairs(source), unit="pairs", enabled=stream is not None,
+    with Progress("shortlist", total=count_lines(source), unit="pairs", enabled=stream is not None,
                   stream=stream) as progress:
         while batch := list(itertools.islice(lines, ENCODE_BATCH)):
             src_pieces = tokenizer.src.encode([src for _, (src, _, _) in batch], out_type=str)
@@ -98,54 +92,26 @@ def align_in_chunks(aligners: Sequence[str | os.PathLike], source: str | os.Path
                     options: AlignOptions = AlignOptions(), device: str = "cpu", chunk_lines: int = CHUNK_LINES,
                     stream: TextIO | None = None) -> dict:
     """Word links of every pair by ``aligners`` (with ``reverse``: symmetrized) into the Pharaoh
-    file ``out``, through ``out``'s folder ``<out>.chunks/`` (a chunk already there is kept, so
-    a rerun resumes); returns what the alignment cost and which aligner made it."""
-    out = Path(out)
-    chunks = out.parent / f"{out.name}.chunks"
-    chunks.mkdir(parents=True, exist_ok=True)
-    total = count_pairs(source)
-    starts = range(0, total, chunk_lines)
-    todo = {start for start in starts if not (chunks / _chunk_name(start)).is_file()}
-    aligner = Aligner(list(aligners), options, device, list(reverse) or None) if todo else None
-    pairs = paired_lines(source, target)
-    seconds = 0.0
-    with Progress("shortlist align", total=sum(min(chunk_lines, total - start) for start in todo),
-                  unit="pairs", enabled=stream is not None, stream=stream) as progress:
-        for start in starts:
-            chunk = list(itertools.islice(pairs, chunk_lines))
-            if start not in todo:
-                continue
-            begun = time.perf_counter()
-            aligned = aligner.align([src for src, _ in chunk], [tgt for _, tgt in chunk])
-            with atomic_open(chunks / _chunk_name(start), "w") as handle:
-                handle.write(f"# {time.perf_counter() - begun!r}\n")
-                handle.writelines(format_links(sentence.links) + "\n" for sentence in aligned)
-            seconds += time.perf_counter() - begun
-            progress.update(len(chunk))
-        for _ in pairs:  # the rest of the files: their pairing is checked there
-            pass
-    spent = 0.0
-    with atomic_open(out, "w") as handle:
-        for start in starts:
-            lines = (chunks / _chunk_name(start)).read_text(encoding="utf-8").splitlines(keepends=True)
-            spent += float(lines[0][2:])
-            handle.writelines(lines[1:])
-    return {"pairs": total, "chunks": len(starts), "align_seconds": round(spent, 1),
-            "aligner": aligner.settings if aligner is not None else {"checkpoints": [str(path) for path in aligners]}}
-
-
-def _chunk_name(start: int) -> str:
-    return f"{start:010d}.align"
+    file ``out``, resumable (:func:`~nmt_cli.alignment.corpus.align_links_into`: its chunks,
+    kept in ``<out>.chunks/``, are removed by the caller once the shortlist is written, with
+    :func:`~nmt_cli.alignment.corpus.link_chunks`); returns what the alignment cost and which
+    aligner made it."""
+    aligner = Aligner(list(aligners), options, device, list(reverse) or None)
+    written = align_links_into(aligner, paired_lines(source, target), out, chunk_lines, count_lines(source),
+                               "shortlist align", stream)
+    return {"pairs": written.pairs, "chunks": -(-written.pairs // chunk_lines),
+            "align_seconds": round(written.seconds, 1), "aligner": aligner.settings}
 
 
 def build_shortlist(source: str | os.PathLike, target: str | os.PathLike, tokenizer_from: str | os.PathLike,
                     links: str | os.PathLike | None = None, aligners: Sequence[str | os.PathLike] = (),
                     reverse: Sequence[str | os.PathLike] = (), k: int = DEFAULT_K,
                     frequent: int = DEFAULT_FREQUENT, device: str = "cpu", stream: TextIO | None = None,
-                    aligned: str | os.PathLike | None = None) -> Shortlist:
+                    aligned: str | os.PathLike | None = None, out: str | os.PathLike | None = None) -> Shortlist:
     """``nmt shortlist``: the shortlist of a corpus in the pieces of ``tokenizer_from`` (a
     prepared, checkpoint, run or export directory), from the Pharaoh ``links`` or, without
-    them, from the links ``aligners`` make (written to the Pharaoh file ``aligned``, resumable)."""
+    them, from the links ``aligners`` make (written to the Pharaoh file ``aligned``, resumable
+    until the shortlist is written); written to ``out`` (:func:`~nmt_cli.shortlist.write_shortlist`)."""
     if (links is None) == (not aligners):
         raise NmtError("shortlist: give either word links (--links) or an aligner (--aligner), not both or neither")
     tokenizer = Tokenizer.from_directory(tokenizer_directory(tokenizer_from))
@@ -156,4 +122,9 @@ def build_shortlist(source: str | os.PathLike, target: str | os.PathLike, tokeni
         links = aligned
         built_from["aligner"] = align_in_chunks(aligners, source, target, links, reverse, device=device,
                                                 stream=stream)["aligner"]
-    return shortlist_from_links(source, target, links, tokenizer, k, frequent, stream, built_from)
+    built = shortlist_from_links(source, target, links, tokenizer, k, frequent, stream, built_from)
+    if out is not None:
+        write_shortlist(out, built)
+    if aligners:
+        link_chunks(links).remove()  # the shortlist holds what they were for
+    return built

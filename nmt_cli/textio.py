@@ -17,7 +17,8 @@ from typing import IO, Iterable, Iterator, TypeVar
 
 from nmt_cli.errors import InputError
 
-__all__ = ["STDIN", "CHUNK_LINES", "iter_raw_lines", "decode_line", "iter_lines", "read_lines", "read_parallel",
+__all__ = ["STDIN", "CHUNK_LINES", "iter_raw_lines", "count_lines", "decode_line", "iter_lines", "read_lines",
+           "read_parallel",
            "iter_parallel", "iter_chunks", "check_same_length", "display_name", "one_line"]
 
 STDIN = "-"
@@ -54,6 +55,12 @@ def iter_raw_lines(path: str | os.PathLike) -> Iterator[tuple[int, bytes]]:
     with _open_binary(path) as handle:
         for number, raw in enumerate(handle, start=1):
             yield number, raw.removesuffix(b"\n").removesuffix(b"\r")
+
+
+def count_lines(path: str | os.PathLike) -> int:
+    """The lines :func:`iter_lines` reads of a file, counted without decoding them (the total
+    of a streaming command's progress)."""
+    return sum(1 for _ in iter_raw_lines(path))
 
 
 def decode_line(raw: bytes, path: str | os.PathLike, number: int) -> str:

@@ -5,6 +5,7 @@ writer, and a stopped run resumes at its first unfinished chunk."""
 from __future__ import annotations
 
 import json
+import zipfile
 
 import numpy as np
 import pytest
@@ -13,13 +14,15 @@ from click.testing import CliRunner
 from nmt_cli.alignment import corpus as corpus_module
 from nmt_cli.alignment import output as output_module
 from nmt_cli.alignment.api import Aligner, AlignOptions
-from nmt_cli.alignment.corpus import align_into
+from nmt_cli.alignment.corpus import align_into, link_chunks
 from nmt_cli.alignment.output import HeatmapChoice, load_soft_npz
+from nmt_cli.alignment.reader import SentenceAlignment
 from nmt_cli.cli import cli
 from nmt_cli.cli import align as _align_command  # noqa: F401  (registers `nmt align`)
 from nmt_cli.errors import InputError, NmtError
 from nmt_cli.pharaoh import read_alignments
 from nmt_cli.resumable import CHUNKS
+from tests.interrupting import recording
 from tests.test_cli_align import SRC, TGT, make_checkpoint
 
 PAIRS = list(zip(SRC * 3, TGT * 3))[:8]  # 8 pairs: chunks of 3 end with a short one
@@ -118,31 +121,31 @@ def test_the_reader_is_never_more_than_a_chunk_ahead_of_the_writer(models, tmp_p
 UNPATCHED_ALIGN = Aligner.align  # the aligner's own method, whatever a test has patched in since
 
 
-def recording_align(calls: list, stop_at: int | None = None):
-    """``Aligner.align`` that records each chunk's source lines in ``calls`` and, at the
-    ``stop_at``-th chunk, is interrupted as Ctrl-C would interrupt it."""
-    def recorded(self, src_lines, tgt_lines):
-        calls.append(list(src_lines))
-        if len(calls) == stop_at:
-            raise KeyboardInterrupt
-        return UNPATCHED_ALIGN(self, src_lines, tgt_lines)
-
-    return recorded
+def recording_align(calls: list, stop_at: int | None = None, mid_chunk: bool = False):
+    """``Aligner.align`` recording each chunk's source lines in ``calls`` and interrupted at the
+    ``stop_at``-th chunk (:func:`tests.interrupting.recording`)."""
+    return recording(UNPATCHED_ALIGN, calls, stop_at, mid_chunk)
 
 
-def test_a_stopped_run_resumes_at_its_first_unfinished_chunk(models, tmp_path, monkeypatch):
+@pytest.mark.parametrize("mid_chunk", [False, True], ids=["at-a-chunk-boundary", "mid-chunk"])
+def test_a_stopped_run_resumes_at_its_first_unfinished_chunk(models, tmp_path, monkeypatch, mid_chunk):
     align_into(aligner(models), PAIRS, tmp_path / "whole", chunk_lines=2, progress=False)
     calls = []
-    monkeypatch.setattr(Aligner, "align", recording_align(calls, stop_at=3))
+    monkeypatch.setattr(Aligner, "align", recording_align(calls, stop_at=3, mid_chunk=mid_chunk))
     out = tmp_path / "stopped"
     with pytest.raises(KeyboardInterrupt):
         align_into(aligner(models), PAIRS, out, chunk_lines=2, progress=False)
     assert sorted(path.name for path in out.iterdir()) == [CHUNKS]  # no output half-written
-    assert len(list((out / CHUNKS).glob("*.npz"))) == 2
+    assert len(list((out / CHUNKS).glob("*.npz"))) == 2  # nor the chunk begun
+    assert len(list((out / CHUNKS).iterdir())) == 4  # the two chunks and their seconds: no temporary
     calls.clear()
     monkeypatch.setattr(Aligner, "align", recording_align(calls))
-    align_into(aligner(models), PAIRS, out, chunk_lines=2, progress=False)
+    totals, real_progress = [], corpus_module.Progress
+    monkeypatch.setattr(corpus_module, "Progress", lambda *args, **options: totals.append(options["total"]) or
+                        real_progress(*args, **options))
+    align_into(aligner(models), PAIRS, out, chunk_lines=2, progress=False, total=len(PAIRS))
     assert calls == [[source for source, _ in PAIRS[start:start + 2]] for start in (4, 6)]  # chunks 3 and 4 only
+    assert totals == [4]  # the ETA counts down the pairs left, not those kept
     assert output_bytes(out) == output_bytes(tmp_path / "whole")
     assert not (out / CHUNKS).exists()
 
@@ -154,6 +157,51 @@ def test_a_chunk_is_aligned_again_when_its_pairs_or_the_settings_change(models, 
     assert keys[0] != keys[1] and chunks.key(PAIRS[:2]) == keys[0]
     other = corpus_module.aligned_chunks(Aligner(models["forward"], AlignOptions(batch_size=1), "cpu"), out / CHUNKS)
     assert other.key(PAIRS[:2]) != keys[0]  # without the reverse model the alignments differ
+
+
+def soft_sentences(count: int) -> list[SentenceAlignment]:
+    """Pairs of every shape soft.npz holds: words in any script, an empty side, no links."""
+    rng = np.random.default_rng(3)
+    sentences = []
+    for n in range(count):
+        src, tgt = [f"wört{n}", "ß", "日本"][: n % 4], [f"w{n}", "x"][: (n + 1) % 3]
+        links = [(i, j) for j in range(len(tgt)) for i in range(len(src)) if (i + j + n) % 2 == 0]
+        sentences.append(SentenceAlignment(src, tgt, rng.random((len(tgt), len(src))), links))
+    return sentences
+
+
+def test_soft_npz_holds_pairs_in_blocks_whose_entries_do_not_grow_with_the_pairs(tmp_path):
+    sentences = soft_sentences(11)
+    for pairs, block_pairs in ((11, 4), (3, 4), (0, 4), (11, 1000)):
+        path = tmp_path / f"{pairs}-{block_pairs}.npz"
+        with open(path, "wb") as handle, output_module.SoftNpzWriter(handle, compress=True, block_pairs=block_pairs,
+                                                                      matrix_dtype=np.float64) as writer:
+            for sentence in sentences[:pairs]:
+                writer.add(sentence)
+            writer.close({"step": 7})
+        with zipfile.ZipFile(path) as archive:  # six entries a block and the settings, whatever the pairs
+            assert len(archive.namelist()) == 6 * -(-pairs // block_pairs) + 1
+        read, settings = load_soft_npz(path)
+        assert settings == {"step": 7} and len(read) == pairs
+        for got, want in zip(read, sentences):
+            assert (got.src_words, got.tgt_words, got.links) == (want.src_words, want.tgt_words, want.links)
+            np.testing.assert_array_equal(got.matrix, want.matrix)
+
+
+def test_soft_npz_of_the_layout_before_blocks_still_reads(tmp_path):
+    sentences = soft_sentences(3)
+    arrays = {"settings": np.array(json.dumps({"step": 1}))}
+    for k, sentence in enumerate(sentences):
+        arrays.update({f"matrix_{k}": sentence.matrix.astype(np.float32), f"links_{k}": np.array(
+            sentence.links, dtype=np.int64).reshape(-1, 2), f"src_words_{k}": np.array(sentence.src_words, dtype=str),
+            f"tgt_words_{k}": np.array(sentence.tgt_words, dtype=str)})
+    np.savez(tmp_path / "old.npz", **arrays)
+    read, settings = load_soft_npz(tmp_path / "old.npz")
+    assert settings == {"step": 1} and [(s.src_words, s.tgt_words, s.links) for s in read] == [
+        (s.src_words, s.tgt_words, s.links) for s in sentences]
+    (tmp_path / "not.npz").write_bytes(b"not a zip")
+    with pytest.raises(NmtError, match="not.npz: not a soft-alignment file written by nmt align"):
+        load_soft_npz(tmp_path / "not.npz")
 
 
 def test_gold_links_must_pair_with_the_input(models, tmp_path):
@@ -236,7 +284,7 @@ def test_bootstrap_links_stream_and_are_the_same_for_any_chunk_size(models, tmp_
                                             chunk_lines=chunk) == (24, sum(len(line.split())
                                                                            for line in target.read_text().splitlines()))
         written[chunk] = target.read_bytes()
-        assert not (target.parent / CHUNKS).exists()
+        assert not link_chunks(target).folder.exists()
         aligned = 0
         for size, lines_read in align_calls:  # when a chunk is aligned, no line past it has been read
             aligned += size
@@ -247,18 +295,21 @@ def test_bootstrap_links_stream_and_are_the_same_for_any_chunk_size(models, tmp_
         set(sentence.links) for sentence in whole]
 
 
-def test_an_interrupted_bootstrap_links_stage_aligns_only_what_it_had_not(models, tmp_path, monkeypatch):
+@pytest.mark.parametrize("mid_chunk", [False, True], ids=["at-a-chunk-boundary", "mid-chunk"])
+def test_an_interrupted_bootstrap_links_stage_aligns_only_what_it_had_not(models, tmp_path, monkeypatch, mid_chunk):
     from nmt_cli import bootstrap as bootstrap_module
 
     calls = []
     target = tmp_path / "links" / "train.align"
-    monkeypatch.setattr(Aligner, "align", recording_align(calls, stop_at=2))
+    monkeypatch.setattr(Aligner, "align", recording_align(calls, stop_at=2, mid_chunk=mid_chunk))
     with pytest.raises(KeyboardInterrupt):
         bootstrap_module._align_into(aligner(models), iter(PAIRS), target, None, chunk_lines=3)
-    assert not target.exists() and len(list((target.parent / CHUNKS).iterdir())) >= 1
+    assert sorted(path.name for path in target.parent.iterdir()) == ["train.align.chunks"]  # nothing half-written
+    assert len(list(link_chunks(target).folder.glob("*.align"))) == 1
     calls.clear()
     monkeypatch.setattr(Aligner, "align", recording_align(calls))
     assert bootstrap_module._align_into(aligner(models), iter(PAIRS), target, None, chunk_lines=3)[0] == 8
-    assert [len(chunk) for chunk in calls] == [3, 2]  # the first chunk was kept
-    bootstrap_module._align_into(aligner(models), iter(PAIRS), tmp_path / "whole" / "train.align", None, chunk_lines=8)
+    assert calls == [[source for source, _ in PAIRS[start:start + 3]] for start in (3, 6)]  # the first was kept
+    bootstrap_module._align_into(aligner(models), iter(PAIRS), tmp_path / "whole" / "train.align", None, chunk_lines=3)
     assert target.read_bytes() == (tmp_path / "whole" / "train.align").read_bytes()
+    assert sorted(path.name for path in target.parent.iterdir()) == ["train.align"]

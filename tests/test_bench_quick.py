@@ -38,7 +38,7 @@ def run_bench(script: str, work: Path, *options: str) -> dict:
                            "--json", str(report), *options], capture_output=True, text=True, cwd=REPO,
                           timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert any(f"| {first} |" in done.stdout for first in ("toolkit", "system", "shape"))  # the table is printed
+    assert any(f"| {first} |" in done.stdout for first in ("toolkit", "system", "shape", "layout"))  # the table is printed
     return json.loads(report.read_text())
 
 
@@ -144,6 +144,20 @@ def test_shortlist_speed_quick_compares_each_engine_with_and_without_its_shortli
             ratio = figure(row["out tok/s (CPU time)"]) / base
             assert figure(row["vs the same engine without"].rstrip("x")) == pytest.approx(ratio, rel=0.1)
     assert any("load average when measured" in note for note in report["notes"])
+
+
+def test_soft_npz_memory_quick_shows_the_blocks_memory_bounded_and_the_per_pair_index_growing(work: Path) -> None:
+    report = run_bench("soft_npz_memory", work)
+    rows = [dict(zip(report["columns"], row)) for row in report["rows"]]
+    blocks = [row for row in rows if row["layout"].startswith("blocks")]
+    entries = [row for row in rows if row["layout"].startswith("4 entries")]
+    # six entries a block of 2,000 pairs against four a pair, and the settings
+    assert [figure(row["zip entries"]) for row in blocks] == [6 * figure(row["pairs"]) / 2000 + 1 for row in blocks]
+    assert [figure(row["zip entries"]) for row in entries] == [4 * figure(row["pairs"]) + 1 for row in entries]
+    # four times the pairs: the blocks' peak stays that of a block, the per-pair index grows with them
+    assert figure(blocks[1]["peak memory (MiB)"]) <= 1.2 * figure(blocks[0]["peak memory (MiB)"])
+    assert figure(entries[1]["peak memory (MiB)"]) >= 2 * figure(entries[0]["peak memory (MiB)"])
+    assert any("Load average" in note for note in report["notes"])
 
 
 def test_decode_profile_quick_splits_the_decode_into_parts_and_states_the_ceiling(work: Path) -> None:

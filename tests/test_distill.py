@@ -21,12 +21,15 @@ from nmt_cli.cli import cli
 from nmt_cli.config import Config
 from nmt_cli.data.prepare import prepare
 from nmt_cli.data.prepared import PreparedData
+from nmt_cli.decoding.translator import Translator
 from nmt_cli.distill import (DistillOptions, closest_by_chrf, distill, export_skip_reason, student_config,
                              worst_share)
 from nmt_cli.errors import NmtError
 from nmt_cli.export import read_export_record
 from nmt_cli.models import build_model
+from nmt_cli.resumable import CHUNKS
 from nmt_cli.textio import read_lines
+from tests.interrupting import recording
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -247,7 +250,7 @@ def test_a_killed_distillation_resumes_line_exact_and_a_finished_one_retrains_no
     translations = read_lines(whole / "translate" / f"train.{data.tgt_lang}")
     scores = read_lines(whole / "translate" / "train.scores")
     # line-exact: line N is the translation of source line N; the overlong line 61 is an empty line
-    assert len(sources) == len(translations) == len(scores) == 120 and not (whole / "translate" / "chunks").exists()
+    assert len(sources) == len(translations) == len(scores) == 120 and not (whole / "translate" / CHUNKS).exists()
     assert translations[60] == "" and scores[60] == "" and all(translations[:60] + translations[61:])
     translated = reference["stages"]["translate"]
     assert (translated["too_long"], translated["empty"], sum(translated["kept_rank"])) == (1, 1, 120)
@@ -275,7 +278,7 @@ def test_a_killed_distillation_resumes_line_exact_and_a_finished_one_retrains_no
 
     # killed (SIGKILL) mid-translation, then resumed: the finished chunks are not translated again
     process = _distill_process(tiny_trained_run, distill_data, tmp_path / "killed", student)
-    chunks = tmp_path / "killed" / "translate" / "chunks"
+    chunks = tmp_path / "killed" / "translate" / CHUNKS
     deadline = time.monotonic() + 120
     while len(list(chunks.glob("*.json"))) < 3 and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -301,6 +304,7 @@ def test_a_killed_distillation_resumes_line_exact_and_a_finished_one_retrains_no
         assert (tmp_path / "killed" / name).read_text(encoding="utf-8") == (whole / name).read_text(encoding="utf-8")
     assert {key: value for key, value in resumed["stages"]["filter"].items() if key != "seconds"} == \
         {key: value for key, value in reference["stages"]["filter"].items() if key != "seconds"}
+    assert not chunks.exists()  # once the stage is recorded, with what the killed writer left of its chunk
 
     # a rerun of a finished distillation retrains nothing and rewrites nothing
     run = tmp_path / "killed" / "student" / "run"
@@ -325,6 +329,59 @@ def test_a_killed_distillation_resumes_line_exact_and_a_finished_one_retrains_no
         distill([tiny_trained_run], distill_data, tmp_path / "killed", DistillOptions(
             student=str(student), average_last=2, chunk_lines=10, overrides={"train.max_steps": 5}), device="cpu",
             workers=1)
+
+
+UNPATCHED_TRANSLATE = Translator.translate  # the translator's own method, whatever a test has patched in since
+
+
+@pytest.mark.parametrize("mid_chunk", [False, True], ids=["at-a-chunk-boundary", "mid-chunk"])
+def test_an_interrupted_translation_resumes_at_its_first_unfinished_chunk_to_the_same_bytes(
+        tiny_trained_run, distill_data, tmp_path, monkeypatch, mid_chunk):
+    import nmt_cli.distill as distill_module
+
+    data, teachers, options = PreparedData(distill_data), [str(tiny_trained_run)], DistillOptions(chunk_lines=50)
+    translated = [f"train.{data.tgt_lang}", "train.scores"]
+    _, whole = distill_module._translate(teachers, data, tmp_path / "whole", 2, options, "cpu", 1, None)
+    calls = []
+    monkeypatch.setattr(Translator, "translate", recording(UNPATCHED_TRANSLATE, calls, stop_at=2, mid_chunk=mid_chunk))
+    folder = tmp_path / "stopped"
+    with pytest.raises(KeyboardInterrupt):
+        distill_module._translate(teachers, data, folder, 2, options, "cpu", 1, None)
+    assert sorted(path.name for path in folder.iterdir()) == [CHUNKS]  # neither file half-written
+    assert len(list((folder / CHUNKS).iterdir())) == 2  # the first chunk and its seconds: nothing of the second
+    calls.clear()
+    monkeypatch.setattr(Translator, "translate", recording(UNPATCHED_TRANSLATE, calls))
+    stream = io.StringIO()
+    seconds, resumed = distill_module._translate(teachers, data, folder, 2, options, "cpu", 1, stream)
+    sources = read_lines(data.text_path("train", "src"))
+    assert calls == [sources[50:100], sources[100:]]  # the second and third chunks only
+    assert "distill translate (50 lines translated before): 70 sentences" in stream.getvalue()
+    for name in translated:
+        assert (folder / name).read_bytes() == (tmp_path / "whole" / name).read_bytes()
+    assert {key: value for key, value in resumed.items() if key != "sentences_per_second"} == \
+        {key: value for key, value in whole.items() if key != "sentences_per_second"}
+    assert seconds > 0 and resumed["chunks"] == 3
+
+
+def test_a_translated_chunk_is_not_reused_for_another_input_or_teacher(tiny_trained_run, distill_data, tmp_path,
+                                                                     monkeypatch):
+    import nmt_cli.distill as distill_module
+
+    data, teachers, options = PreparedData(distill_data), [str(tiny_trained_run)], DistillOptions(chunk_lines=50)
+    folder = tmp_path / "translate"
+    distill_module._translate(teachers, data, folder, 2, options, "cpu", 1, None)
+    other = distill_module._translation_chunks(folder, {"teachers": teachers, "beam": 3, "keep": "closest",
+                                                        "device": "cpu"})
+    pair = (read_lines(data.text_path("train", "src"))[0], read_lines(data.text_path("train", "tgt"))[0])
+    assert other.key([pair]) != other.key([(pair[0] + " x", pair[1])])  # another input, another chunk
+    keys = {distill_module._translation_chunks(folder, {"teachers": teachers, "beam": beam, "keep": "closest",
+                                                        "device": "cpu"}).key([pair]) for beam in (2, 3)}
+    assert len(keys) == 2  # other settings, another chunk
+    # kept chunks of a run whose beam differed are not taken: every chunk is translated again
+    calls = []
+    monkeypatch.setattr(Translator, "translate", recording(UNPATCHED_TRANSLATE, calls))
+    distill_module._translate(teachers, data, folder, 3, options, "cpu", 1, None)
+    assert [len(chunk) for chunk in calls] == [50, 50, 20]
 
 
 def test_nmt_distill_needs_a_teacher_and_data_or_check(tmp_path):

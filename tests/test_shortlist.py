@@ -14,6 +14,7 @@ import torch
 from click.testing import CliRunner
 
 from nmt_cli.alignment.api import Aligner
+from nmt_cli.alignment.corpus import link_chunks
 from nmt_cli.checkpoint import load_checkpoint
 from nmt_cli.cli import cli
 from nmt_cli.data.prepared import PreparedData
@@ -23,6 +24,7 @@ from nmt_cli.errors import NmtError
 from nmt_cli.shortlist import (FIXED_CANDIDATES, HEADER, Shortlist, ShortlistCounts, build_shortlist_from_counts,
                                read_shortlist, tokenizer_identity, write_shortlist)
 from nmt_cli.shortlist_build import align_in_chunks, shortlist_from_links
+from tests.test_alignment_stream import recording_align
 from nmt_cli.specials import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from nmt_cli.textio import read_lines
 
@@ -394,11 +396,11 @@ def _bleu(hypotheses, model_and_data) -> float:
 # ---- nmt shortlist and nmt distill's stage --------------------------------------------------------------
 
 
-def test_nmt_shortlist_aligns_with_a_model_and_resumes_at_its_last_chunk(tiny_trained_run, tiny_prepared, tmp_path,
-                                                                       monkeypatch):
+def test_nmt_shortlist_aligns_with_a_model(tiny_trained_run, tiny_prepared, tmp_path):
     data = PreparedData(tiny_prepared)
     src, tgt = data.text_path("train", "src"), data.text_path("train", "tgt")
     out = tmp_path / "shortlist.txt"
+    (tmp_path / "notes.txt").write_text("mine\n", encoding="utf-8")
     args = ["shortlist", "--src", str(src), "--tgt", str(tgt), "--aligner", str(tiny_trained_run), "--out", str(out),
             "--k", "7", "--frequent", "9", "--device", "cpu", "--quiet"]
     result = CliRunner().invoke(cli, args)
@@ -408,29 +410,35 @@ def test_nmt_shortlist_aligns_with_a_model_and_resumes_at_its_last_chunk(tiny_tr
     assert built.tokenizer == tokenizer_identity(load_checkpoint(tiny_trained_run).tokenizer)
     links = read_lines(f"{out}.align")
     assert len(links) == 400 and sum(bool(line) for line in links) > 390
-
-    # one chunk lost (as if killed while writing it): a rerun aligns it alone, to the same links
-    chunks = sorted(Path(f"{out}.align.chunks").iterdir())
-    assert len(chunks) == 1  # 400 pairs, 2,000 a chunk
-    aligned = []
-    real_align = Aligner.align
-
-    def counting(self, src_lines, tgt_lines):
-        aligned.append(len(src_lines))
-        return real_align(self, src_lines, tgt_lines)
-
-    monkeypatch.setattr(Aligner, "align", counting)
-    again = align_in_chunks([tiny_trained_run], src, tgt, tmp_path / "again.align", chunk_lines=150)
-    assert aligned == [150, 150, 100] and again["chunks"] == 3
-    (tmp_path / "again.align.chunks" / "0000000150.align").unlink()
-    align_in_chunks([tiny_trained_run], src, tgt, tmp_path / "again.align", chunk_lines=150)
-    assert aligned == [150, 150, 100, 150]
-    assert read_lines(tmp_path / "again.align") == links
+    # the chunks went once the shortlist was written, and nothing else did
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["notes.txt", "shortlist.txt", "shortlist.txt.align"]
 
     # neither links nor an aligner, or both: a usage error in one line
     result = CliRunner().invoke(cli, ["shortlist", "--src", str(src), "--tgt", str(tgt), "--tokenizer",
                                       str(tiny_prepared), "--out", str(out)])
     assert result.exit_code == 1 and result.output.splitlines()[-1].startswith("error: shortlist: give either")
+
+
+@pytest.mark.parametrize("mid_chunk", [False, True], ids=["at-a-chunk-boundary", "mid-chunk"])
+def test_an_interrupted_shortlist_alignment_resumes_to_the_same_bytes(tiny_trained_run, tiny_prepared, tmp_path,
+                                                                      monkeypatch, mid_chunk):
+    data = PreparedData(tiny_prepared)
+    src, tgt = data.text_path("train", "src"), data.text_path("train", "tgt")
+    whole = align_in_chunks([tiny_trained_run], src, tgt, tmp_path / "whole.align", chunk_lines=150)
+    assert (whole["pairs"], whole["chunks"]) == (400, 3)
+    calls = []
+    monkeypatch.setattr(Aligner, "align", recording_align(calls, stop_at=2, mid_chunk=mid_chunk))
+    with pytest.raises(KeyboardInterrupt):
+        align_in_chunks([tiny_trained_run], src, tgt, tmp_path / "again.align", chunk_lines=150)
+    chunks = link_chunks(tmp_path / "again.align").folder
+    assert not (tmp_path / "again.align").exists() and len(list(chunks.glob("*.align"))) == 1
+    assert len(list(chunks.iterdir())) == 2  # the chunk and its seconds: nothing of the one begun
+    calls.clear()
+    monkeypatch.setattr(Aligner, "align", recording_align(calls))
+    again = align_in_chunks([tiny_trained_run], src, tgt, tmp_path / "again.align", chunk_lines=150)
+    assert calls == [read_lines(src)[150:300], read_lines(src)[300:]]  # the first chunk was kept
+    assert (tmp_path / "again.align").read_bytes() == (tmp_path / "whole.align").read_bytes()
+    assert again["pairs"] == 400 and again["align_seconds"] > 0
 
 
 def test_the_distill_shortlist_stage_is_recorded_and_resumes(tiny_trained_run, tiny_prepared, tmp_path, monkeypatch):

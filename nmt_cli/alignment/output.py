@@ -1,8 +1,9 @@
 """Files ``nmt align`` writes into its output directory (each one atomically)::
 
     <out>/alignments.align   hard links, Pharaoh ``i-j`` (0-based source-target), a line per pair
-    <out>/soft.npz           per pair k: matrix_k (T_words, S_words), src_words_k, tgt_words_k,
-                             links_k (n, 2); plus settings (a JSON string); no pickles
+    <out>/soft.npz           each pair's matrix (T_words, S_words), words and links, in blocks
+                             of pairs (:class:`SoftNpzWriter`); plus settings (a JSON string);
+                             no pickles
     <out>/soft.json          {"settings": ..., "sentences": [{"line", "src_words", "tgt_words",
                              "matrix", "links"}]}
     <out>/settings.json      the settings alone (checkpoint, step, layer/heads, shift, method, ...)
@@ -10,10 +11,10 @@
 
 :func:`write_outputs` takes the pairs as they come (an iterable, aligned a chunk at a time)
 and writes each one into every file at once: the files grow a pair at a time and appear
-when the last pair is in; only the pairs chosen for heatmaps are kept until then, and the
-zip directory of ``soft.npz`` (its four entries a pair, about 1.5 KB of memory a pair until
-it is written last): ``soft=False`` leaves both soft files out, for corpora of millions of
-pairs.
+when the last pair is in; only the pairs chosen for heatmaps are kept until then, a block of
+pairs of ``soft.npz`` and its zip directory (six entries a block of
+:data:`SOFT_BLOCK_PAIRS` pairs, written last). ``soft=False`` leaves both soft files out,
+when only the links are wanted.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import os
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Iterable, Sequence
+from typing import IO, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -36,20 +37,38 @@ from nmt_cli.fileio import atomic_open, atomic_write_json
 from nmt_cli.pharaoh import GoldAlignment, format_links
 from nmt_cli.textio import check_same_length
 
-__all__ = ["AlignmentOutputs", "HeatmapChoice", "SoftNpzWriter", "load_soft_npz", "write_outputs"]
+__all__ = ["SOFT_ARRAYS", "SOFT_BLOCK_PAIRS", "AlignmentOutputs", "HeatmapChoice", "SoftNpzWriter", "iter_soft_npz",
+           "load_soft_npz", "write_outputs"]
 
 JSON_DECIMALS = 4
 
 
+#: pairs whose soft matrices share the entries of ``soft.npz`` (a block)
+SOFT_BLOCK_PAIRS = 2000
+#: the arrays of a block ``b`` of ``soft.npz``, each its entry ``NAME_b.npy``
+SOFT_ARRAYS = ("shapes", "matrices", "word_counts", "words", "link_counts", "links")
+
+
 class SoftNpzWriter:
     """A ``soft.npz`` written a pair at a time into ``handle``: the zip of ``.npy`` entries that
-    ``np.savez`` makes (``compress``: as ``np.savez_compressed``), read by :func:`load_soft_npz`;
-    matrices as ``matrix_dtype`` (float32 in ``soft.npz``)."""
+    ``np.savez`` makes (``compress``: as ``np.savez_compressed``), read by :func:`iter_soft_npz`.
 
-    def __init__(self, handle: IO[bytes], compress: bool = True, matrix_dtype: type = np.float32):
+    Pairs are written ``block_pairs`` at a time, each block ``b`` as the arrays of
+    :data:`SOFT_ARRAYS`: ``shapes_b`` (pairs, 2), ``matrices_b`` (each pair's matrix
+    flattened, one after another, as ``matrix_dtype``: float32 in ``soft.npz``),
+    ``word_counts_b`` (pairs, 2: source, target), ``words_b`` (UTF-8 bytes, every word followed
+    by a newline: a pair's source words, then its target words), ``link_counts_b`` (pairs,)
+    and ``links_b`` (links, 2); then ``settings`` (a JSON string). So memory holds a block,
+    and the zip's index, held until the file is closed, six entries a block, not four a pair."""
+
+    def __init__(self, handle: IO[bytes], compress: bool = True, matrix_dtype: type = np.float32,
+                 block_pairs: int = SOFT_BLOCK_PAIRS):
         self._zip = zipfile.ZipFile(handle, "w", zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED,
                                     allowZip64=True)
         self._matrix_dtype = matrix_dtype
+        self._block_pairs = block_pairs
+        self._block: list[SentenceAlignment] = []
+        self._blocks = 0
 
     def __enter__(self) -> "SoftNpzWriter":
         return self
@@ -61,32 +80,68 @@ class SoftNpzWriter:
         with self._zip.open(f"{name}.npy", "w", force_zip64=True) as entry:
             np.lib.format.write_array(entry, np.asanyarray(array), allow_pickle=False)
 
-    def add(self, k: int, sentence: SentenceAlignment) -> None:
-        """Pair ``k`` (0-based): its matrix, words and links."""
-        self._array(f"matrix_{k}", sentence.matrix.astype(self._matrix_dtype))
-        self._array(f"src_words_{k}", np.array(sentence.src_words, dtype=str))
-        self._array(f"tgt_words_{k}", np.array(sentence.tgt_words, dtype=str))
-        self._array(f"links_{k}", np.array(sentence.links, dtype=np.int64).reshape(-1, 2))
+    def add(self, sentence: SentenceAlignment) -> None:
+        """The next pair: its matrix, words and links."""
+        self._block.append(sentence)
+        if len(self._block) == self._block_pairs:
+            self._write_block()
+
+    def _write_block(self) -> None:
+        block, b = self._block, self._blocks
+        words = "".join(word + "\n" for sentence in block for word in (*sentence.src_words, *sentence.tgt_words))
+        arrays = {
+            "shapes": np.array([sentence.matrix.shape for sentence in block], dtype=np.int64).reshape(-1, 2),
+            "matrices": np.concatenate([sentence.matrix.astype(self._matrix_dtype).ravel() for sentence in block]),
+            "word_counts": np.array([(len(sentence.src_words), len(sentence.tgt_words)) for sentence in block],
+                                    dtype=np.int64),
+            "words": np.frombuffer(words.encode("utf-8"), dtype=np.uint8),
+            "link_counts": np.array([len(sentence.links) for sentence in block], dtype=np.int64),
+            "links": np.array([link for sentence in block for link in sentence.links], dtype=np.int64).reshape(-1, 2),
+        }
+        for name in SOFT_ARRAYS:
+            self._array(f"{name}_{b}", arrays[name])
+        self._block, self._blocks = [], b + 1
 
     def close(self, settings: dict) -> None:
+        if self._block:
+            self._write_block()
         self._array("settings", np.array(json.dumps(settings)))
         self._zip.close()
 
 
-def load_soft_npz(path: str | os.PathLike) -> tuple[list[SentenceAlignment], dict]:
-    """Read what :class:`SoftNpzWriter` wrote: the sentences and the settings."""
+def iter_soft_npz(path: str | os.PathLike) -> Iterator[SentenceAlignment]:
+    """The pairs :class:`SoftNpzWriter` wrote, in order, read a block at a time (a file of
+    the layout before blocks, four entries a pair ``matrix_k``, ``src_words_k``,
+    ``tgt_words_k``, ``links_k``, a pair at a time)."""
     try:
         with np.load(path, allow_pickle=False) as data:
-            count = sum(1 for key in data.files if key.startswith("matrix_"))
-            sentences = [
-                SentenceAlignment(
-                    src_words=data[f"src_words_{k}"].tolist(),
-                    tgt_words=data[f"tgt_words_{k}"].tolist(),
-                    matrix=data[f"matrix_{k}"],
-                    links=[(int(i), int(j)) for i, j in data[f"links_{k}"]],
-                )
-                for k in range(count)
-            ]
+            for k in range(sum(1 for key in data.files if key.startswith("matrix_"))):
+                yield SentenceAlignment(src_words=data[f"src_words_{k}"].tolist(),
+                                        tgt_words=data[f"tgt_words_{k}"].tolist(), matrix=data[f"matrix_{k}"],
+                                        links=[(int(i), int(j)) for i, j in data[f"links_{k}"]])
+            blocks = sum(1 for key in data.files if key.startswith("matrices_"))
+            for b in range(blocks):
+                arrays = {name: data[f"{name}_{b}"] for name in SOFT_ARRAYS}
+                words = bytes(arrays["words"]).decode("utf-8").split("\n")
+                matrix_end = np.cumsum(arrays["shapes"].prod(axis=1))
+                word_end = np.cumsum(arrays["word_counts"].sum(axis=1))
+                link_end = np.cumsum(arrays["link_counts"])
+                for k, (rows, columns) in enumerate(arrays["shapes"].tolist()):
+                    matrix = arrays["matrices"][matrix_end[k] - rows * columns:matrix_end[k]].reshape(rows, columns)
+                    sources, targets = arrays["word_counts"][k].tolist()
+                    pair_words = words[word_end[k] - sources - targets:word_end[k]]
+                    links = arrays["links"][link_end[k] - arrays["link_counts"][k]:link_end[k]]
+                    yield SentenceAlignment(src_words=pair_words[:sources], tgt_words=pair_words[sources:],
+                                            matrix=matrix, links=[(int(i), int(j)) for i, j in links])
+    except (OSError, KeyError, ValueError, UnicodeDecodeError, zipfile.BadZipFile) as exc:
+        raise NmtError(f"{path}: not a soft-alignment file written by nmt align ({exc})") from None
+
+
+def load_soft_npz(path: str | os.PathLike) -> tuple[list[SentenceAlignment], dict]:
+    """Every pair :class:`SoftNpzWriter` wrote, and the settings."""
+    sentences = list(iter_soft_npz(path))
+    try:
+        with np.load(path, allow_pickle=False) as data:
             settings = json.loads(str(data["settings"]))
     except (OSError, KeyError, ValueError, zipfile.BadZipFile) as exc:
         raise NmtError(f"{path}: not a soft-alignment file written by nmt align ({exc})") from None
@@ -164,7 +219,7 @@ def write_outputs(
                 counts.add(pair_gold, sentence.links, (len(sentence.src_words), len(sentence.tgt_words)))
             links_out.write(format_links(sentence.links) + "\n")
             if soft:
-                soft_npz.add(k, sentence)
+                soft_npz.add(sentence)
                 soft_json.write(("\n" if k == 0 else ",\n") + _json_sentence(k, sentence))
             if heatmaps.wanted(k + 1):
                 drawn[k + 1] = (sentence, pair_gold)

@@ -24,7 +24,8 @@ from nmt_cli.cli import cli
 from nmt_cli.cli.options import DEVICE_HELP, config_options, link_options, reading_options
 from nmt_cli.config import Config
 from nmt_cli.pharaoh import GoldAlignment, read_alignments
-from nmt_cli.textio import CHUNK_LINES, STDIN, check_same_length, display_name, iter_lines, iter_parallel, read_parallel
+from nmt_cli.textio import (CHUNK_LINES, STDIN, check_same_length, count_lines, display_name, iter_lines, iter_parallel,
+                            read_parallel)
 
 FILE = click.Path(dir_okay=False)
 
@@ -79,8 +80,8 @@ def _read_gold(path: str, src_path: str | None, pairs: int) -> list[GoldAlignmen
 @click.option("--chunk-size", type=click.IntRange(min=1), default=CHUNK_LINES,
               help="Pairs read, aligned and kept at a time (OUT/.chunks: a rerun of a stopped run resumes there).")
 @click.option("--soft/--no-soft", default=True,
-              help="Write soft.npz and soft.json (soft.npz's index takes about 1.5 KB of memory a pair until it is "
-              "written: leave them out for millions of pairs).")
+              help="Write soft.npz and soft.json (the soft word matrices; leave them out when only the links "
+              "are wanted).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 @click.option("--device", default="auto", help=DEVICE_HELP)
 @click.pass_context
@@ -119,7 +120,8 @@ def align(ctx: click.Context, checkpoints, src_path, tgt_path, out_dir, reading,
     else:
         aligner = Aligner(checkpoints, options, device, reverse_checkpoints)
     written = align_into(aligner, pairs, out_dir, HeatmapChoice(heatmaps, lines), gold_path,
-                         display_name(src_path or STDIN), chunk_size, progress=not quiet, soft=soft)
+                         display_name(src_path or STDIN), chunk_size, progress=not quiet, soft=soft,
+                         total=count_lines(src_path) if src_path is not None and not quiet else None)
     settings = aligner.settings
     combined = describe_symmetrization(aligner.symmetrization, average_threshold)
     counts = "+".join(str(len(side)) for side in (checkpoints, reverse_checkpoints) if side)

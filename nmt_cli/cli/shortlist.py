@@ -39,14 +39,12 @@ def shortlist(source, target, links, aligners, reverse, tokenizer_from, out_path
 
     Use it with nmt translate --shortlist and nmt export --shortlist.
     """
-    from nmt_cli.shortlist import write_shortlist
     from nmt_cli.shortlist_build import build_shortlist
 
     if tokenizer_from is None and not aligners:
         raise click.UsageError("name the model's tokenizer with --tokenizer (or an --aligner)")
     built = build_shortlist(source, target, tokenizer_from or aligners[0], links, aligners, reverse, k, frequent,
-                            device, None if quiet else sys.stderr, aligned=f"{out_path}.align")
-    write_shortlist(out_path, built)
+                            device, None if quiet else sys.stderr, aligned=f"{out_path}.align", out=out_path)
     click.echo(f"shortlist: {len(built.translations):,} source pieces, k {built.k}, {len(built.frequent)} frequent, "
                f"from {built.built_from['pairs']:,} pairs and {built.built_from['links']:,} piece links -> {out_path}",
                err=True)
