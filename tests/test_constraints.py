@@ -19,9 +19,10 @@ from nmt_cli.decoding.constraints import (ConstraintTable, advance, all_met, con
 from nmt_cli.decoding.ensemble import Ensemble
 from nmt_cli.decoding.generator import generate
 from nmt_cli.decoding.request import Request, UnfitConstraintsError
-from nmt_cli.decoding.strategies.constrained import stripe_order
+from nmt_cli.decoding.strategies.constrained import ConstrainedSearch, stripe_order
 from nmt_cli.decoding.translator import Translator
 from nmt_cli.errors import NmtError
+from nmt_cli.models.base import Seq2SeqModel
 from nmt_cli.specials import EOS_ID
 from tests.test_generate import ARCHITECTURES, VOCAB_REAL, ScriptedModel, decode_config, tiny_model
 
@@ -296,3 +297,122 @@ def test_the_ctranslate2_engine_refuses_constraints_and_guards_and_scores_each_t
         for entry in hypothesis.nbest:
             assert len(entry.token_log_probs) == len(entry.tokens) + 1
             assert sum(entry.token_log_probs) == pytest.approx(entry.log_prob, abs=1e-3)
+
+
+# ---- stopping once the finished hypotheses cannot be beaten ----------------------------------
+
+
+def everything_about(results) -> list:
+    """Every field of every n-best entry, attention included, to compare two searches exactly."""
+    return [[(entry.tokens, entry.score, entry.log_prob, entry.token_log_probs, entry.constraints_met,
+              None if entry.attention is None else entry.attention.tolist()) for entry in result.nbest]
+            for result in results]
+
+
+class EndingSooner(Seq2SeqModel):
+    """A model with its EOS logit raised by ``boost``: an untrained one runs to its limit, this one
+    ends its hypotheses at different lengths, as a trained one does."""
+
+    def __init__(self, inner: Seq2SeqModel, boost: float):
+        super().__init__()
+        self.inner, self.boost = inner, boost
+        self.attention_layers, self.attention_heads = inner.attention_layers, inner.attention_heads
+
+    def encode(self, src_tokens, src_mask):
+        return self.inner.encode(src_tokens, src_mask)
+
+    def decode_step(self, prev_tokens, memory, state, need_attention=False, features_only=False):
+        logits, state, attention = self.inner.decode_step(prev_tokens, memory, state, need_attention)
+        logits = logits.clone()
+        logits[:, EOS_ID] += self.boost
+        return logits, state, attention
+
+    def reorder_state(self, state, indices):
+        return self.inner.reorder_state(state, indices)
+
+    def reorder_memory(self, memory, indices):
+        return self.inner.reorder_memory(memory, indices)
+
+
+def seeded_constrained_requests(count: int, seed: int) -> list[Request]:
+    """Random sources with 1-2 constraints each (1-2 alternatives of 1-3 tokens), cut from random references."""
+    rng = np.random.default_rng(seed)
+    requests = []
+    for _ in range(count):
+        reference = rng.integers(4, VOCAB_REAL, size=int(rng.integers(3, 9))).tolist()
+        constraints = []
+        for _ in range(int(rng.integers(1, 3))):
+            alternatives = []
+            for _ in range(int(rng.integers(1, 3))):
+                start = int(rng.integers(0, len(reference)))
+                alternatives.append(tuple(reference[start:start + int(rng.integers(1, 4))]))
+            constraints.append(tuple(alternatives))
+        source = rng.integers(4, VOCAB_REAL, size=int(rng.integers(1, 9))).tolist()
+        requests.append(Request(tuple(source), constraints=tuple(constraints)))
+    requests.append(Request((4, 5, 6)))  # and one without constraints in the same batch
+    return requests
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
+def test_stopping_once_no_live_beam_can_win_changes_no_output_and_spares_steps(arch, monkeypatch):
+    """The search that ends a sentence once no live beam can beat its n-best met hypotheses gives
+    the outputs of the search that waits for K finished hypotheses (every beam, n-best, length
+    penalty on and off), and decodes fewer rows.
+
+    One sentence a batch, they are identical to the last bit. In a batch of several, tokens are
+    the same and scores agree to float32 rounding only: a sentence that leaves the batch sooner
+    changes the shape of its batch-mates' matrix products, as any sentence that ends does."""
+    model = EndingSooner(MODELS[arch], boost=3.0)
+    requests = seeded_constrained_requests(12, seed=len(arch))
+    rows_decoded = []
+    step_log_probs = model.step_log_probs
+
+    def counting(tokens, *args, **kwargs):
+        rows_decoded[-1] += tokens.size(0)
+        return step_log_probs(tokens, *args, **kwargs)
+
+    monkeypatch.setattr(model, "step_log_probs", counting)
+    settled = ConstrainedSearch.settled
+    for beam, nbest in [(1, 1), (3, 1), (3, 2), (5, 1), (5, 3)]:
+        for alpha in (0.0, 0.6):
+            for per_batch in (1, 0):
+                decode = DecodeConfig(beam_size=beam, nbest=nbest, alpha=alpha, max_len_a=1.0, max_len_b=6,
+                                      on_unmet="relax", workers=1, max_sentences=per_batch)
+                outputs, rows = [], []
+                for rule in (settled, lambda self, scores: None):
+                    monkeypatch.setattr(ConstrainedSearch, "settled", rule)
+                    rows_decoded.append(0)
+                    outputs.append(everything_about(generate(model, requests, decode, need_attention=True)))
+                    rows.append(rows_decoded[-1])
+                assert rows[0] <= rows[1]
+                if per_batch == 1:
+                    assert outputs[0] == outputs[1], (beam, nbest, alpha)
+                    continue
+                for stopped, waited in zip(*outputs):
+                    assert [entry[0] for entry in stopped] == [entry[0] for entry in waited], (beam, nbest, alpha)
+                    for stopped_entry, waited_entry in zip(stopped, waited):
+                        assert stopped_entry[1:3] == pytest.approx(waited_entry[1:3], rel=1e-6)
+    spared = [without - with_rule for with_rule, without in zip(rows_decoded[::2], rows_decoded[1::2])]
+    assert sum(spared) > 0, spared
+
+
+def test_a_sentence_ends_once_its_met_hypothesis_cannot_be_beaten(monkeypatch):
+    """Beam 2, no length penalty: "D" (P = 0.5) meets the constraint and ends at step 1, when the
+    live beams, "A A" (0.45) and "A D" (0.05), can only lose probability: the search stops there;
+    without the rule it takes one more step, until "A D" ends too, for the same output."""
+    script = {(1,): {D: 0.5, A: 0.5}, (1, D): {EOS_ID: 1.0}}
+    script.update({(1, *[A] * length): {A: 0.9, D: 0.1} for length in range(1, 10)})
+    model = ScriptedModel(script)
+    calls = []
+    decode_step = model.decode_step
+    monkeypatch.setattr(model, "decode_step", lambda *args, **kwargs: calls.append(1) or decode_step(*args, **kwargs))
+    request = Request([1], constraints=(((D,),),))
+    results = []
+    for rule in (ConstrainedSearch.settled, lambda self, scores: None):
+        monkeypatch.setattr(ConstrainedSearch, "settled", rule)
+        calls.clear()
+        results.append((generate(model, [request], decode_config(beam_size=2, max_len_b=10))[0], len(calls)))
+    (stopped, stopped_steps), (waited, waited_steps) = results
+    assert stopped.tokens == waited.tokens == [D]
+    assert stopped.log_prob == waited.log_prob == pytest.approx(math.log(0.5))
+    assert (stopped_steps, waited_steps) == (2, 3)

@@ -31,7 +31,8 @@ class BeamSearch(Search):
     and a prefix: while one is forced, only one beam of its sentence lives).
 
     :meth:`candidates` and :meth:`select` are the two choices a subclass may change
-    (:mod:`.constrained` does); :meth:`continue_rows` is told which candidates went on.
+    (:mod:`.constrained` does), and :meth:`settled` may end a sentence before K hypotheses
+    finish; :meth:`continue_rows` is told which candidates went on.
     """
 
     def __init__(self, requests: Sequence[Request], max_lens: Tensor, decode: DecodeConfig,
@@ -76,6 +77,11 @@ class BeamSearch(Search):
         (A, 2K), ``-inf`` for those that end: here the K best."""
         return continuing.topk(self.beam, dim=1).indices
 
+    def settled(self, scores: Tensor) -> list[bool] | None:
+        """Per active block, whether its sentence is done before K hypotheses finish, given the
+        running scores (A, K) of the beams that go on (None: none is; beam search waits for K)."""
+        return None
+
     def continue_rows(self, picked: Tensor, keep: Tensor | None) -> None:
         """The candidates ``picked`` (A, K) went on, of the blocks ``keep`` (A',) (None: all)."""
 
@@ -101,8 +107,10 @@ class BeamSearch(Search):
         chosen = cand_log_probs.gather(1, picked)  # (A, K)
 
         live = torch.isfinite(scores[:, 0]).tolist()  # False once only EOS was allowed
+        settled = self.settled(scores)
         open_blocks = [
-            i for i, sentence in enumerate(self.active) if live[i] and len(self.finished[sentence]) < beam
+            i for i, sentence in enumerate(self.active)
+            if live[i] and len(self.finished[sentence]) < beam and not (settled is not None and settled[i])
         ]
         if not open_blocks:
             return None

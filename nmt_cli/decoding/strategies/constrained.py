@@ -19,6 +19,17 @@ the limit leaves room to. (A hypothesis the model or the guards leave no other t
 end too, as in every strategy.) The hypotheses that meet all
 their constraints rank before those that do not, whatever their scores.
 
+A sentence ends, as in beam search, once K hypotheses have finished or none lives, or
+earlier once no live hypothesis can still beat its ``decode.nbest`` best finished ones that
+meet every constraint (:meth:`ConstrainedSearch.settled`). Every later hypothesis of a
+sentence extends one of its live beams, and a log-probability is at most 0, so its score
+``log P / lp(|y|)`` is at most its live beam's running log-probability over the largest
+length penalty its output limit allows, ``lp(max_len + 1)`` (``alpha >= 0``: the penalty
+grows with the length). When that bound is no higher than the ``nbest``-th best met score,
+nothing the sentence could still finish would enter its n-best list (a later hypothesis
+with an equal score ranks after the earlier ones), so stopping changes no output: it only
+spares the steps in which beams whose constraints are unmet wander to the limit.
+
 A sentence without constraints has one bank and no added candidates, so in a mixed batch
 it is searched as plain beam search would search it. Beam size 1 (greedy) runs the same
 search at a beam of :data:`MIN_BEAM`: with a single beam the highest bank would always
@@ -38,7 +49,7 @@ from nmt_cli.config import DecodeConfig
 from nmt_cli.decoding.constraints import (ConstraintTable, advance, all_met, constraints_met, initial_state, met_units,
                                           next_tokens, tokens_needed)
 from nmt_cli.decoding.request import Request
-from nmt_cli.decoding.search import NEG_INF
+from nmt_cli.decoding.search import NEG_INF, length_penalty
 from nmt_cli.decoding.strategies.base import Finished
 from nmt_cli.decoding.strategies.beam import BeamSearch
 from nmt_cli.registry import SEARCH_STRATEGIES
@@ -88,12 +99,37 @@ class ConstrainedSearch(BeamSearch):
         self.progress, self.matched = initial_state(self.table, torch.arange(len(requests), device=device))
         #: the constraint state of each of the 2K candidates of the step (A, 2K, P) twice
         self._cand_state: tuple[Tensor, Tensor] | None = None
+        #: (B,) the largest length penalty a sentence's hypotheses can get: lp(max_len + 1)
+        self.longest_penalty = torch.tensor([length_penalty(limit + 1, decode.alpha) for limit in max_lens.tolist()],
+                                            dtype=torch.float64, device=device)
+        #: per sentence, the scores of its finished hypotheses that meet every constraint, best first
+        self.met_scores: list[list[float]] = [[] for _ in requests]
 
     def best(self, nbest: int) -> list[list[Finished]]:
         """Per sentence, the ``nbest`` finished hypotheses, those that meet all constraints first,
         then by score."""
         return [sorted(hyps, key=lambda hyp: (not all(constraints_met(constraints, hyp.tokens)), -hyp.score))[:nbest]
                 for hyps, constraints in zip(self.finished, self.constraints)]
+
+    def settled(self, scores: Tensor) -> list[bool] | None:
+        """Per active block, whether no live beam can beat the sentence's ``nbest``-th best finished
+        hypothesis that meets every constraint: its best running score over ``lp(max_len + 1)``
+        is no higher (None while no sentence has ``nbest`` such hypotheses)."""
+        nbest = self.decode.nbest
+        met = [self.met_scores[sentence] for sentence in self.active]
+        if all(len(scores_met) < nbest for scores_met in met):
+            return None
+        active = torch.tensor(self.active, device=scores.device)
+        bound = (scores.amax(dim=1) / self.longest_penalty[active]).tolist()  # the best score a live beam could reach
+        return [len(scores_met) >= nbest and reach <= scores_met[nbest - 1] for scores_met, reach in zip(met, bound)]
+
+    def _finish(self, sentence: int, row: int, log_prob: float, eos_log_prob: float) -> None:
+        super()._finish(sentence, row, log_prob, eos_log_prob)
+        finished = self.finished[sentence][-1]
+        if all(constraints_met(self.constraints[sentence], finished.tokens)):
+            met = self.met_scores[sentence]
+            met.append(finished.score)
+            met.sort(reverse=True)
 
     def eos_blocked(self, step: int, max_lens: Tensor) -> Tensor:
         return ~all_met(self.table, self.row_sentences(), self.matched) & (max_lens > step)
