@@ -326,7 +326,7 @@ def test_every_tuned_choice_of_the_bench_reads_the_dev_pairs_only(tmp_path, monk
 
     def tuned_symmetrization(system, pairs, out, settings):
         recorder.tuned.append(pairs.label)
-        return "intersection", (), 0.25, 1.0
+        return "intersection", (), 0.25, 1.0, {"intersection": 0.25, "grow-diag": 0.75}
 
     monkeypatch.setattr(table, "nmt_systems", lambda *args: rows)
     monkeypatch.setattr(table, "align_and_score", recorder.aligned)
@@ -341,7 +341,10 @@ def test_every_tuned_choice_of_the_bench_reads_the_dev_pairs_only(tmp_path, monk
     assert recorder.scored.count("test pairs") == 2 * 2 * 2 and set(recorder.scored) == {"test pairs", "dev pairs"}
     assert [row[3] for row in report.rows] == ["test pairs", "test pairs (picked on dev pairs)"] * 2
     assert [row[4] for row in report.rows] == ["2 seeds"] * 4
-    assert [candidate.dev_aer for candidate in candidates] == [0.0, 0.5, 0.0, 0.25]
+    # the both-directions row's default (intersection, as its settings say) was among the symmetrizations
+    # tuned: its dev AER is the tuning's, not a second alignment of the dev pairs; the other row aligns them
+    assert recorder.scored.count("dev pairs") == 1
+    assert [candidate.dev_aer for candidate in candidates] == [0.0, 0.5, 0.25, 0.25]
 
 
 def test_the_headline_reading_is_the_one_best_on_dev_not_on_test(tmp_path):
@@ -504,3 +507,93 @@ def test_training_devices_come_from_each_runs_log(tmp_path):
     (runs[2] / "train.log").write_text(header.format("cpu", "fresh start"), encoding="utf-8")
     assert training_devices(runs + [runs[0]], tmp_path) == (
         "cuda:0 x 1: gpu/run; cuda:0 x 1, then cpu x 1: moved/run; cpu x 1: cpu/run; not recorded: old/run")
+
+
+def test_a_rows_cells_give_the_mean_over_seeds_or_the_median_over_runs_and_the_range():
+    import numpy as np
+
+    from alignment_bench.table import Scored
+
+    from nmt_cli.alignment import score_alignments
+    from nmt_cli.pharaoh import parse_links
+
+    gold = [parse_links("0-0 1-1")]
+    # AER 0.2 (an extra link on target word 2, which the gold leaves unaligned), 0.5 and 1
+    scores = [score_alignments(gold, [links]) for links in ({(0, 0), (1, 1), (0, 2)}, {(0, 0), (0, 1)},
+                                                            {(1, 0), (0, 1)})]
+    counts = np.array([[2, 2, 1, 1]])
+    assert [round(score.aer, 4) for score in scores] == [0.2, 0.5, 1.0]
+    # the mean AER, precision and recall over the seeds; the wrong links summed, those on unaligned words apart
+    assert Scored(scores[:2], counts, "mean").cells() == ["0.3500 [0.2000, 0.5000]", "0.5833", "0.7500", "1/2 (50%)"]
+    assert Scored(scores, counts, "median").cells() == ["0.5000 [0.2000, 1.0000]", "0.5000", "0.5000", "1/4 (25%)"]
+    assert Scored(scores[1:2], counts, "mean").cells()[0] == "0.5000"  # one run: no range
+
+
+def _bench_corpus(tmp_path: Path):
+    """The small corpus of :func:`_pair_sets` under the synthetic corpus's name (the scale's steps are keyed by it)."""
+    from dataclasses import replace
+
+    return replace(_pair_sets(tmp_path, ["0-0"] * 3, ["0-0"] * 4), name="synthetic")
+
+
+def test_each_seed_bootstraps_its_own_models_and_a_row_holds_every_seeds_system(tmp_path, monkeypatch):
+    from alignment_bench import training
+    from alignment_bench.settings import QUICK, Settings
+    from alignment_bench.systems import bootstrap_systems
+
+    from nmt_cli.config import load_config
+
+    commands = []
+
+    def bootstrapped(command, log, settings, stdout=None):  # the record `nmt align bootstrap` leaves
+        commands.append([str(part) for part in command[3:]])
+        folder = Path(command[command.index("--out") + 1])
+        folder.mkdir(parents=True)
+        stages = ["forward", "reverse", "links", "guided", "guided-reverse", "links-2", "guided-2", "guided-reverse-2"]
+        (folder / "bootstrap.json").write_text(json.dumps({"stages": {name: {"seconds": 1.0} for name in stages}}))
+
+    monkeypatch.setattr(training, "run_step", bootstrapped)
+    settings = Settings(tmp_path / "work", QUICK, threads=1, reuse=False, eflomal_runs=1, systems=(), seeds=2)
+    plain, booted = bootstrap_systems(_bench_corpus(tmp_path), settings)
+    work = tmp_path / "work" / "synthetic"
+    assert [command[command.index("--out") + 1] for command in commands] == [
+        str(work / "bootstrap"), str(work / "bootstrap-seed2")]
+    assert all(command[command.index("--rounds") + 1] == "2" for command in commands)
+    assert [load_config(work / f"bootstrap{suffix}.yaml").train.seed for suffix in ("", "-seed2")] == [1, 2]
+    assert len(plain) == 3 and len(booted) == 2 * 2  # three plain readings; each round alone and as a pair
+    for row in plain + booted:
+        assert [system.label for system in row] == [row[0].label] * 2
+        assert [system.checkpoint.parts[-3] for system in row] == ["bootstrap", "bootstrap-seed2"]
+    assert [system.reverse for system in booted[3]] == [
+        work / folder / "guided-reverse-2" / "run" for folder in ("bootstrap", "bootstrap-seed2")]
+    assert booted[3][0].seconds == 8.0 and booted[1][0].seconds == 5.0  # every stage before the row's own
+
+
+def test_the_guided_ensemble_row_aligns_with_every_seeds_pair(tmp_path, monkeypatch):
+    from alignment_bench import systems
+    from alignment_bench.settings import QUICK, Settings
+
+    trained = {}
+
+    def train_model(settings, base, config):
+        trained[base.name] = config
+        return 2.0
+
+    monkeypatch.setattr(systems, "train_model", train_model)
+    settings = Settings(tmp_path / "work", QUICK, threads=1, reuse=False, eflomal_runs=1, systems=(), seeds=2)
+    guide = tmp_path / "work" / "synthetic" / "eflomal-links"
+    guide.mkdir(parents=True)
+    (guide / "train.align").write_text("0-1\n", encoding="utf-8")
+    rows = systems.guided_systems(_bench_corpus(tmp_path), settings, guide, eflomal_seconds=10.0)
+    assert {name: config.train.seed for name, config in trained.items()} == {
+        "guided-eflomal": 1, "guided-eflomal-reverse": 1, "guided-eflomal-seed2": 2, "guided-eflomal-reverse-seed2": 2}
+    assert trained["guided-eflomal-reverse-seed2"].data.alignment_path.endswith("eflomal-links-reverse")
+    assert [len(row) for row in rows] == [2, 2, 1]  # each reading over the two seeds, then the ensemble
+    (ensemble,) = rows[2]
+    assert ensemble.seconds == 10.0 + 4 * 2.0
+    options = [str(option) for option in ensemble.align_options(None)]
+    work = tmp_path / "work" / "synthetic"
+    assert options == ["--checkpoint", str(work / "guided-eflomal" / "run"),
+                       "--checkpoint", str(work / "guided-eflomal-seed2" / "run"),
+                       "--reverse-checkpoint", str(work / "guided-eflomal-reverse" / "run"),
+                       "--reverse-checkpoint", str(work / "guided-eflomal-reverse-seed2" / "run")]
