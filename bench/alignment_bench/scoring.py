@@ -78,6 +78,12 @@ def symmetrization_candidates(thresholds: list[float]) -> list[tuple[str, tuple]
         ("average", ("--average-threshold", value)) for value in thresholds]
 
 
+def described(method: str, options: tuple) -> str:
+    """A candidate of :func:`symmetrization_candidates` as ``nmt align`` describes it in its
+    settings.json (``grow-diag-final-and``, ``average > 0.4``)."""
+    return describe_symmetrization(method, options[1] if options else None)
+
+
 def tuned_symmetrization(system: NmtSystem, dev: PairSet, out: Path,
                          settings: Settings) -> tuple[str, tuple, float, float, dict[str, float]]:
     """How to combine the two default readings with the lowest AER on the dev pairs
@@ -91,7 +97,7 @@ def tuned_symmetrization(system: NmtSystem, dev: PairSet, out: Path,
         aligned = align_and_score(system, dev, out / f"symmetrize-{number}", settings, options, symmetrization=method)
         scored.append((aligned.score.aer, number))
         seconds += aligned.seconds
-        tried[describe_symmetrization(method, options[1] if options else None)] = aligned.score.aer
+        tried[described(method, options)] = aligned.score.aer
     aer, number = min(scored)
     method, options = candidates[number]
     return method, options, aer, seconds, tried

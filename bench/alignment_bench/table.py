@@ -17,8 +17,8 @@ from alignment_bench.corpora import BenchCorpus, PairSet
 from alignment_bench.eflomal import (EFLOMAL_READINGS, GUIDE, SYMMETRIZED, EflomalReading, links_counts, links_score,
                                      run_eflomal)
 from alignment_bench.intervals import BOOTSTRAP_SEED, paired_bootstrap
-from alignment_bench.scoring import (SYMMETRIZED_TRIED, Aligned, align, align_and_score, bleu, tuned_reading,
-                                     tuned_symmetrization)
+from alignment_bench.scoring import (SYMMETRIZED_TRIED, Aligned, align, align_and_score, bleu, described,
+                                     tuned_reading, tuned_symmetrization)
 from alignment_bench.settings import Settings
 from alignment_bench.systems import AGREE_HEADS, Seeded, nmt_systems
 from common import Report, fmt, fmt_ratio, machine_description
@@ -264,7 +264,10 @@ def nmt_rows(report: Report, corpus: BenchCorpus, settings: Settings, eflomal: E
             method, options, tuned_dev, tuning, tried = tuned_symmetrization(first, corpus.dev, out / "tuning",
                                                                              settings)
             text = " ".join([f"{first.setting}, --symmetrize", method, *map(str, options)])
-        tuned, aligned = _score_seeds(row, corpus.test, out / "tuned", settings, options, method)
+        if method is not None and described(method, options) == combined:
+            tuned = scored  # the default's own symmetrization: the same nmt align runs, not made again
+        else:
+            tuned, aligned = _score_seeds(row, corpus.test, out / "tuned", settings, options, method)
         tuned_setting = f"tuned: {prefix}{text} (picked on {corpus.dev.label}, seed 1)"
         _row(report, corpus, first.name, tuned_setting, _tuned_pairs(corpus), seeds, tuned,
              seconds + tuning + statistics.mean(a.seconds for a in aligned), best)
