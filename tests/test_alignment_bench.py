@@ -36,8 +36,9 @@ def test_quick_bench_prints_a_row_per_system(tmp_path):
         [sys.executable, str(REPO / "bench" / "align_quality.py"), "--quick", "--work", str(tmp_path),
          "--json", str(report_path), "--threads", "1", "--steps", str(QUICK_STEPS), "--device", "cpu",
          "--seeds", str(QUICK_SEEDS), "--eflomal-runs", "2"],
-        # one bootstrap, Mask-Align's two models and 53 nmt align runs: 340 s of CPU, 850 s of wall time on 2
-        # cores that other work kept at a load average of 11-13; the limit leaves room for such a machine
+        # one bootstrap, Mask-Align's two models and 53 nmt align runs: about 480 s (325 s of CPU) on 2
+        # cores of an AMD EPYC that other work kept at a load average of 1-4 (2 seeds took 725 s, 500 s of
+        # CPU, at 3-4); 850 s at 11-13
         capture_output=True, text=True, timeout=1800,
     )
     assert done.returncode == 0, done.stderr[-2000:]
