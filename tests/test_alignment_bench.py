@@ -13,10 +13,20 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 from peers.install import availability  # noqa: E402
 
+from nmt_cli.bootstrap import REFINE_FRACTION
+
 
 def _aer(cell: str) -> float:
     """The AER of a cell, ``0.1234`` or ``0.1234 [0.1200, 0.1300]`` (mean or median and the range)."""
     return float(cell.split(" ")[0])
+
+
+#: the end-to-end run: a few steps and one seed. Each seed adds a bootstrap and two nmt align runs per
+#: row, so how rows pair the seeds' models and report their mean and range is tested on fakes
+#: (test_each_seed_bootstraps_its_own_models_and_a_row_holds_every_seeds_system and the tests after it).
+#: No quality bound: at steps the suite can afford (12 or 100) the tiny models have not learned to
+#: align, plain attention is near chance and the guided pairs link nothing, whatever the seed.
+QUICK_STEPS, QUICK_SEEDS = 12, 1
 
 
 @pytest.mark.slow
@@ -24,18 +34,24 @@ def test_quick_bench_prints_a_row_per_system(tmp_path):
     report_path = tmp_path / "report.json"
     done = subprocess.run(
         [sys.executable, str(REPO / "bench" / "align_quality.py"), "--quick", "--work", str(tmp_path),
-         "--json", str(report_path), "--threads", "1", "--steps", "12", "--device", "cpu", "--seeds", "2",
-         "--eflomal-runs", "2"],
-        # about 700 s alone on 2 cores of an AVX2-only CPU (it trains 2 seeds of every system); past
-        # 900 s when the cores also ran make demo and a large nmt prepare
+         "--json", str(report_path), "--threads", "1", "--steps", str(QUICK_STEPS), "--device", "cpu",
+         "--seeds", str(QUICK_SEEDS), "--eflomal-runs", "2"],
+        # one bootstrap, Mask-Align's two models and 53 nmt align runs: about 480 s (325 s of CPU) on 2
+        # cores of an AMD EPYC that other work kept at a load average of 1-4 (2 seeds took 725 s, 500 s of
+        # CPU, at 3-4); 850 s at 11-13
         capture_output=True, text=True, timeout=1800,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    check_quick_report(tmp_path, json.loads(report_path.read_text(encoding="utf-8")), done.stdout)
+    check_quick_report(tmp_path, json.loads(report_path.read_text(encoding="utf-8")), done.stdout,
+                       QUICK_STEPS, QUICK_SEEDS)
 
 
-def check_quick_report(tmp_path: Path, report: dict, stdout: str) -> None:
-    """What the quick bench (``--quick --work tmp_path --threads 1 --steps 12 --seeds 2
+def _runs(seeds: int) -> str:
+    return f"{seeds} seed" + ("s" if seeds != 1 else "")
+
+
+def check_quick_report(tmp_path: Path, report: dict, stdout: str, steps: int, seeds: int) -> None:
+    """What the quick bench (``--quick --work tmp_path --threads 1 --steps STEPS --seeds SEEDS
     --eflomal-runs 2``) must have written and reported; apart so that a run made by hand can be checked."""
     rows = {(row[0], row[1], row[2]): dict(zip(report["columns"], row)) for row in report["rows"]}
     # the protocol: every row is scored on the test pairs; tuned ones name the dev pairs they were picked on
@@ -44,9 +60,10 @@ def check_quick_report(tmp_path: Path, report: dict, stdout: str) -> None:
     assert all(row["pairs"] == "test 1-30 (picked on dev 1-30)" for (_, _, setting), row in rows.items()
                if setting.startswith("tuned: "))
     ours = rows[("synthetic", "nmt-cli plain attention", "default reading (last layer, heads averaged)")]
-    assert 0.0 <= _aer(ours["AER"]) <= 1.0 and float(ours["time s"]) > 0 and ours["runs"] == "2 seeds"
-    low, high = (float(value) for value in ours["AER"].split("[")[1].rstrip("]").split(", "))
-    assert low <= _aer(ours["AER"]) <= high  # the mean over the seeds and their range
+    assert 0.0 <= _aer(ours["AER"]) <= 1.0 and float(ours["time s"]) > 0 and ours["runs"] == _runs(seeds)
+    if seeds > 1:
+        low, high = (float(value) for value in ours["AER"].split("[")[1].rstrip("]").split(", "))
+        assert low <= _aer(ours["AER"]) <= high  # the mean over the seeds and their range
     on_unaligned, wrong = map(int, ours["wrong links on unaligned words"].split(" ")[0].split("/"))
     assert 0 <= on_unaligned <= wrong
     both = rows[("synthetic", "nmt-cli plain attention", "both directions, grow-diag-final-and (nmt align's defaults)")]
@@ -68,7 +85,7 @@ def check_quick_report(tmp_path: Path, report: dict, stdout: str) -> None:
     # times add up each row's own stages plus its alignment, whose few seconds vary more than a tiny
     # model's training: rows are not compared by time here, only checked to be counted
     assert float(booted_pair["time s"]) > 0 and booted_pair["BLEU test2016 (greedy)"] == "-"
-    assert 0.0 <= _aer(first_pair["AER"]) <= 1.0 and booted_pair["runs"] == "2 seeds"
+    assert 0.0 <= _aer(first_pair["AER"]) <= 1.0 and booted_pair["runs"] == _runs(seeds)
     assert any(system == booted and setting.startswith("tuned: round 2: both directions, --symmetrize ")
                for (_, system, setting) in rows)
     masked = rows[("synthetic", "nmt-cli Mask-Align (no external aligner)",
@@ -91,12 +108,19 @@ def check_quick_report(tmp_path: Path, report: dict, stdout: str) -> None:
     # every both-directions system tries the four heuristics and the average at the default threshold
     assert len(tried) == 5 * len(averaged) and averaged
     assert all(settings["average_threshold"] == 0.4 for settings in averaged)
-    for seed_folder in ("bootstrap", "bootstrap-seed2"):
+    # the dev pairs are aligned with a row's default reading only where its tuning did not: the rows of one
+    # direction (plain, each bootstrap round, Mask-Align); a both-directions default is one of its tunings
+    assert len(list((work / "scores").glob("*/dev-default"))) == 4
+    seed_folders = ["bootstrap"] + [f"bootstrap-seed{seed}" for seed in range(2, seeds + 1)]
+    for seed, seed_folder in enumerate(seed_folders, start=1):
         stages = json.loads((work / seed_folder / "bootstrap.json").read_text(encoding="utf-8"))["stages"]
         assert list(stages) == ["forward", "reverse", "links", "guided", "guided-reverse", "links-2", "guided-2",
                                 "guided-reverse-2"]
-    assert "\n  seed: 2\n" in (work / "bootstrap-seed2" / "reverse" / "run" / "config.yaml").read_text(encoding="utf-8")
-    assert "max_steps: 2\n" in (work / "bootstrap" / "guided-2" / "run" / "config.yaml").read_text(encoding="utf-8")
+        assert f"\n  seed: {seed}\n" in (work / seed_folder / "reverse" / "run" / "config.yaml").read_text(
+            encoding="utf-8")
+    refine_steps = max(1, round(steps * REFINE_FRACTION))  # a later round's steps
+    assert f"max_steps: {refine_steps}\n" in (work / "bootstrap" / "guided-2" / "run" / "config.yaml").read_text(
+        encoding="utf-8")
     assert (work / "bootstrap" / "reverse" / "run").is_dir() and (work / "bootstrap" / "links" / "train.align").is_file()
     intervals = [note for note in report["notes"]
                  if note.startswith("synthetic: the reading without an external aligner with the lowest AER on dev")]
@@ -110,7 +134,8 @@ def check_quick_report(tmp_path: Path, report: dict, stdout: str) -> None:
         lines = (blind / f"{name}.align").read_text(encoding="utf-8").splitlines()
         assert len(lines) == 30 and all(all("-" in link for link in line.split()) for line in lines)
     readme = (blind / "README.md").read_text(encoding="utf-8")
-    assert "12 training steps" in readme and "saw the blind sentences in" in readme and "--seeds 2" in readme
+    assert f"{steps:,} training steps" in readme and "saw the blind sentences in" in readme
+    assert f"--seeds {seeds}" in readme
     usable, label = availability("eflomal")
     if usable:
         for reading in ("forward", "reverse", "grow-diag-final"):
@@ -125,30 +150,37 @@ def check_quick_report(tmp_path: Path, report: dict, stdout: str) -> None:
         assert 0.0 <= _aer(both_guided["AER"]) <= 1.0 and float(both_guided["time s"]) > 0
         assert (work / "eflomal-links" / "train.align").is_file()
         assert (work / "guided-eflomal-reverse" / "run").is_dir()
-        ensemble = rows[("synthetic", "nmt-cli guided by eflomal",
-                         "ensemble of 2 seeds per direction, both directions, average > 0.4 (nmt align's defaults)")]
-        assert 0.0 <= _aer(ensemble["AER"]) <= 1.0 and ensemble["runs"] == "ensemble of 2 seeds"
         spread = next(note for note in report["notes"] if note.startswith("synthetic: eflomal's AER"))
         assert "over its 2 run(s), lowest-highest: forward dev 1-30 " in spread
-        assert any(setting.startswith("tuned: ensemble of 2 seeds per direction, both directions, --symmetrize ")
-                   for (_, _, setting) in rows)
-        seed2 = work / "guided-eflomal-reverse-seed2" / "run" / "config.yaml"
-        assert "\n  seed: 2\n" in seed2.read_text(encoding="utf-8")
         aligned = [json.loads(path.read_text(encoding="utf-8")) for path in sorted(
             (work / "scores").glob("*/default/seed*/settings.json"))]
         members = [(len(s.get("ensemble", [])), len(s.get("reverse_ensemble", []))) for s in aligned]
-        assert members.count((2, 2)) == 1  # the ensemble row's models, both directions
+        ensembles = [(setting, row) for (_, system, setting), row in rows.items()
+                     if system == "nmt-cli guided by eflomal" and setting.startswith("ensemble of ")]
+        if seeds > 1:  # the guided pairs of every seed align as one ensemble
+            (ensemble_label, ensemble), = ensembles
+            assert ensemble_label == (f"ensemble of {seeds} seeds per direction, both directions, average > 0.4 "
+                                      "(nmt align's defaults)")
+            assert 0.0 <= _aer(ensemble["AER"]) <= 1.0 and ensemble["runs"] == f"ensemble of {seeds} seeds"
+            assert any(setting.startswith(f"tuned: ensemble of {seeds} seeds per direction, both directions, "
+                                          "--symmetrize ") for (_, _, setting) in rows)
+            seed2 = work / "guided-eflomal-reverse-seed2" / "run" / "config.yaml"
+            assert "\n  seed: 2\n" in seed2.read_text(encoding="utf-8")
+            assert members.count((seeds, seeds)) == 1  # the ensemble row's models, both directions
+        else:
+            assert ensembles == [] and set(members) <= {(0, 0)}
     else:
         assert ("synthetic", "eflomal", label) in rows
         assert not (work / "guided-eflomal-seed2").exists()
     assert "| synthetic | nmt-cli plain attention |" in stdout
-    assert any("training steps: synthetic 12; 1 thread(s) per step; this run aligns and translates on device cpu "
-               "and trains there the models it trains" in note for note in report["notes"])
-    assert report["variant"] == "12 training steps"  # not --quick's 10: a section of its own in BENCHMARKS.md
+    assert any(f"training steps: synthetic {steps:,}; 1 thread(s) per step; this run aligns and translates on device "
+               "cpu and trains there the models it trains" in note for note in report["notes"])
+    assert report["variant"] == f"{steps:,} training steps"  # not --quick's 10: a section of its own in BENCHMARKS.md
     trained = next(note for note in report["notes"] if note.startswith("where each model trained"))
-    assert ("cpu x 1: synthetic/bootstrap/forward/run, synthetic/bootstrap-seed2/forward/run, "
-            "synthetic/bootstrap/reverse/run, synthetic/bootstrap-seed2/reverse/run") in trained
-    assert "max_steps: 12" in (work / "bootstrap" / "reverse" / "run" / "config.yaml").read_text(encoding="utf-8")
+    assert ("cpu x 1: " + ", ".join(f"synthetic/{folder}/{stage}/run" for stage in ("forward", "reverse")
+                                    for folder in seed_folders)) in trained
+    assert f"max_steps: {steps}\n" in (work / "bootstrap" / "reverse" / "run" / "config.yaml").read_text(
+        encoding="utf-8")
 
 
 def test_corpora_are_whole_names():
@@ -326,7 +358,7 @@ def test_every_tuned_choice_of_the_bench_reads_the_dev_pairs_only(tmp_path, monk
 
     def tuned_symmetrization(system, pairs, out, settings):
         recorder.tuned.append(pairs.label)
-        return "intersection", (), 0.25, 1.0
+        return "intersection", (), 0.25, 1.0, {"intersection": 0.25, "grow-diag": 0.75}
 
     monkeypatch.setattr(table, "nmt_systems", lambda *args: rows)
     monkeypatch.setattr(table, "align_and_score", recorder.aligned)
@@ -337,11 +369,17 @@ def test_every_tuned_choice_of_the_bench_reads_the_dev_pairs_only(tmp_path, monk
     report = Report("align_quality", "t", table.COLUMNS)
     _, candidates = table.nmt_rows(report, corpus, settings, table.EflomalResult(None, 0.0), None)
     assert recorder.tuned == ["dev pairs", "dev pairs"]  # each tuner is handed the dev pairs alone
-    # every row's figures are the test pairs' (both seeds, default and tuned); the dev ones go to the choice
-    assert recorder.scored.count("test pairs") == 2 * 2 * 2 and set(recorder.scored) == {"test pairs", "dev pairs"}
+    # every row's figures are the test pairs' (both seeds, default and tuned); the dev ones go to the choice.
+    # The both-directions row's tuning picked its default (intersection, as its settings say): its tuned
+    # row is the default's alignments of the test pairs, not the same nmt align runs made again
+    assert recorder.scored.count("test pairs") == 2 * 2 + 2 and set(recorder.scored) == {"test pairs", "dev pairs"}
+    assert report.rows[3][5:9] == report.rows[2][5:9]  # AER, precision, recall, wrong links
     assert [row[3] for row in report.rows] == ["test pairs", "test pairs (picked on dev pairs)"] * 2
     assert [row[4] for row in report.rows] == ["2 seeds"] * 4
-    assert [candidate.dev_aer for candidate in candidates] == [0.0, 0.5, 0.0, 0.25]
+    # the both-directions row's default (intersection, as its settings say) was among the symmetrizations
+    # tuned: its dev AER is the tuning's, not a second alignment of the dev pairs; the other row aligns them
+    assert recorder.scored.count("dev pairs") == 1
+    assert [candidate.dev_aer for candidate in candidates] == [0.0, 0.5, 0.25, 0.25]
 
 
 def test_the_headline_reading_is_the_one_best_on_dev_not_on_test(tmp_path):
@@ -504,3 +542,93 @@ def test_training_devices_come_from_each_runs_log(tmp_path):
     (runs[2] / "train.log").write_text(header.format("cpu", "fresh start"), encoding="utf-8")
     assert training_devices(runs + [runs[0]], tmp_path) == (
         "cuda:0 x 1: gpu/run; cuda:0 x 1, then cpu x 1: moved/run; cpu x 1: cpu/run; not recorded: old/run")
+
+
+def test_a_rows_cells_give_the_mean_over_seeds_or_the_median_over_runs_and_the_range():
+    import numpy as np
+
+    from alignment_bench.table import Scored
+
+    from nmt_cli.alignment import score_alignments
+    from nmt_cli.pharaoh import parse_links
+
+    gold = [parse_links("0-0 1-1")]
+    # AER 0.2 (an extra link on target word 2, which the gold leaves unaligned), 0.5 and 1
+    scores = [score_alignments(gold, [links]) for links in ({(0, 0), (1, 1), (0, 2)}, {(0, 0), (0, 1)},
+                                                            {(1, 0), (0, 1)})]
+    counts = np.array([[2, 2, 1, 1]])
+    assert [round(score.aer, 4) for score in scores] == [0.2, 0.5, 1.0]
+    # the mean AER, precision and recall over the seeds; the wrong links summed, those on unaligned words apart
+    assert Scored(scores[:2], counts, "mean").cells() == ["0.3500 [0.2000, 0.5000]", "0.5833", "0.7500", "1/2 (50%)"]
+    assert Scored(scores, counts, "median").cells() == ["0.5000 [0.2000, 1.0000]", "0.5000", "0.5000", "1/4 (25%)"]
+    assert Scored(scores[1:2], counts, "mean").cells()[0] == "0.5000"  # one run: no range
+
+
+def _bench_corpus(tmp_path: Path):
+    """The small corpus of :func:`_pair_sets` under the synthetic corpus's name (the scale's steps are keyed by it)."""
+    from dataclasses import replace
+
+    return replace(_pair_sets(tmp_path, ["0-0"] * 3, ["0-0"] * 4), name="synthetic")
+
+
+def test_each_seed_bootstraps_its_own_models_and_a_row_holds_every_seeds_system(tmp_path, monkeypatch):
+    from alignment_bench import training
+    from alignment_bench.settings import QUICK, Settings
+    from alignment_bench.systems import bootstrap_systems
+
+    from nmt_cli.config import load_config
+
+    commands = []
+
+    def bootstrapped(command, log, settings, stdout=None):  # the record `nmt align bootstrap` leaves
+        commands.append([str(part) for part in command[3:]])
+        folder = Path(command[command.index("--out") + 1])
+        folder.mkdir(parents=True)
+        stages = ["forward", "reverse", "links", "guided", "guided-reverse", "links-2", "guided-2", "guided-reverse-2"]
+        (folder / "bootstrap.json").write_text(json.dumps({"stages": {name: {"seconds": 1.0} for name in stages}}))
+
+    monkeypatch.setattr(training, "run_step", bootstrapped)
+    settings = Settings(tmp_path / "work", QUICK, threads=1, reuse=False, eflomal_runs=1, systems=(), seeds=2)
+    plain, booted = bootstrap_systems(_bench_corpus(tmp_path), settings)
+    work = tmp_path / "work" / "synthetic"
+    assert [command[command.index("--out") + 1] for command in commands] == [
+        str(work / "bootstrap"), str(work / "bootstrap-seed2")]
+    assert all(command[command.index("--rounds") + 1] == "2" for command in commands)
+    assert [load_config(work / f"bootstrap{suffix}.yaml").train.seed for suffix in ("", "-seed2")] == [1, 2]
+    assert len(plain) == 3 and len(booted) == 2 * 2  # three plain readings; each round alone and as a pair
+    for row in plain + booted:
+        assert [system.label for system in row] == [row[0].label] * 2
+        assert [system.checkpoint.parts[-3] for system in row] == ["bootstrap", "bootstrap-seed2"]
+    assert [system.reverse for system in booted[3]] == [
+        work / folder / "guided-reverse-2" / "run" for folder in ("bootstrap", "bootstrap-seed2")]
+    assert booted[3][0].seconds == 8.0 and booted[1][0].seconds == 5.0  # every stage before the row's own
+
+
+def test_the_guided_ensemble_row_aligns_with_every_seeds_pair(tmp_path, monkeypatch):
+    from alignment_bench import systems
+    from alignment_bench.settings import QUICK, Settings
+
+    trained = {}
+
+    def train_model(settings, base, config):
+        trained[base.name] = config
+        return 2.0
+
+    monkeypatch.setattr(systems, "train_model", train_model)
+    settings = Settings(tmp_path / "work", QUICK, threads=1, reuse=False, eflomal_runs=1, systems=(), seeds=2)
+    guide = tmp_path / "work" / "synthetic" / "eflomal-links"
+    guide.mkdir(parents=True)
+    (guide / "train.align").write_text("0-1\n", encoding="utf-8")
+    rows = systems.guided_systems(_bench_corpus(tmp_path), settings, guide, eflomal_seconds=10.0)
+    assert {name: config.train.seed for name, config in trained.items()} == {
+        "guided-eflomal": 1, "guided-eflomal-reverse": 1, "guided-eflomal-seed2": 2, "guided-eflomal-reverse-seed2": 2}
+    assert trained["guided-eflomal-reverse-seed2"].data.alignment_path.endswith("eflomal-links-reverse")
+    assert [len(row) for row in rows] == [2, 2, 1]  # each reading over the two seeds, then the ensemble
+    (ensemble,) = rows[2]
+    assert ensemble.seconds == 10.0 + 4 * 2.0
+    options = [str(option) for option in ensemble.align_options(None)]
+    work = tmp_path / "work" / "synthetic"
+    assert options == ["--checkpoint", str(work / "guided-eflomal" / "run"),
+                       "--checkpoint", str(work / "guided-eflomal-seed2" / "run"),
+                       "--reverse-checkpoint", str(work / "guided-eflomal-reverse" / "run"),
+                       "--reverse-checkpoint", str(work / "guided-eflomal-reverse-seed2" / "run")]

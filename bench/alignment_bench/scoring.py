@@ -17,6 +17,7 @@ from alignment_bench.steps import nmt_command, run_step
 from alignment_bench.systems import NmtSystem
 
 from nmt_cli.alignment import AlignmentScore, read_alignments, score_files
+from nmt_cli.alignment.symmetrize import describe as describe_symmetrization
 
 #: the symmetrizations a tuned both-directions row of ours picks from: these link heuristics,
 #: and ``average`` at ``nmt align``'s default threshold and each threshold of the scale
@@ -77,20 +78,29 @@ def symmetrization_candidates(thresholds: list[float]) -> list[tuple[str, tuple]
         ("average", ("--average-threshold", value)) for value in thresholds]
 
 
+def described(method: str, options: tuple) -> str:
+    """A candidate of :func:`symmetrization_candidates` as ``nmt align`` describes it in its
+    settings.json (``grow-diag-final-and``, ``average > 0.4``)."""
+    return describe_symmetrization(method, options[1] if options else None)
+
+
 def tuned_symmetrization(system: NmtSystem, dev: PairSet, out: Path,
-                         settings: Settings) -> tuple[str, tuple, float, float]:
+                         settings: Settings) -> tuple[str, tuple, float, float, dict[str, float]]:
     """How to combine the two default readings with the lowest AER on the dev pairs
     (:func:`symmetrization_candidates` at the scale's thresholds); the symmetrization, its
-    ``nmt align`` options, that AER and the seconds spent."""
+    ``nmt align`` options, that AER, the seconds spent, and every candidate's AER there by how
+    ``nmt align`` describes it (``grow-diag-final-and``, ``average > 0.4``): the default
+    reading's dev AER is one of them, read from here instead of aligning the dev pairs again."""
     candidates = symmetrization_candidates(settings.scale.average_thresholds)
-    scored, seconds = [], 0.0
+    scored, seconds, tried = [], 0.0, {}
     for number, (method, options) in enumerate(candidates):
         aligned = align_and_score(system, dev, out / f"symmetrize-{number}", settings, options, symmetrization=method)
         scored.append((aligned.score.aer, number))
         seconds += aligned.seconds
+        tried[described(method, options)] = aligned.score.aer
     aer, number = min(scored)
     method, options = candidates[number]
-    return method, options, aer, seconds
+    return method, options, aer, seconds, tried
 
 
 def bleu(system: NmtSystem, corpus: BenchCorpus, out: Path, settings: Settings,

@@ -17,8 +17,8 @@ from alignment_bench.corpora import BenchCorpus, PairSet
 from alignment_bench.eflomal import (EFLOMAL_READINGS, GUIDE, SYMMETRIZED, EflomalReading, links_counts, links_score,
                                      run_eflomal)
 from alignment_bench.intervals import BOOTSTRAP_SEED, paired_bootstrap
-from alignment_bench.scoring import (SYMMETRIZED_TRIED, Aligned, align, align_and_score, bleu, tuned_reading,
-                                     tuned_symmetrization)
+from alignment_bench.scoring import (SYMMETRIZED_TRIED, Aligned, align, align_and_score, bleu, described,
+                                     tuned_reading, tuned_symmetrization)
 from alignment_bench.settings import Settings
 from alignment_bench.systems import AGREE_HEADS, Seeded, nmt_systems
 from common import Report, fmt, fmt_ratio, machine_description
@@ -246,28 +246,36 @@ def nmt_rows(report: Report, corpus: BenchCorpus, settings: Settings, eflomal: E
         if corpus.bleu is not None and first.translates:
             bleu_text, hypotheses = bleu(first, corpus, out, settings, baseline)
             baseline = baseline or hypotheses
-        setting = first.label
+        setting, combined = first.label, None
         if first.reverse is not None:
-            setting += f", {_combined(out / 'default' / 'seed1')} ({first.why})"
+            combined = _combined(out / "default" / "seed1")
+            setting += f", {combined} ({first.why})"
         _row(report, corpus, first.name, setting, corpus.test.label, seeds, scored,
              seconds + statistics.mean(a.seconds for a in aligned), best, bleu_text)
         if first.blind and blind is not None:
             links, _ = align(first, corpus.blind, out / "blind", settings, symmetrization=first.symmetrization)
             blind.write(first.blind, links, f"{first.name}, {setting}, seed 1")
         prefix = f"{first.stage}: " if first.stage else ""
+        tried = {}  # the dev AER of each symmetrization the tuning aligned with (seed 1's models)
         if first.reverse is None:
             options, tuned_dev, tuning = tuned_reading(first, corpus.dev, out / "tuning", settings)
             text, method = " ".join(options), None
         else:
-            method, options, tuned_dev, tuning = tuned_symmetrization(first, corpus.dev, out / "tuning", settings)
+            method, options, tuned_dev, tuning, tried = tuned_symmetrization(first, corpus.dev, out / "tuning",
+                                                                             settings)
             text = " ".join([f"{first.setting}, --symmetrize", method, *map(str, options)])
-        tuned, aligned = _score_seeds(row, corpus.test, out / "tuned", settings, options, method)
+        if method is not None and described(method, options) == combined:
+            tuned = scored  # the default's own symmetrization: the same nmt align runs, not made again
+        else:
+            tuned, aligned = _score_seeds(row, corpus.test, out / "tuned", settings, options, method)
         tuned_setting = f"tuned: {prefix}{text} (picked on {corpus.dev.label}, seed 1)"
         _row(report, corpus, first.name, tuned_setting, _tuned_pairs(corpus), seeds, tuned,
              seconds + tuning + statistics.mean(a.seconds for a in aligned), best)
         if first.name in NO_EXTERNAL_ALIGNER:
-            default_dev = align_and_score(first, corpus.dev, out / "dev-default", settings,
-                                          symmetrization=first.symmetrization).score.aer
+            default_dev = tried.get(combined)
+            if default_dev is None:  # a reading of its own: not among the symmetrizations tuned
+                default_dev = align_and_score(first, corpus.dev, out / "dev-default", settings,
+                                              symmetrization=first.symmetrization).score.aer
             candidates += [Candidate(first.name, setting, default_dev, scored),
                            Candidate(first.name, tuned_setting, tuned_dev, tuned)]
     return runs, candidates

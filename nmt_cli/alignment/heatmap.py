@@ -12,8 +12,6 @@ import os
 from typing import Iterable, Sequence
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 
 from nmt_cli.fileio import atomic_open
 from nmt_cli.pharaoh import GoldAlignment, Link
@@ -40,7 +38,14 @@ def save_heatmap(
     gold: GoldAlignment | None = None,
     title: str | None = None,
 ) -> None:
-    """Draw ``matrix`` (target words x source words) with its words on both axes; write a PNG."""
+    """Draw ``matrix`` (target words x source words) with its words on both axes; write a PNG.
+
+    matplotlib is imported here, not with the module: ``nmt align`` imports this module on
+    every run, draws heatmaps only when asked, and would otherwise spend much of its start-up on it.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     matrix = np.asarray(matrix, dtype=np.float64)
     if matrix.shape != (len(tgt_words), len(src_words)):
         raise ValueError(
