@@ -516,7 +516,7 @@ class DecodeConfig(Validated):
         help="constraints (and prefix) longer than a sentence's output limit: stop with an error naming the "
         "sentence, raise that sentence's limit to fit them, or drop the constraints that do not fit")
     constrained_stop: str = choice(
-        "exact", "exact", "now",
+        "now", "exact", "now",
         help="when the constrained search ends a sentence before K hypotheses finish: exact: once no live beam "
         "could beat its n-best hypotheses that meet every constraint even at its output limit (the same outputs as "
         "waiting for K), now: once no live beam would beat them if it ended at its next token (fewer steps; "
