@@ -515,6 +515,12 @@ class DecodeConfig(Validated):
         "error", "error", "relax", "drop",
         help="constraints (and prefix) longer than a sentence's output limit: stop with an error naming the "
         "sentence, raise that sentence's limit to fit them, or drop the constraints that do not fit")
+    constrained_stop: str = choice(
+        "now", "exact", "now",
+        help="when the constrained search ends a sentence before K hypotheses finish: exact: once no live beam "
+        "could beat its n-best hypotheses that meet every constraint even at its output limit (the same outputs as "
+        "waiting for K), now: once no live beam would beat them if it ended at its next token (fewer steps; "
+        "outputs may change)")
     shortlist_scope: str = choice(
         "batch", "batch", "sentence",
         help="the ctranslate2 engine's vocabulary map (a lexical shortlist): batch: each batch decodes over the "

@@ -379,7 +379,7 @@ def test_stopping_once_no_live_beam_can_win_changes_no_output_and_spares_steps(a
                 decode = DecodeConfig(beam_size=beam, nbest=nbest, alpha=alpha, max_len_a=1.0, max_len_b=6,
                                       on_unmet="relax", workers=1, max_sentences=per_batch)
                 outputs, rows = [], []
-                for rule in (settled, lambda self, scores: None):
+                for rule in (settled, lambda self, step, scores: None):
                     monkeypatch.setattr(ConstrainedSearch, "settled", rule)
                     rows_decoded.append(0)
                     outputs.append(everything_about(generate(model, requests, decode, need_attention=True)))
@@ -394,6 +394,34 @@ def test_stopping_once_no_live_beam_can_win_changes_no_output_and_spares_steps(a
                         assert stopped_entry[1:3] == pytest.approx(waited_entry[1:3], rel=1e-6)
     spared = [without - with_rule for with_rule, without in zip(rows_decoded[::2], rows_decoded[1::2])]
     assert sum(spared) > 0, spared
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
+def test_stopping_now_meets_every_constraint_leaves_the_unconstrained_alone_and_ends_no_later(arch, monkeypatch):
+    """``decode.constrained_stop: now`` judges a live beam as if it ended at its next token: it may
+    change outputs, but every output still meets its constraints, a sentence without constraints
+    in the batch gets the output it gets with the exact rule, and no more rows are decoded."""
+    model = EndingSooner(MODELS[arch], boost=3.0)
+    requests = seeded_constrained_requests(12, seed=7 + len(arch))
+    rows_decoded = []
+    step_log_probs = model.step_log_probs
+
+    def counting(tokens, *args, **kwargs):
+        rows_decoded[-1] += tokens.size(0)
+        return step_log_probs(tokens, *args, **kwargs)
+
+    monkeypatch.setattr(model, "step_log_probs", counting)
+    for beam, nbest in [(1, 1), (3, 1), (5, 2)]:
+        outputs = {}
+        for stop in ("exact", "now"):
+            decode = DecodeConfig(beam_size=beam, nbest=nbest, alpha=0.6, max_len_a=1.0, max_len_b=6,
+                                  on_unmet="relax", workers=1, max_sentences=1, constrained_stop=stop)
+            rows_decoded.append(0)
+            outputs[stop] = generate(model, requests, decode)
+        assert rows_decoded[-1] <= rows_decoded[-2], (beam, nbest)
+        for request, result in zip(requests, outputs["now"]):
+            assert all(all(constraints_met(request.constraints, entry.tokens)) for entry in result.nbest)
+        assert everything_about(outputs["now"][-1:]) == everything_about(outputs["exact"][-1:])
 
 
 def test_a_sentence_ends_once_its_met_hypothesis_cannot_be_beaten(monkeypatch):

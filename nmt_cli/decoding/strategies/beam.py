@@ -77,9 +77,10 @@ class BeamSearch(Search):
         (A, 2K), ``-inf`` for those that end: here the K best."""
         return continuing.topk(self.beam, dim=1).indices
 
-    def settled(self, scores: Tensor) -> list[bool] | None:
+    def settled(self, step: int, scores: Tensor) -> list[bool] | None:
         """Per active block, whether its sentence is done before K hypotheses finish, given the
-        running scores (A, K) of the beams that go on (None: none is; beam search waits for K)."""
+        running scores (A, K) of the beams that go on after ``step`` (None: none is; beam search
+        waits for K)."""
         return None
 
     def continue_rows(self, picked: Tensor, keep: Tensor | None) -> None:
@@ -107,7 +108,7 @@ class BeamSearch(Search):
         chosen = cand_log_probs.gather(1, picked)  # (A, K)
 
         live = torch.isfinite(scores[:, 0]).tolist()  # False once only EOS was allowed
-        settled = self.settled(scores)
+        settled = self.settled(step, scores)
         open_blocks = [
             i for i, sentence in enumerate(self.active)
             if live[i] and len(self.finished[sentence]) < beam and not (settled is not None and settled[i])

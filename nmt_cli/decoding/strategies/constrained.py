@@ -111,16 +111,21 @@ class ConstrainedSearch(BeamSearch):
         return [sorted(hyps, key=lambda hyp: (not all(constraints_met(constraints, hyp.tokens)), -hyp.score))[:nbest]
                 for hyps, constraints in zip(self.finished, self.constraints)]
 
-    def settled(self, scores: Tensor) -> list[bool] | None:
+    def settled(self, step: int, scores: Tensor) -> list[bool] | None:
         """Per active block, whether no live beam can beat the sentence's ``nbest``-th best finished
-        hypothesis that meets every constraint: its best running score over ``lp(max_len + 1)``
-        is no higher (None while no sentence has ``nbest`` such hypotheses)."""
+        hypothesis that meets every constraint (None while no sentence has ``nbest`` such
+        hypotheses). ``decode.constrained_stop`` exact: its best running score over
+        ``lp(max_len + 1)``, the best it could reach, is no higher; now: its best running score over
+        ``lp(step + 2)``, its score were it to end at the next token, is no higher."""
         nbest = self.decode.nbest
         met = [self.met_scores[sentence] for sentence in self.active]
         if all(len(scores_met) < nbest for scores_met in met):
             return None
-        active = torch.tensor(self.active, device=scores.device)
-        bound = (scores.amax(dim=1) / self.longest_penalty[active]).tolist()  # the best score a live beam could reach
+        best = scores.amax(dim=1)  # (A,)
+        if self.decode.constrained_stop == "now":
+            bound = (best / length_penalty(step + 2, self.decode.alpha)).tolist()
+        else:
+            bound = (best / self.longest_penalty[torch.tensor(self.active, device=scores.device)]).tolist()
         return [len(scores_met) >= nbest and reach <= scores_met[nbest - 1] for scores_met, reach in zip(met, bound)]
 
     def _finish(self, sentence: int, row: int, log_prob: float, eos_log_prob: float) -> None:
