@@ -377,7 +377,8 @@ def test_stopping_once_no_live_beam_can_win_changes_no_output_and_spares_steps(a
         for alpha in (0.0, 0.6):
             for per_batch in (1, 0):
                 decode = DecodeConfig(beam_size=beam, nbest=nbest, alpha=alpha, max_len_a=1.0, max_len_b=6,
-                                      on_unmet="relax", workers=1, max_sentences=per_batch)
+                                      on_unmet="relax", workers=1, max_sentences=per_batch,
+                                      constrained_stop="exact")
                 outputs, rows = [], []
                 for rule in (settled, lambda self, step, scores: None):
                     monkeypatch.setattr(ConstrainedSearch, "settled", rule)
@@ -436,7 +437,7 @@ def test_a_sentence_ends_once_its_met_hypothesis_cannot_be_beaten(monkeypatch):
     monkeypatch.setattr(model, "decode_step", lambda *args, **kwargs: calls.append(1) or decode_step(*args, **kwargs))
     request = Request([1], constraints=(((D,),),))
     results = []
-    for rule in (ConstrainedSearch.settled, lambda self, scores: None):
+    for rule in (ConstrainedSearch.settled, lambda self, step, scores: None):
         monkeypatch.setattr(ConstrainedSearch, "settled", rule)
         calls.clear()
         results.append((generate(model, [request], decode_config(beam_size=2, max_len_b=10))[0], len(calls)))
