@@ -12,19 +12,26 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
+
+def run_quick(shared_data: Path, tmp_path: Path, script: str, *options: str) -> tuple[str, dict, list[dict]]:
+    """``bench/SCRIPT.py --quick`` on the terminology dev set (skipped when it is missing): its
+    stdout, its JSON report and the report's rows as dicts by column."""
+    if not (shared_data / "terminology-deen" / "dev.terms.proper.jsonl").is_file():
+        pytest.skip(f"{shared_data / 'terminology-deen'} is missing")
+    report_path = tmp_path / f"{script}.json"
+    command = [sys.executable, str(REPO / "bench" / f"{script}.py"), "--quick", *options, "--work", str(tmp_path),
+               "--json", str(report_path)]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(report_path.read_text())
+    return done.stdout, report, [dict(zip(report["columns"], row)) for row in report["rows"]]
+
 @pytest.mark.slow
 def test_quick_terminology_bench_reports_every_row_and_constraints_place_the_terms(
         tiny_trained_run: Path, shared_data: Path, tmp_path: Path) -> None:
-    if not (shared_data / "terminology-deen" / "dev.terms.proper.jsonl").is_file():
-        pytest.skip(f"{shared_data / 'terminology-deen'} is missing")
-    report_path = tmp_path / "terminology.json"
-    command = [sys.executable, str(REPO / "bench" / "terminology.py"), "--quick", "--model", str(tiny_trained_run),
-               "--beams", "2,3", "--threads", "1", "--work", str(tmp_path), "--json", str(report_path)]
-    done = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "| terms given | beam |" in done.stdout
-    report = json.loads(report_path.read_text())
-    rows = [dict(zip(report["columns"], row)) for row in report["rows"]]
+    stdout, report, rows = run_quick(shared_data, tmp_path, "terminology", "--model", str(tiny_trained_run),
+                                     "--beams", "2,3", "--threads", "1")
+    assert "| terms given | beam |" in stdout
     assert [(row["terms given"], row["beam"]) for row in rows] == [
         (mode, beam) for beam in ("2", "3") for mode in ("none", "proper", "random")]
     assert report["notes"][0].startswith("Measured at commit ")
@@ -39,16 +46,8 @@ def test_quick_terminology_bench_reports_every_row_and_constraints_place_the_ter
 @pytest.mark.slow
 def test_quick_constrained_stop_bench_reports_both_halves_and_rules_and_places_the_terms(
         tiny_trained_run: Path, shared_data: Path, tmp_path: Path) -> None:
-    if not (shared_data / "terminology-deen" / "dev.terms.proper.jsonl").is_file():
-        pytest.skip(f"{shared_data / 'terminology-deen'} is missing")
-    report_path = tmp_path / "constrained_stop.json"
-    command = [sys.executable, str(REPO / "bench" / "constrained_stop.py"), "--quick", "--model",
-               str(tiny_trained_run), "--beams", "2", "--repeats", "1", "--work", str(tmp_path),
-               "--json", str(report_path)]
-    done = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(report_path.read_text())
-    rows = [dict(zip(report["columns"], row)) for row in report["rows"]]
+    _, report, rows = run_quick(shared_data, tmp_path, "constrained_stop", "--model", str(tiny_trained_run),
+                                "--beams", "2", "--repeats", "1")
     halves = sorted({row["lines"] for row in rows})
     assert len(halves) == 2 and halves[0].startswith("dev 1-") and halves[1].startswith("test ")
     assert sorted((row["lines"], row["terms given"], row["stop"]) for row in rows) == sorted(

@@ -353,6 +353,20 @@ def seeded_constrained_requests(count: int, seed: int) -> list[Request]:
     return requests
 
 
+def counting_decoded_rows(model: Seq2SeqModel, monkeypatch) -> list[int]:
+    """A list to which each search appends 0 before it runs: the model adds every decoder step's
+    row count to its last entry."""
+    rows_decoded: list[int] = []
+    step_log_probs = model.step_log_probs
+
+    def counting(tokens, *args, **kwargs):
+        rows_decoded[-1] += tokens.size(0)
+        return step_log_probs(tokens, *args, **kwargs)
+
+    monkeypatch.setattr(model, "step_log_probs", counting)
+    return rows_decoded
+
+
 @pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
 def test_stopping_once_no_live_beam_can_win_changes_no_output_and_spares_steps(arch, monkeypatch):
     """The search that ends a sentence once no live beam can beat its n-best met hypotheses gives
@@ -364,14 +378,7 @@ def test_stopping_once_no_live_beam_can_win_changes_no_output_and_spares_steps(a
     changes the shape of its batch-mates' matrix products, as any sentence that ends does."""
     model = EndingSooner(MODELS[arch], boost=3.0)
     requests = seeded_constrained_requests(12, seed=len(arch))
-    rows_decoded = []
-    step_log_probs = model.step_log_probs
-
-    def counting(tokens, *args, **kwargs):
-        rows_decoded[-1] += tokens.size(0)
-        return step_log_probs(tokens, *args, **kwargs)
-
-    monkeypatch.setattr(model, "step_log_probs", counting)
+    rows_decoded = counting_decoded_rows(model, monkeypatch)
     settled = ConstrainedSearch.settled
     for beam, nbest in [(1, 1), (3, 1), (3, 2), (5, 1), (5, 3)]:
         for alpha in (0.0, 0.6):
@@ -404,14 +411,7 @@ def test_stopping_now_meets_every_constraint_leaves_the_unconstrained_alone_and_
     in the batch gets the output it gets with the exact rule, and no more rows are decoded."""
     model = EndingSooner(MODELS[arch], boost=3.0)
     requests = seeded_constrained_requests(12, seed=7 + len(arch))
-    rows_decoded = []
-    step_log_probs = model.step_log_probs
-
-    def counting(tokens, *args, **kwargs):
-        rows_decoded[-1] += tokens.size(0)
-        return step_log_probs(tokens, *args, **kwargs)
-
-    monkeypatch.setattr(model, "step_log_probs", counting)
+    rows_decoded = counting_decoded_rows(model, monkeypatch)
     for beam, nbest in [(1, 1), (3, 1), (5, 2)]:
         outputs = {}
         for stop in ("exact", "now"):
