@@ -76,6 +76,10 @@ def repeats_of(args: argparse.Namespace) -> int:
     return args.repeats if args.repeats is not None else (1 if args.quick else 3)
 
 
+#: environment for a command whose output lines are stamped as they come (:func:`run_measured`)
+UNBUFFERED = {"PYTHONUNBUFFERED": "1"}
+
+
 def thread_env(threads: int = THREADS, extra: dict[str, str] | None = None) -> dict[str, str]:
     """Environment that holds a subprocess's torch/OpenMP/MKL pools to ``threads`` threads."""
     env = dict(os.environ)
@@ -137,23 +141,37 @@ sys.exit(code if code >= 0 else 128 - code)
 
 def run_measured(command: Sequence[str], log: Path, env: dict[str, str] | None = None,
                  cwd: Path | None = None, stdin: Path | None = None,
-                 stdout: Path | None = None) -> Measured:
+                 stdout: Path | None = None, stamps: list[tuple[float, str]] | None = None) -> Measured:
     """Run ``command`` with output to ``log`` (stdout to ``stdout`` when given).
 
     The peak RSS is that command's own (:data:`RSS_LAUNCHER`): ``wait4``'s resource usage,
     or the sum over its processes where it forked workers, and nothing else running on the
-    machine.
+    machine. With ``stamps``, stdout and stderr pass through this process line by line and
+    each line is appended as ``(seconds since the start, line)`` by this process's clock, so
+    every toolkit's progress is timed the same way (run the command unbuffered:
+    :data:`UNBUFFERED`).
     """
+    if stamps is not None and stdout is not None:
+        raise ValueError("stamped lines are stdout and stderr together: no separate stdout file")
     log.parent.mkdir(parents=True, exist_ok=True)
     rss_report = log.with_name(log.name + ".maxrss")
     started = time.perf_counter()
+    launcher = [sys.executable, "-I", "-S", "-c", RSS_LAUNCHER, rss_report]
+    arguments = [str(part) for part in [*launcher, *command]]
     with log.open("w") as log_handle:
         out_handle = stdout.open("w") if stdout else log_handle
         in_handle = stdin.open() if stdin else subprocess.DEVNULL
         try:
-            launcher = [sys.executable, "-I", "-S", "-c", RSS_LAUNCHER, rss_report]
-            returncode = subprocess.call([str(part) for part in [*launcher, *command]], env=env, cwd=cwd,
-                                         stdin=in_handle, stdout=out_handle, stderr=log_handle)
+            if stamps is None:
+                returncode = subprocess.call(arguments, env=env, cwd=cwd, stdin=in_handle, stdout=out_handle,
+                                             stderr=log_handle)
+            else:
+                with subprocess.Popen(arguments, env=env, cwd=cwd, stdin=in_handle, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True, errors="replace") as process:
+                    for line in process.stdout:
+                        stamps.append((time.perf_counter() - started, line.rstrip("\n")))
+                        log_handle.write(line)
+                    returncode = process.wait()
         finally:
             if stdout:
                 out_handle.close()
@@ -179,14 +197,6 @@ def tail(path: Path, lines: int = 15) -> str:
     if not path.is_file():
         return "(no log)"
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-
-
-def median_after_warmup(values: Sequence[float]) -> float:
-    """Median of per-interval figures with the first interval dropped as warm-up."""
-    kept = list(values[1:]) if len(values) > 1 else list(values)
-    if not kept:
-        raise ValueError("no interval was logged")
-    return statistics.median(kept)
 
 
 def median(values: Sequence[float]) -> float:

@@ -1,4 +1,6 @@
-"""``bench/common.py``'s ``run_measured``: the peak RSS it reports is the command's own.
+"""``bench/common.py``'s ``run_measured``: the peak RSS it reports is the command's own, and
+the progress lines it stamps carry this process's clock; ``peers.results``: training speed
+by that clock.
 
 On Linux a child's ``ru_maxrss`` starts from the high-water RSS of the process that
 spawned it, so a bench script that had grown would have put a floor under every figure
@@ -13,7 +15,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
-from common import run_measured  # noqa: E402  (bench/ is not a package)
+from common import UNBUFFERED, run_measured, thread_env  # noqa: E402  (bench/ is not a package)
+from peers.results import Progress, TrainResult, progress_lines  # noqa: E402
 
 GROWN_MB = 600
 
@@ -42,3 +45,31 @@ def test_the_commands_exit_status_and_output_come_through(tmp_path: Path) -> Non
     assert measured.returncode == 3
     assert output.read_text() == "to stdout\n" and log.read_text() == "to stderr\n"
     assert measured.seconds > 0
+
+
+def test_stamped_lines_arrive_with_the_time_they_were_printed(tmp_path: Path) -> None:
+    """A child that prints a line, waits 0.6 s, prints another: the stamps are 0.6 s apart
+    (the clock is this process's, so a toolkit's own timing never enters the figure)."""
+    script = "import time\nprint('step 1', flush=False)\ntime.sleep(0.6)\nprint('step 2')\n"
+    stamps: list[tuple[float, str]] = []
+    measured = run_measured([sys.executable, "-c", script], tmp_path / "run.log", env=thread_env(1, UNBUFFERED),
+                            stamps=stamps)
+    assert measured.returncode == 0
+    assert [line for _, line in stamps] == ["step 1", "step 2"]
+    assert 0.55 <= stamps[1][0] - stamps[0][0] < 5.0  # unbuffered: the first line did not wait for the second
+    assert (tmp_path / "run.log").read_text() == "step 1\nstep 2\n"
+
+
+def test_training_speed_counts_the_updates_after_the_first_progress_line_over_the_time_since_it() -> None:
+    stamps = [(3.0, "step 10 tok 100"), (3.5, "noise"), (4.0, "step 20 tok 120"), (6.0, "step 30 tok 80")]
+
+    def parse(line: str) -> tuple[int, float] | None:
+        words = line.split()
+        return (int(words[1]), float(words[3])) if words[0] == "step" else None
+
+    progress = progress_lines(stamps, parse)
+    assert progress == [Progress(10, 3.0, 1000.0), Progress(20, 4.0, 1200.0), Progress(30, 6.0, 800.0)]
+    result = TrainResult("toolkit", progress, None, measured=None, model=Path("."))
+    assert result.timed_updates == 20
+    assert result.tokens_per_second == (1200 + 800) / (6.0 - 3.0)  # start-up and the first interval untimed
+    assert result.tokens_per_step == 3000 / 30

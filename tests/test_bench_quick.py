@@ -61,6 +61,7 @@ def test_train_speed_quick_reports_our_throughput_and_memory(work: Path) -> None
     assert report["script"] == "train_speed" and report["quick"] is True
     ours = rows_by(report, "toolkit")["nmt-cli"]
     assert figure(ours["tgt tok/s"]) > 0
+    assert 0 < figure(ours["tgt tok/update"]) <= figure(ours["max tokens"])  # target tokens within the padded budget
     assert 50 < figure(ours["peak RSS MB"]) < 4000
     assert 500_000 < figure(ours["parameters"]) < 3_000_000  # the ~1M-parameter tiny Transformer
     assert ours["nmt-cli / toolkit"] == "-"  # no peer measured in this run, so no ratio
@@ -216,18 +217,19 @@ def test_serve_load_quick_answers_every_sentence_and_refuses_the_overload_cleanl
     assert "server exit status after SIGTERM: batching on 0, off 0" in report["notes"]
 
 
-@pytest.mark.parametrize("peer", ["opennmt", "fairseq", "joeynmt"])
-def test_peer_training_runner_quick(work: Path, peer: str) -> None:
+@pytest.mark.parametrize(("peer", "model"), [("opennmt", "rnn"), ("fairseq", "tiny")])  # the quick models each peer matches
+def test_peer_training_runner_quick(work: Path, peer: str, model: str) -> None:
     installed, why = availability(peer)
     if not installed:
         pytest.skip(f"{peer}: {why}")
     if os.environ.get("NMT_BENCH_PEERS") != "1":
         pytest.skip(f"{peer} is installed; peer runs are opt-in (NMT_BENCH_PEERS=1), about a minute each")
-    report = run_bench("train_speed", work, "--peers", peer, "--models", "tiny")
+    report = run_bench("train_speed", work, "--peers", peer, "--models", model)
     rows = rows_by(report, "toolkit")
     (label,) = [name for name in rows if name != "nmt-cli"]
     assert figure(rows[label]["tgt tok/s"]) > 0, rows[label]
-    assert rows[label]["nmt-cli / toolkit"].endswith("x")
+    assert 0 < figure(rows[label]["tgt tok/update"]) <= figure(rows[label]["max tokens"])
+    assert rows[label]["nmt-cli / toolkit"].endswith("x") and rows["nmt-cli"]["nmt-cli / toolkit"] == "see peer row"
 
 
 def test_run_all_renders_benchmarks_md_and_reuses_an_earlier_report(work: Path) -> None:

@@ -7,6 +7,6 @@ driven only through its own command-line tools: the project never imports a peer
 - ``corpus``: writes our prepared SentencePiece pieces as plain text plus a vocabulary in
   each toolkit's format, so every toolkit sees the same pieces.
 - ``arch``: the architecture and batch settings shared by every toolkit in one comparison.
-- ``opennmt``, ``fairseq``, ``joeynmt``: train and translate runners (CTranslate2 runs our own
+- ``opennmt``, ``fairseq``: train and translate runners (CTranslate2 runs our own
   export through ``nmt translate --engine ctranslate2``, see ``translate_speed.py``).
 """

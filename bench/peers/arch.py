@@ -31,10 +31,11 @@ class TransformerSpec:
 
 @dataclass(frozen=True)
 class RnnSpec:
-    """An attentional RNN: bidirectional encoder (``hidden / 2`` per direction), additive attention.
+    """An attentional RNN: bidirectional encoder (``hidden / 2`` per direction), and
+    ``attention`` either ``additive`` (Bahdanau) or ``general`` (Luong, with input feeding).
 
     ``embed == hidden`` lets every toolkit tie its output layer to the embeddings
-    (OpenNMT-py and JoeyNMT tie only when the decoder output size equals the embedding size).
+    (OpenNMT-py ties only when the decoder output size equals the embedding size).
     """
 
     cell: str = "lstm"
@@ -43,11 +44,13 @@ class RnnSpec:
     layers: int = 1
     dropout: float = 0.1
     tied_embeddings: bool = True
+    attention: str = "additive"
 
     kind = "rnn"
 
     def describe(self) -> str:
-        return f"Bahdanau RNN ({self.cell.upper()}), embedding {self.embed}, hidden {self.hidden}, {self.layers} layer(s)"
+        family = "Bahdanau" if self.attention == "additive" else f"Luong ({self.attention}, input feeding)"
+        return f"{family} RNN ({self.cell.upper()}), embedding {self.embed}, hidden {self.hidden}, {self.layers} layer(s)"
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,7 @@ class TrainSpec:
     """Batch, steps and schedule, the same for every toolkit.
 
     ``max_tokens`` is the peers' meaning: padded tokens per side in one batch (fairseq's
-    ``--max-tokens``, OpenNMT-py's and JoeyNMT's token batches), which is also what
+    ``--max-tokens``, OpenNMT-py's token batches), which is also what
     ``train.max_tokens`` counts (rows x ``max(S, T + 1)``). Each table reports the measured
     target tokens per step where a toolkit logs them, so the batches can be compared.
     """
@@ -89,3 +92,4 @@ class DecodeSpec:
 TINY_TRANSFORMER = TransformerSpec()
 BASE_TRANSFORMER = TransformerSpec(layers=6, d_model=512, heads=8, ffn=2048)
 TINY_RNN = RnnSpec()
+TINY_LUONG_RNN = RnnSpec(attention="general")

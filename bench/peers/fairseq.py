@@ -14,11 +14,11 @@ import json
 import re
 from pathlib import Path
 
-from common import run_measured, thread_env
+from common import UNBUFFERED, run_measured, thread_env
 from peers.arch import RnnSpec, TrainSpec, TransformerSpec
 from peers.corpus import PieceCorpus, counted_vocabulary
 from peers.install import venv_bin
-from peers.results import TrainResult, check
+from peers.results import TrainResult, check, progress_lines
 
 NAME = "fairseq-fixed"
 PEER = "fairseq"
@@ -28,8 +28,8 @@ PARAMS_LINE = re.compile(r"num\. shared model params: ([\d,]+)")
 
 def deviations(spec: TransformerSpec | RnnSpec) -> list[str]:
     """Settings of ``spec`` this toolkit cannot express."""
-    if isinstance(spec, RnnSpec):
-        return ["fairseq's LSTM model uses Luong-style general attention, not additive"]
+    if isinstance(spec, RnnSpec) and spec.attention != "general":
+        return [f"fairseq's LSTM model has Luong-style general attention, not {spec.attention}"]
     return []
 
 
@@ -66,7 +66,7 @@ def _model_arguments(spec: TransformerSpec | RnnSpec) -> list:
 
 def train(corpus: PieceCorpus, spec: TransformerSpec | RnnSpec, train_spec: TrainSpec,
           out_dir: Path, threads: int) -> TrainResult:
-    """Train for ``train_spec.steps`` updates; tokens/s is the ``wps`` of its JSON log lines."""
+    """Train for ``train_spec.steps`` updates, its ``train_inner`` lines timed as they arrive."""
     if train_spec.precision != "fp32":
         raise ValueError(f"fairseq-fixed 0.12.3.1 has no {train_spec.precision} training on CPU (--bf16 implies a TPU)")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -85,16 +85,23 @@ def train(corpus: PieceCorpus, spec: TransformerSpec | RnnSpec, train_spec: Trai
                "--log-format", "json", "--log-interval", train_spec.log_every, "--no-progress-bar",
                "--disable-validation", "--no-epoch-checkpoints", "--save-dir", out_dir / "checkpoints",
                "--cpu", "--num-workers", 0]
-    measured = check(NAME, run_measured(command, out_dir / "train.log", env=thread_env(threads, ENV)))
-    log = measured.log.read_text(errors="replace")
-    intervals = [json.loads(line[line.index("{"):]) for line in log.splitlines()
-                 if "| train_inner |" in line and "{" in line]
-    params = PARAMS_LINE.search(log)
+    stamps: list[tuple[float, str]] = []
+    measured = check(NAME, run_measured(command, out_dir / "train.log", env=thread_env(threads, {**ENV, **UNBUFFERED}),
+                                        stamps=stamps))
+    params = PARAMS_LINE.search(measured.log.read_text(errors="replace"))
     return TrainResult(
         toolkit=NAME,
-        interval_tokens_per_second=[float(entry["wps"]) for entry in intervals],
-        tokens_per_step=(sum(float(entry["wpb"]) for entry in intervals) / len(intervals)) if intervals else None,
+        progress=progress_lines(stamps, _progress),
         parameters=int(params.group(1).replace(",", "")) if params else None,
         measured=measured,
         model=out_dir / "checkpoints" / "checkpoint_last.pt",
     )
+
+
+def _progress(line: str) -> tuple[int, float] | None:
+    """(updates done, target tokens per update) of a JSON ``train_inner`` line: its
+    ``num_updates`` and ``wpb`` (target tokens per batch, one batch an update here)."""
+    if "| train_inner |" not in line or "{" not in line:
+        return None
+    entry = json.loads(line[line.index("{"):])
+    return int(entry["num_updates"]), float(entry["wpb"])

@@ -9,7 +9,7 @@ the others; the benchmark tables then say "not installed: <reason>".
 
 The steps are the ones recorded in ``../shared/PEERS.md`` (from the repository root) as
 working on Python 3.11: OpenNMT-py 3.5.1 needs ``--no-deps`` (it pins ``torch<2.3``) and its
-other dependencies by hand; JoeyNMT 2.3.0 needs ``importlib-metadata``; the official fairseq
+other dependencies by hand; the official fairseq
 0.12.2 does not import on Python 3.11, so the ``fairseq-fixed`` 0.12.3.1 build is used (a
 long compile).
 
@@ -60,12 +60,6 @@ PEERS: dict[str, PeerSpec] = {
             label="fairseq-fixed 0.12.3.1",
             steps=(("fairseq-fixed==0.12.3.1",),),
             reported_packages=("fairseq-fixed", "torch"),
-        ),
-        PeerSpec(
-            name="joeynmt",
-            label="JoeyNMT 2.3.0",
-            steps=(("joeynmt==2.3.0", "importlib-metadata"),),
-            reported_packages=("joeynmt", "torch"),
         ),
         PeerSpec(
             name="eflomal",

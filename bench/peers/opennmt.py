@@ -13,11 +13,11 @@ from pathlib import Path
 
 import yaml
 
-from common import run_measured, thread_env
+from common import UNBUFFERED, run_measured, thread_env
 from peers.arch import DecodeSpec, RnnSpec, TrainSpec, TransformerSpec
 from peers.corpus import PieceCorpus, counted_vocabulary
 from peers.install import venv_bin
-from peers.results import TrainResult, TranslateResult, check, count_output
+from peers.results import TrainResult, TranslateResult, check, count_output, progress_lines
 
 NAME = "OpenNMT-py"
 PEER = "opennmt"
@@ -43,7 +43,8 @@ def _model_options(spec: TransformerSpec | RnnSpec) -> dict:
                 "share_embeddings": spec.tied_embeddings, "share_decoder_embeddings": spec.tied_embeddings}
     return {"encoder_type": "brnn", "decoder_type": "rnn", "rnn_type": spec.cell.upper(),
             "enc_layers": spec.layers, "dec_layers": spec.layers, "hidden_size": spec.hidden,
-            "word_vec_size": spec.embed, "global_attention": "mlp", "input_feed": 1,
+            "word_vec_size": spec.embed,
+            "global_attention": "mlp" if spec.attention == "additive" else spec.attention, "input_feed": 1,
             "dropout": [spec.dropout], "share_embeddings": spec.tied_embeddings,
             "share_decoder_embeddings": spec.tied_embeddings}
 
@@ -56,7 +57,7 @@ def _noam_learning_rate(spec: TransformerSpec | RnnSpec, train: TrainSpec) -> fl
 
 def train(corpus: PieceCorpus, spec: TransformerSpec | RnnSpec, train_spec: TrainSpec,
           out_dir: Path, threads: int) -> TrainResult:
-    """Train for ``train_spec.steps`` steps; tokens/s parsed from its ``Step`` lines."""
+    """Train for ``train_spec.steps`` steps, its ``Step`` lines timed as they arrive."""
     if train_spec.precision != "fp32":
         raise ValueError(f"OpenNMT-py 3.5.1 has no {train_spec.precision} training (model_dtype: fp32 or fp16)")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -82,19 +83,23 @@ def train(corpus: PieceCorpus, spec: TransformerSpec | RnnSpec, train_spec: Trai
     }
     config = out_dir / "train.yaml"
     config.write_text(yaml.safe_dump(options), encoding="utf-8")
-    measured = check(NAME, run_measured([venv_bin(PEER, "onmt_train"), "-config", config],
-                                        out_dir / "train.log", env=thread_env(threads, ENV)))
-    log = measured.log.read_text(errors="replace")
-    steps = STEP_LINE.findall(log)
-    params = PARAMS_LINE.search(log)
+    stamps: list[tuple[float, str]] = []
+    measured = check(NAME, run_measured([venv_bin(PEER, "onmt_train"), "-config", config], out_dir / "train.log",
+                                        env=thread_env(threads, {**ENV, **UNBUFFERED}), stamps=stamps))
+    params = PARAMS_LINE.search(measured.log.read_text(errors="replace"))
     return TrainResult(
         toolkit=NAME,
-        interval_tokens_per_second=[float(tgt_rate) for _, _, _, tgt_rate in steps],
-        tokens_per_step=sum(float(tgt) for _, tgt, _, _ in steps) / len(steps) if steps else None,
+        progress=progress_lines(stamps, _progress),
         parameters=int(params.group(1)) if params else None,
         measured=measured,
         model=out_dir / f"model_step_{train_spec.steps}.pt",
     )
+
+
+def _progress(line: str) -> tuple[int, float] | None:
+    """(steps done, target tokens per step) of a ``Step`` line (one step an update: no accumulation)."""
+    match = STEP_LINE.search(line)
+    return (int(match.group(1)), float(match.group(2))) if match else None
 
 
 def translate(model: Path, source: Path, decode: DecodeSpec, out_dir: Path, threads: int) -> TranslateResult:

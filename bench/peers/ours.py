@@ -1,7 +1,8 @@
-"""nmt-cli's side of the comparisons, run like a peer: a subprocess on 2 threads, figures from its own logs.
+"""nmt-cli's side of the comparisons, run like a peer: a subprocess on 2 threads.
 
-Training runs ``nmt train`` and reads target tokens/s from ``<run>/metrics.jsonl``
-(first interval dropped as warm-up, median of the rest, validation excluded).
+Training runs ``nmt train``; its progress lines are timed by the bench's clock as they
+arrive, like every peer's, and the target tokens of each interval come from
+``<run>/metrics.jsonl``.
 Translation runs this module as a worker (``python -m peers.ours translate ...`` in
 ``bench/``): it loads the model with ``load_translator`` (torch, torch int8, or our
 exported model in CTranslate2), translates a warm-up slice, then times ``translate`` over
@@ -21,24 +22,28 @@ from pathlib import Path
 
 import yaml
 
-from common import BENCH_DIR, REPO, THREADS, run_measured, thread_env
+from common import BENCH_DIR, REPO, THREADS, UNBUFFERED, run_measured, thread_env
 from peers.arch import DecodeSpec, RnnSpec, TrainSpec, TransformerSpec
-from peers.results import TrainResult, TranslateResult, check, count_output
+from peers.results import TrainResult, TranslateResult, check, count_output, progress_lines
+
+from nmt_cli.training.progress import read_metrics
 
 NAME = "nmt-cli"
 PARAMS_LINE = re.compile(r": ([\d,]+) parameters")
+PROGRESS_LINE = re.compile(r"\bstep (\d+)/\d+ \| epoch ")  # training.progress.progress_line
 
 
 def model_section(spec: TransformerSpec | RnnSpec, arch: str | None = None) -> dict:
-    """``model:`` settings for ``spec``; ``arch`` picks ``linear_transformer`` or ``rnn_luong``."""
+    """``model:`` settings for ``spec``; ``arch`` overrides the family (``linear_transformer``)."""
     if isinstance(spec, TransformerSpec):
         return {"arch": arch or "transformer", "d_model": spec.d_model, "heads": spec.heads,
                 "ffn_dim": spec.ffn, "encoder_layers": spec.layers, "decoder_layers": spec.layers,
                 "dropout": spec.dropout, "norm_position": "post" if spec.post_norm else "pre",
                 "tie_embeddings": spec.tied_embeddings}
-    return {"arch": arch or "rnn_bahdanau", "rnn_cell": spec.cell, "embed_dim": spec.embed,
+    family = "rnn_bahdanau" if spec.attention == "additive" else "rnn_luong"
+    return {"arch": arch or family, "rnn_cell": spec.cell, "embed_dim": spec.embed,
             "hidden_size": spec.hidden, "rnn_layers": spec.layers, "dropout": spec.dropout,
-            "attention": "additive", "tie_embeddings": spec.tied_embeddings}
+            "attention": spec.attention, "tie_embeddings": spec.tied_embeddings}
 
 
 def train_section(train_spec: TrainSpec, threads: int = THREADS) -> dict:
@@ -61,14 +66,20 @@ def train(prepared: Path, spec: TransformerSpec | RnnSpec, train_spec: TrainSpec
     run = out_dir / "run"
     command = [sys.executable, "-m", "nmt_cli", "train", "--config", config_path, "--data", prepared,
                "--out", run, "--restart", "--device", "cpu"]
-    measured = check(NAME, run_measured(command, out_dir / "train.log", env=thread_env(threads), cwd=REPO))
-    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    intervals = [r for r in records if r.get("kind") == "train"]
+    stamps: list[tuple[float, str]] = []
+    measured = check(NAME, run_measured(command, out_dir / "train.log", env=thread_env(threads, UNBUFFERED), cwd=REPO,
+                                        stamps=stamps))
+    tokens_per_update = {record["step"]: record["tokens_per_update"] for record in read_metrics(run)
+                         if record.get("kind") == "train"}
+
+    def parse(line: str) -> tuple[int, float] | None:
+        match = PROGRESS_LINE.search(line)
+        return (int(match.group(1)), tokens_per_update[int(match.group(1))]) if match else None
+
     params = PARAMS_LINE.search(measured.log.read_text(errors="replace"))
     return TrainResult(
         toolkit=NAME,
-        interval_tokens_per_second=[r["tokens_per_s"] for r in intervals],
-        tokens_per_step=sum(r["tokens_per_update"] for r in intervals) / len(intervals) if intervals else None,
+        progress=progress_lines(stamps, parse),
         parameters=int(params.group(1).replace(",", "")) if params else None,
         measured=measured,
         model=run,

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
-from common import Measured, median_after_warmup, tail
+from common import Measured, tail
 
 
 class PeerRunFailed(RuntimeError):
@@ -15,20 +16,58 @@ class PeerRunFailed(RuntimeError):
         super().__init__(f"{toolkit} exited with {measured.returncode}; log {measured.log}:\n{tail(measured.log)}")
 
 
+@dataclass(frozen=True)
+class Progress:
+    """A toolkit's progress line as this bench saw it: ``update`` updates done at ``seconds``
+    (this process's clock, from the command's start), ``tokens`` target tokens trained on
+    since the previous line (the toolkit's own count of the batches' target tokens)."""
+
+    update: int
+    seconds: float
+    tokens: float
+
+
 @dataclass
 class TrainResult:
-    """Training speed from the toolkit's own log, first interval dropped as warm-up."""
+    """Training speed by this bench's clock: the target tokens of every update after the
+    first progress line, over the time between that line and the last (the first interval,
+    start-up included, is the warm-up)."""
 
     toolkit: str
-    interval_tokens_per_second: list[float]
-    tokens_per_step: float | None
+    progress: list[Progress]
     parameters: int | None
     measured: Measured
     model: Path
 
     @property
+    def timed_updates(self) -> int:
+        return self.progress[-1].update - self.progress[0].update if len(self.progress) > 1 else 0
+
+    @property
     def tokens_per_second(self) -> float:
-        return median_after_warmup(self.interval_tokens_per_second)
+        if self.timed_updates == 0:
+            raise ValueError(f"{self.toolkit}: fewer than two progress lines; nothing was timed after the warm-up")
+        timed = self.progress[1:]
+        return sum(p.tokens for p in timed) / (timed[-1].seconds - self.progress[0].seconds)
+
+    @property
+    def tokens_per_step(self) -> float | None:
+        """Mean target tokens per update over the whole run."""
+        return sum(p.tokens for p in self.progress) / self.progress[-1].update if self.progress else None
+
+
+def progress_lines(stamps: list[tuple[float, str]],
+                   parse: Callable[[str], tuple[int, float] | None]) -> list[Progress]:
+    """:class:`Progress` from stamped lines; ``parse(line)`` gives ``(updates done, mean target
+    tokens per update over the interval the line closes)`` for a progress line, else None."""
+    progress, previous = [], 0
+    for seconds, line in stamps:
+        parsed = parse(line)
+        if parsed:
+            update, tokens_per_update = parsed
+            progress.append(Progress(update, seconds, tokens_per_update * (update - previous)))
+            previous = update
+    return progress
 
 
 @dataclass

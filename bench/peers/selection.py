@@ -7,7 +7,7 @@ from types import ModuleType
 
 from peers.install import PEERS, availability, install
 
-TRAINING_PEERS = ("opennmt", "fairseq", "joeynmt")
+TRAINING_PEERS = ("opennmt", "fairseq")
 TRANSLATION_PEERS = ("opennmt",)  # the equal-work table: CTranslate2 runs our own export
 
 
