@@ -1,16 +1,17 @@
-"""Time to quality: Multi30k test2016 BLEU of nmt-cli, fairseq and OpenNMT-py after equal wall-clock training budgets.
+"""Time to quality: test2016 BLEU of nmt-cli, fairseq and OpenNMT-py after equal wall-clock training budgets.
 
 Each toolkit trains the same tiny Transformer (2+2 layers, d 128, 4 heads, ffn 512, tied
 embeddings) on the same Multi30k de->en pieces, on 2 threads, with its own documented recipe
-for that shape (:data:`RECIPES`, stated in the notes) and the same target tokens per update:
+for that shape (:func:`nmt_cli_recipe`, :data:`PEER_RECIPES`, stated in the notes) and the same
+target tokens per update:
 nmt-cli at its default ``train.max_tokens``, each peer at the ``max_tokens`` that gives the
 same mean target tokens per update (``train_speed.calibrated_max_tokens``). Pairs as in
 ``train_speed.py``: fairseq with nmt-cli post-norm, OpenNMT-py (pre-norm only) with nmt-cli
 pre-norm.
 
 One clock for all: every run is a subprocess whose progress lines this script stamps as they
-arrive. Each toolkit saves a checkpoint every ``--save-every`` updates (all kept, logged every
-``log_every`` so each has a line); the checkpoint of update ``u`` counts as reached at the stamp
+arrive. Each toolkit saves a checkpoint every ``--save-every`` updates (all kept; a progress line
+every half of that, so each has a line); the checkpoint of update ``u`` counts as reached at the stamp
 of the progress line of ``u`` (its saving falls in the next interval, for every toolkit alike).
 The bench stops each run with SIGTERM to its process group at the first progress line after the
 largest budget (:class:`peers.arch.TimedRun`). No toolkit validates while it trains.
@@ -23,9 +24,13 @@ checkpoints, ``--curve-points`` times evenly spread over the largest budget) giv
 and the time nmt-cli took to reach each peer's BLEU at the largest budget, interpolated
 linearly between its evaluated checkpoints (from BLEU 0 at time 0).
 
-Resumable: a finished training run (``trained.json``) and a finished evaluation
-(``eval/<update>.json``) under ``--work`` are reused; an unfinished training run starts over,
-since a stopped clock cannot resume. ``--quick``: 2,000 pairs, budgets of 30 and 60 seconds.
+Resumable: a finished training run (``trained.json``, with the settings it ran under) and a
+finished evaluation (``eval/<update>/score.json``) under ``--work`` are reused; an unfinished
+training run, or one of other settings, starts over, since a stopped clock cannot resume.
+``--seeds N`` trains each toolkit N times (``--repeats`` is not used: figures are medians over
+the seeds). ``--quick``: 2,000 pairs, budgets of 30 and 60 seconds, no calibration.
+The full run holds the machine for the four training runs at the largest budget, plus the
+calibration and the evaluations.
 """
 
 from __future__ import annotations
