@@ -26,6 +26,7 @@ Conventions for every script in ``bench/`` (``run_all.py`` relies on them):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import shutil
@@ -33,11 +34,12 @@ import statistics
 import subprocess
 import sys
 import shlex
+import signal
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
@@ -141,7 +143,8 @@ sys.exit(code if code >= 0 else 128 - code)
 
 def run_measured(command: Sequence[str], log: Path, env: dict[str, str] | None = None,
                  cwd: Path | None = None, stdin: Path | None = None,
-                 stdout: Path | None = None, stamps: list[tuple[float, str]] | None = None) -> Measured:
+                 stdout: Path | None = None, stamps: list[tuple[float, str]] | None = None,
+                 stop_when: Callable[[float, str], bool] | None = None) -> Measured:
     """Run ``command`` with output to ``log`` (stdout to ``stdout`` when given).
 
     The peak RSS is that command's own (:data:`RSS_LAUNCHER`): ``wait4``'s resource usage,
@@ -149,10 +152,15 @@ def run_measured(command: Sequence[str], log: Path, env: dict[str, str] | None =
     machine. With ``stamps``, stdout and stderr pass through this process line by line and
     each line is appended as ``(seconds since the start, line)`` by this process's clock, so
     every toolkit's progress is timed the same way (run the command unbuffered:
-    :data:`UNBUFFERED`).
+    :data:`UNBUFFERED`). With ``stop_when`` as well, the command runs in a process group of its
+    own and the first stamped line for which ``stop_when(seconds, line)`` is true sends SIGTERM
+    to that group (its remaining output is still read); the exit status is then the command's
+    answer to SIGTERM, and the peak RSS 0 (the launcher is stopped with it).
     """
     if stamps is not None and stdout is not None:
         raise ValueError("stamped lines are stdout and stderr together: no separate stdout file")
+    if stop_when is not None and stamps is None:
+        raise ValueError("stop_when reads stamped lines: pass stamps as well")
     log.parent.mkdir(parents=True, exist_ok=True)
     rss_report = log.with_name(log.name + ".maxrss")
     started = time.perf_counter()
@@ -167,10 +175,16 @@ def run_measured(command: Sequence[str], log: Path, env: dict[str, str] | None =
                                              stderr=log_handle)
             else:
                 with subprocess.Popen(arguments, env=env, cwd=cwd, stdin=in_handle, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True, errors="replace") as process:
+                                      stderr=subprocess.STDOUT, text=True, errors="replace",
+                                      start_new_session=stop_when is not None) as process:
+                    stopped = False
                     for line in process.stdout:
                         stamps.append((time.perf_counter() - started, line.rstrip("\n")))
                         log_handle.write(line)
+                        if stop_when is not None and not stopped and stop_when(*stamps[-1]):
+                            with contextlib.suppress(ProcessLookupError):  # the group may have just ended
+                                os.killpg(process.pid, signal.SIGTERM)
+                            stopped = True
                     returncode = process.wait()
         finally:
             if stdout:

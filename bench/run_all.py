@@ -18,7 +18,9 @@ beside the default one: a new run replaces only the section of its own variant.
 A long section is resumable: stop it and run the same command again. align_quality with
 ``--reuse-models`` keeps every finished model under ``--work`` and resumes an unfinished
 training; translate_speed (and serve_load, which uses its model) trains its models once
-per ``--work`` and decodes again; train_speed times fresh training runs and starts over.
+per ``--work`` and decodes again; train_speed times fresh training runs and starts over;
+time_to_quality keeps each finished timed training run and each evaluated checkpoint under
+``--work`` (an unfinished training run starts over: its clock cannot resume).
 ``--reuse`` takes a script's report from ``<work>/results/<script>.json`` instead of
 running it (finish an interrupted page without redoing the sections already made).
 """
@@ -42,9 +44,9 @@ from nmt_cli.fileio import atomic_write_text
 
 #: how a section carried over from an earlier file begins its note (it keeps the first note it got)
 CARRIED = "_Carried over from an earlier BENCHMARKS.md"
-SCRIPTS = ("train_speed", "train_profile", "translate_speed", "engine_ratio", "decode_profile", "decode_length",
-           "prepare_scale", "align_quality", "serve_load", "terminology", "constrained_stop", "shortlist_speed",
-           "soft_npz_memory")
+SCRIPTS = ("train_speed", "time_to_quality", "train_profile", "translate_speed", "engine_ratio", "decode_profile",
+           "decode_length", "prepare_scale", "align_quality", "serve_load", "terminology", "constrained_stop",
+           "shortlist_speed", "soft_npz_memory")
 
 
 @dataclass(frozen=True)
@@ -60,13 +62,17 @@ class PassThrough:
 #: the options a section may need beyond --quick, --repeats and --work, one line each
 PASS_THROUGH = (
     PassThrough("--steps", ("align_quality",), "training steps of every model (a variant: a section of its own)"),
-    PassThrough("--seeds", ("align_quality",), "guided models per direction (N > 1 adds the ensemble rows)"),
+    PassThrough("--seeds", ("align_quality", "time_to_quality"),
+                "align_quality: guided models per direction (N > 1 adds the ensemble rows); time_to_quality: "
+                "training runs per toolkit"),
+    PassThrough("--budgets", ("time_to_quality",), "comma list of training budgets in minutes"),
     PassThrough("--corpora", ("align_quality",), "comma list of the corpora to align"),
     PassThrough("--systems", ("align_quality",), "comma list of the nmt-cli aligners to run"),
     PassThrough("--device", ("align_quality",), "where nmt-cli trains, aligns and translates (cpu, cuda)"),
     PassThrough("--reuse-models", ("align_quality",), "keep and resume the models under --work", flag=True),
     PassThrough("--models", ("train_speed", "train_profile"), "comma list of the model shapes to train"),
-    PassThrough("--peers", ("train_speed", "translate_speed"), "all, none, or a comma list of peer toolkits"),
+    PassThrough("--peers", ("train_speed", "translate_speed", "time_to_quality"),
+                "all, none, or a comma list of peer toolkits"),
 )
 #: options every script takes and run_all passes on
 SHARED = ("--quick", "--repeats")

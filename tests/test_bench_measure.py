@@ -10,13 +10,16 @@ later training run reported the same 1,707 MB).
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
+
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 from common import UNBUFFERED, run_measured, thread_env  # noqa: E402  (bench/ is not a package)
-from peers.results import Progress, TrainResult, progress_lines  # noqa: E402
+from peers.results import PeerRunFailed, Progress, TrainResult, check, progress_lines, stop_after  # noqa: E402
 
 GROWN_MB = 600
 
@@ -73,3 +76,22 @@ def test_training_speed_counts_the_updates_after_the_first_progress_line_over_th
     assert result.timed_updates == 20
     assert result.tokens_per_second == (1200 + 800) / (6.0 - 3.0)  # start-up and the first interval untimed
     assert result.tokens_per_step == 3000 / 30
+
+
+def test_a_timed_run_is_stopped_with_its_whole_process_group_at_the_first_progress_line_after_the_limit(
+        tmp_path: Path) -> None:
+    """A command whose child prints a progress line every 0.1 s forever: stopped at the first one
+    stamped after 0.5 s, it ends (child included, or this would never return) with SIGTERM's status,
+    which ``check`` accepts only for a stopped run."""
+    child = "import time\nfor step in range(1, 10**6):\n    print(f'step {step}', flush=True)\n    time.sleep(0.1)\n"
+    parent = f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', {child!r}])\n"
+    stamps: list[tuple[float, str]] = []
+    is_progress = lambda line: line if line.startswith("step") else None  # noqa: E731
+    measured = run_measured([sys.executable, "-c", parent], tmp_path / "run.log", env=thread_env(1, UNBUFFERED),
+                            stamps=stamps, stop_when=stop_after(0.5, is_progress))
+    assert measured.returncode == -signal.SIGTERM
+    stopping = next(index for index, (seconds, _) in enumerate(stamps) if seconds > 0.5)
+    assert stamps[stopping - 1][0] <= 0.5 and len(stamps) <= stopping + 2  # at most a line in flight after it
+    assert check("toolkit", measured, stopped=True) is measured
+    with pytest.raises(PeerRunFailed):
+        check("toolkit", measured)

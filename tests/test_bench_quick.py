@@ -232,6 +232,55 @@ def test_peer_training_runner_quick(work: Path, peer: str, model: str) -> None:
     assert rows[label]["nmt-cli / toolkit"].endswith("x") and rows["nmt-cli"]["nmt-cli / toolkit"] == "see peer row"
 
 
+def time_to_quality_rows(report: dict) -> dict[tuple[str, str], list[dict[str, str]]]:
+    """Rows by (toolkit, architecture), each list in budget order."""
+    rows: dict[tuple[str, str], list[dict[str, str]]] = {}
+    for row in report["rows"]:
+        cells = dict(zip(report["columns"], row))
+        rows.setdefault((cells["toolkit"], cells["architecture"]), []).append(cells)
+    return rows
+
+
+def test_time_to_quality_quick_scores_the_checkpoint_of_each_budget_and_draws_the_curve(work: Path) -> None:
+    report = run_bench("time_to_quality", work, "--peers", "none")
+    assert report["script"] == "time_to_quality" and report["quick"] is True and report["variant"] == ""
+    (ours,) = time_to_quality_rows(report).values()
+    assert [row["budget (min)"] for row in ours] == ["0.5", "1"]
+    assert all(row["toolkit"] == "nmt-cli" and row["architecture"] == "post-norm" for row in ours)
+    updates = [figure(row["updates"]) for row in ours]
+    assert 0 < updates[0] < updates[1]  # a longer budget, a later checkpoint
+    assert 0 < figure(ours[0]["tgt tokens"]) < figure(ours[1]["tgt tokens"])
+    for row in ours:
+        assert 0 <= figure(row["BLEU"]) <= 100 and 0 < figure(row["chrF"]) <= 100
+        assert 0 < figure(row["checkpoint dated (min)"]) <= figure(row["budget (min)"])
+    (curve,) = [note for note in report["notes"] if note.startswith("learning curve")]
+    picture = Path(re.search(r"\]\((.+)\)$", curve).group(1))
+    assert picture == work / "time_to_quality.png" and picture.read_bytes().startswith(b"\x89PNG")
+    assert any(note.startswith("nmt-cli post-norm settings, its defaults") for note in report["notes"])
+    again = run_bench("time_to_quality", work, "--peers", "none")  # resumed: the finished run and scores reused
+    assert again["rows"] == report["rows"]
+
+
+@pytest.mark.parametrize("peer", ["fairseq", "opennmt"])
+def test_time_to_quality_quick_with_a_peer(work: Path, peer: str) -> None:
+    installed, why = availability(peer)
+    if not installed:
+        pytest.skip(f"{peer}: {why}")
+    if os.environ.get("NMT_BENCH_PEERS") != "1":
+        pytest.skip(f"{peer} is installed; peer runs are opt-in (NMT_BENCH_PEERS=1), a few minutes each")
+    report = run_bench("time_to_quality", work, "--peers", peer)
+    rows = time_to_quality_rows(report)
+    architecture = "post-norm" if peer == "fairseq" else "pre-norm"
+    (label,) = [toolkit for toolkit, _ in rows if toolkit != "nmt-cli"]
+    assert set(rows) == {("nmt-cli", architecture), (label, architecture)}
+    for toolkit_rows in rows.values():
+        assert [row["budget (min)"] for row in toolkit_rows] == ["0.5", "1"]
+        reached = [row for row in toolkit_rows if row["updates"] != "no checkpoint yet"]
+        assert reached, toolkit_rows  # at least the largest budget has a checkpoint
+        assert all(0 <= figure(row["BLEU"]) <= 100 and figure(row["updates"]) > 0 for row in reached)
+    assert any(note.startswith(f"time to {label}'s 1-minute BLEU") for note in report["notes"])
+
+
 def test_run_all_renders_benchmarks_md_and_reuses_an_earlier_report(work: Path) -> None:
     """``make bench`` in miniature: prepare_scale --quick rendered, then re-rendered from its JSON."""
     out = work / "BENCHMARKS.md"

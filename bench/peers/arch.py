@@ -19,6 +19,7 @@ class TransformerSpec:
     heads: int = 4
     ffn: int = 512
     dropout: float = 0.1
+    attention_dropout: float = 0.0
     post_norm: bool = True
     tied_embeddings: bool = True
 
@@ -69,9 +70,28 @@ class TrainSpec:
     lr: float = 5e-4
     warmup: int = 400
     label_smoothing: float = 0.1
+    adam_betas: tuple[float, float] = (0.9, 0.98)
+    weight_decay: float = 0.0
+    #: gradient clipping by global norm (0 = off)
+    clip_norm: float = 1.0
     seed: int = 1
     #: ``fp32``, or ``bf16``: each toolkit's bf16 training on CPU where it has one (a ValueError where not)
     precision: str = "fp32"
+
+
+@dataclass(frozen=True)
+class TimedRun:
+    """A training run stopped by the bench's clock instead of a step count.
+
+    The toolkit saves a checkpoint every ``save_every`` updates and keeps them all (a multiple
+    of ``TrainSpec.log_every``, so each checkpoint has a progress line to date it), and the
+    bench stops it with SIGTERM to its process group at the first progress line stamped after
+    ``stop_seconds``: by then every checkpoint dated before ``stop_seconds`` is written, since
+    each toolkit logs an update before it saves it and the next line comes after the save.
+    """
+
+    save_every: int
+    stop_seconds: float
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,10 @@ from pathlib import Path
 import yaml
 
 from common import BENCH_DIR, REPO, THREADS, UNBUFFERED, run_measured, thread_env
-from peers.arch import DecodeSpec, RnnSpec, TrainSpec, TransformerSpec
-from peers.results import TrainResult, TranslateResult, check, count_output, progress_lines
+from peers.arch import DecodeSpec, RnnSpec, TimedRun, TrainSpec, TransformerSpec
+from peers.results import TrainResult, TranslateResult, check, count_output, progress_lines, stop_after
+
+from nmt_cli.checkpoint import STEP_DIR, list_checkpoints
 
 from nmt_cli.training.progress import read_metrics
 
@@ -38,7 +40,8 @@ def model_section(spec: TransformerSpec | RnnSpec, arch: str | None = None) -> d
     if isinstance(spec, TransformerSpec):
         return {"arch": arch or "transformer", "d_model": spec.d_model, "heads": spec.heads,
                 "ffn_dim": spec.ffn, "encoder_layers": spec.layers, "decoder_layers": spec.layers,
-                "dropout": spec.dropout, "norm_position": "post" if spec.post_norm else "pre",
+                "dropout": spec.dropout, "attention_dropout": spec.attention_dropout,
+                "norm_position": "post" if spec.post_norm else "pre",
                 "tie_embeddings": spec.tied_embeddings}
     family = "rnn_bahdanau" if spec.attention == "additive" else "rnn_luong"
     return {"arch": arch or family, "rnn_cell": spec.cell, "embed_dim": spec.embed,
@@ -46,29 +49,41 @@ def model_section(spec: TransformerSpec | RnnSpec, arch: str | None = None) -> d
             "attention": spec.attention, "tie_embeddings": spec.tied_embeddings}
 
 
-def train_section(train_spec: TrainSpec, threads: int = THREADS) -> dict:
-    """``train:`` settings for ``train_spec`` on ``threads`` threads (no validation until the last step)."""
-    return {"max_tokens": train_spec.max_tokens, "max_steps": train_spec.steps, "lr": train_spec.lr,
-            "warmup_steps": train_spec.warmup, "label_smoothing": train_spec.label_smoothing,
-            "schedule": "inverse_sqrt", "adam_betas": [0.9, 0.98], "clip_norm": 1.0,
-            "seed": train_spec.seed, "num_threads": threads, "log_every": train_spec.log_every,
-            "valid_every": train_spec.steps, "valid_bleu": False, "early_stop_metric": "loss",
-            "keep_last": 1, "keep_best": 1, "precision": train_spec.precision}
+def train_section(train_spec: TrainSpec, threads: int = THREADS, timed: TimedRun | None = None) -> dict:
+    """``train:`` settings for ``train_spec`` on ``threads`` threads (no validation until the last step;
+    ``timed``: none at all, a checkpoint every ``timed.save_every`` steps, every one kept)."""
+    section = {"max_tokens": train_spec.max_tokens, "max_steps": train_spec.steps, "lr": train_spec.lr,
+               "warmup_steps": train_spec.warmup, "label_smoothing": train_spec.label_smoothing,
+               "schedule": "inverse_sqrt", "adam_betas": list(train_spec.adam_betas),
+               "weight_decay": train_spec.weight_decay, "clip_norm": train_spec.clip_norm,
+               "seed": train_spec.seed, "num_threads": threads, "log_every": train_spec.log_every,
+               "valid_every": train_spec.steps, "valid_bleu": False, "early_stop_metric": "loss",
+               "keep_last": 1, "keep_best": 1, "precision": train_spec.precision}
+    if timed is not None:
+        section.update(valid_every=0, save_every=timed.save_every, keep_last=train_spec.steps, keep_best=0)
+    return section
+
+
+def checkpoints(run: Path) -> dict[int, Path]:
+    """{step: checkpoint} of the complete checkpoints of a run that ``train`` made (``result.model``)."""
+    return {int(STEP_DIR.match(path.name).group(1)): path for path in list_checkpoints(run)}
 
 
 def train(prepared: Path, spec: TransformerSpec | RnnSpec, train_spec: TrainSpec, out_dir: Path,
-          threads: int = THREADS, arch: str | None = None) -> TrainResult:
-    """``nmt train`` for ``train_spec.steps`` steps (no validation until the last step)."""
+          threads: int = THREADS, arch: str | None = None, timed: TimedRun | None = None) -> TrainResult:
+    """``nmt train`` for ``train_spec.steps`` steps (no validation until the last step), or until
+    ``timed`` stops it."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    config = {"model": model_section(spec, arch), "train": train_section(train_spec, threads)}
+    config = {"model": model_section(spec, arch), "train": train_section(train_spec, threads, timed)}
     config_path = out_dir / "train.yaml"
     config_path.write_text(yaml.safe_dump(config), encoding="utf-8")
     run = out_dir / "run"
     command = [sys.executable, "-m", "nmt_cli", "train", "--config", config_path, "--data", prepared,
                "--out", run, "--restart", "--device", "cpu"]
     stamps: list[tuple[float, str]] = []
+    stop = stop_after(timed.stop_seconds, PROGRESS_LINE.search) if timed else None
     measured = check(NAME, run_measured(command, out_dir / "train.log", env=thread_env(threads, UNBUFFERED), cwd=REPO,
-                                        stamps=stamps))
+                                        stamps=stamps, stop_when=stop), stopped=timed is not None)
     tokens_per_update = {record["step"]: record["tokens_per_update"] for record in read_metrics(run)
                          if record.get("kind") == "train"}
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -96,8 +97,15 @@ def count_output(path: Path) -> tuple[int, int]:
     return len(lines), sum(len(line.split()) for line in lines)
 
 
-def check(toolkit: str, measured: Measured) -> Measured:
-    """Raise :class:`PeerRunFailed` when the command did not exit cleanly."""
-    if measured.returncode != 0:
+def check(toolkit: str, measured: Measured, stopped: bool = False) -> Measured:
+    """Raise :class:`PeerRunFailed` when the command did not exit cleanly; ``stopped``: the bench
+    ended it with SIGTERM (:class:`peers.arch.TimedRun`), so that ending counts as clean."""
+    if measured.returncode != 0 and not (stopped and measured.returncode == -signal.SIGTERM):
         raise PeerRunFailed(toolkit, measured)
     return measured
+
+
+def stop_after(seconds: float, is_progress: Callable[[str], object]) -> Callable[[float, str], bool]:
+    """``run_measured``'s ``stop_when`` for a :class:`peers.arch.TimedRun`: true at the first
+    progress line (``is_progress`` gives something other than None) stamped after ``seconds``."""
+    return lambda stamp, line: stamp > seconds and is_progress(line) is not None

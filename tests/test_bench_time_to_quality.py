@@ -1,0 +1,46 @@
+"""``bench/time_to_quality.py``'s two choices, on made-up runs: which checkpoint stands for a
+budget, and when a learning curve reaches a BLEU (the runs themselves: ``test_bench_quick.py``)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+from time_to_quality import TrainedRun, checkpoint_for, time_to_reach  # noqa: E402  (bench/ is not a package)
+
+
+def test_a_budget_takes_the_last_checkpoint_dated_at_or_before_it() -> None:
+    # progress every 50 updates, a checkpoint every 100; one more (230) saved on SIGTERM with no line of its own
+    run = TrainedRun(progress=[(50, 20.0, 1e4), (100, 31.0, 1e4), (150, 44.0, 1e4), (200, 60.0, 1e4)],
+                     checkpoints={100: "c100", 200: "c200", 230: "c230"}, parameters=None, settings={},
+                     load_average=[0.0, 0.0, 0.0])
+    dated = run.dated_checkpoints()
+    assert dated == {100: 31.0, 200: 60.0}  # 230 has no progress line: undated, never chosen
+    assert checkpoint_for(dated, 30.9) is None  # no checkpoint yet
+    assert checkpoint_for(dated, 31.0) == 100  # dated exactly at the budget: counts
+    assert checkpoint_for(dated, 59.9) == 100
+    assert checkpoint_for(dated, 60.0) == checkpoint_for(dated, 600.0) == 200
+    assert run.tokens_until(100) == 2e4 and run.tokens_until(200) == 4e4
+
+
+def test_a_run_recorded_as_json_reads_back_with_its_updates_as_numbers(tmp_path: Path) -> None:
+    record = tmp_path / "trained.json"
+    record.write_text('{"progress": [[100, 31.0, 10000.0]], "checkpoints": {"100": "c100"}, "parameters": 7, '
+                      '"settings": {"save_every": 100}, "load_average": [1.0, 2.0, 3.0]}')
+    run = TrainedRun.load(record)
+    assert run.dated_checkpoints() == {100: 31.0} and run.checkpoints == {100: "c100"}
+    assert run.settings == {"save_every": 100} and run.parameters == 7
+
+
+def test_the_time_to_a_bleu_is_interpolated_between_the_checkpoints_that_straddle_it() -> None:
+    curve = [(300.0, 10.0), (120.0, 4.0), (600.0, 16.0), (900.0, 15.0)]  # out of order, and a dip at the end
+    assert time_to_reach(curve, 13.0) == pytest.approx(450.0)  # halfway from (300, 10) to (600, 16)
+    assert time_to_reach(curve, 10.0) == 300.0  # reached exactly at a checkpoint
+    assert time_to_reach(curve, 2.0) == pytest.approx(60.0)  # before the first checkpoint: from BLEU 0 at 0 s
+    assert time_to_reach(curve, 15.5) == pytest.approx(575.0)  # the first crossing, not the later point
+    assert time_to_reach(curve, 16.5) is None  # never reached
+    assert time_to_reach([(60.0, 0.0), (120.0, 0.0)], 0.0) == 0.0  # a peer at BLEU 0: reached before any update
