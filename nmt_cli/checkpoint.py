@@ -16,6 +16,7 @@ else from JSON, and the optimizer file through ``torch.load(weights_only=True)``
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import pickle
@@ -153,6 +154,16 @@ def resolve_checkpoint(path: str | os.PathLike) -> Path:
     if not path.exists():
         raise NmtError(f"{path}: checkpoint not found")
     raise NmtError(f"{path}: no checkpoint here (expected {STATE} and {WEIGHTS}, or step-* directories)")
+
+
+def weights_digest(path: str | os.PathLike) -> str:
+    """The sha256 of a checkpoint's weights: what identifies its model wherever it lies (a
+    checkpoint overwritten in place keeps its path, not its digest)."""
+    digest = hashlib.sha256()
+    with open(resolve_checkpoint(path) / WEIGHTS, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def tokenizer_directory(path: str | os.PathLike) -> Path:
@@ -356,4 +367,5 @@ __all__ = [
     "write_average",
     "checkpoint_dir_name",
     "tokenizer_directory",
+    "weights_digest",
 ]

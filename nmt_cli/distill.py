@@ -59,7 +59,7 @@ import numpy as np
 
 from nmt_cli.alignment.corpus import link_chunks
 from nmt_cli.checkpoint import (checkpoints_to_average, load_checkpoint_config, load_checkpoint_state,
-                                resolve_checkpoint, tokenizer_directory, write_average)
+                                resolve_checkpoint, tokenizer_directory, weights_digest, write_average)
 from nmt_cli.config import Config, load_config
 from nmt_cli.data.prepare import prepare
 from nmt_cli.data.prepared import PreparedData
@@ -404,7 +404,8 @@ def _translate(teachers: Sequence[str], data: PreparedData, folder: Path, beam: 
     workers = (workers or machine_cores()) if resolved.type == "cpu" else 1
     src_path, ref_path = data.text_path("train", "src"), data.text_path("train", "tgt")
     total = data.manifest["splits"]["train"]["kept"]
-    chunks = _translation_chunks(folder, {"teachers": [str(resolve_checkpoint(teacher)) for teacher in teachers],
+    chunks = _translation_chunks(folder, {"teachers": [{"checkpoint": str(resolve_checkpoint(teacher)),
+                                                         "weights_sha256": weights_digest(teacher)} for teacher in teachers],
                                           "beam": beam, "keep": options.keep, "device": str(resolved)})
     translator = None
 
@@ -446,7 +447,8 @@ def _translate(teachers: Sequence[str], data: PreparedData, folder: Path, beam: 
 
 def _translation_chunks(folder: Path, settings: dict | None = None) -> ChunkFolder:
     """The translate stage's finished chunks, in ``folder/.chunks``, keyed by ``settings``
-    (the teachers' checkpoints, beam, keep and device: what decides the translations; None:
+    (the teachers' checkpoints and their weights' digests, beam, keep and device: what decides the
+    translations, so a teacher retrained in place is not mistaken for its old self; None:
     a folder opened to remove them)."""
     return ChunkFolder(folder / CHUNKS, settings, ".json")
 

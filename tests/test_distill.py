@@ -384,6 +384,33 @@ def test_a_translated_chunk_is_not_reused_for_another_input_or_teacher(tiny_trai
     assert [len(chunk) for chunk in calls] == [50, 50, 20]
 
 
+def test_a_teacher_overwritten_in_place_translates_every_chunk_again(tiny_trained_run, distill_data, tmp_path,
+                                                                     monkeypatch):
+    """The chunks are keyed by the teacher's weights, not only its path: a checkpoint retrained or
+    replaced under the same path must not hand back its predecessor's translations."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    import nmt_cli.distill as distill_module
+    from nmt_cli.checkpoint import WEIGHTS, resolve_checkpoint
+
+    teacher = tmp_path / "teacher"
+    shutil.copytree(resolve_checkpoint(tiny_trained_run), teacher)
+    data, options, folder = PreparedData(distill_data), DistillOptions(chunk_lines=50), tmp_path / "translate"
+    distill_module._translate([str(teacher)], data, folder, 2, options, "cpu", 1, None)
+    calls = []
+    monkeypatch.setattr(Translator, "translate", recording(UNPATCHED_TRANSLATE, calls))
+    distill_module._translate([str(teacher)], data, folder, 2, options, "cpu", 1, None)
+    assert calls == []  # the same teacher: every chunk kept
+    weights = load_file(teacher / WEIGHTS)
+    name = next(iter(weights))
+    weights[name] = weights[name] * 0.5
+    save_file(weights, teacher / WEIGHTS)
+    distill_module._translate([str(teacher)], data, folder, 2, options, "cpu", 1, None)
+    assert [len(chunk) for chunk in calls] == [50, 50, 20]  # new weights under the old path: all translated again
+
+
 def test_nmt_distill_needs_a_teacher_and_data_or_check(tmp_path):
     result = CliRunner().invoke(cli, ["distill", "--out", str(tmp_path / "out")])
     assert result.exit_code == 2 and "nmt distill needs --teacher and --data (or --check)" in result.output
