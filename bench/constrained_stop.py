@@ -24,14 +24,14 @@ import sacrebleu
 import torch
 
 from common import Report, absolute_path, bench_arguments, fmt, fmt_ratio_spread, median, project_version, repeats_of
-from terminology import (GENERAL_MODEL, LISTS, TERMINOLOGY, WARMUP_SENTENCES, quick_lines, read_dev_set, requests,
-                         term_success)
+from terminology import (GENERAL_MODEL, LISTS, TERMINOLOGY, WARMUP_SENTENCES, at_limit, quick_lines, read_dev_set,
+                         requests, term_success)
 
 from nmt_cli.decoding import load_translator
 
 STOPS = ("exact", "now")
-COLUMNS = ["lines", "beam", "terms given", "stop", "term success", "chrF", "BLEU", "outputs as exact",
-           "CPU s", "time vs no terms"]
+COLUMNS = ["lines", "beam", "terms given", "stop", "term success", "chrF", "BLEU", "at limit", "outputs as exact",
+           "CPU s", "out tok/s", "time vs no terms"]
 
 
 def timed_runs(translator, halves: dict, beam: int, repeats: int) -> dict:
@@ -74,8 +74,10 @@ def main() -> None:
                     COLUMNS, quick=args.quick, versions={"nmt-cli": project_version(), "torch": torch.__version__})
     for beam in (int(beam) for beam in args.beams.split(",")):
         runs = timed_runs(translator, halves, beam, repeats_of(args))
+        decode = translator.with_decode({"decode.beam_size": beam}).decode
         for (half, mode, stop), measured in runs.items():
-            outputs = [hypothesis.text for hypothesis in measured[-1][1]]
+            hypotheses = measured[-1][1]
+            outputs = [hypothesis.text for hypothesis in hypotheses]
             exact = [hypothesis.text for hypothesis in runs[half, mode, "exact"][-1][1]]
             references = [line.reference for line in spans[half]]
             success = "-" if mode == "none" else \
@@ -84,17 +86,21 @@ def main() -> None:
             report.add_row(half, str(beam), mode, "-" if mode == "none" else stop, success,
                            f"{sacrebleu.corpus_chrf(outputs, [references]).score:.1f}",
                            f"{sacrebleu.corpus_bleu(outputs, [references]).score:.1f}",
+                           f"{100 * at_limit(hypotheses, halves[half][mode], decode):.1f}%",
                            "-" if stop == "exact" else f"{sum(a == b for a, b in zip(outputs, exact))}/{len(exact)}",
                            fmt(median(seconds), 1),
+                           fmt(sum(len(hypothesis.tokens) for hypothesis in hypotheses) / median(seconds)),
                            "-" if mode == "none" else
                            fmt_ratio_spread(seconds, [run[0] for run in runs[half, "none", "exact"]]))
     report.notes += [
         f"Model: {translator.signature()}; {args.threads} torch thread(s); device cpu; decode.on_unmet relax.",
         "term success: the share of the row's own list's terms whose English side appears in the output "
-        "(exact, case-sensitive substring); chrF, BLEU: sacreBLEU against dev.en; outputs as exact: outputs "
-        "identical to those of the exact rule on the same lines.",
+        "(exact, case-sensitive substring); chrF, BLEU: sacreBLEU against dev.en; at limit: the share of outputs "
+        "with as many pieces as the length rule allows their sentence before constraints; outputs as exact: "
+        "outputs identical to those of the exact rule on the same lines.",
         f"CPU s: the process's CPU time of the half, median of {repeats_of(args)} run(s), settings interleaved, "
-        f"after an untimed warm-up on {WARMUP_SENTENCES} sentences; time vs no terms: the ratio of the medians, "
+        f"after an untimed warm-up on {WARMUP_SENTENCES} sentences; out tok/s: output pieces (EOS not counted) of "
+        "the last run over the median CPU time; time vs no terms: the ratio of the medians, "
         "in brackets the lowest and highest ratio of runs made side by side.",
         "The choice (dev rows only): now is the default if at every beam its term success and chrF are no lower "
         "than exact's on the dev half. The test rows were not looked at for it.",

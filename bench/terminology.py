@@ -29,7 +29,6 @@ on the ``--model`` given or on translate_speed's quick tiny Transformer.
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +41,7 @@ from common import (REPO, SHARED_DATA, THREADS, Report, absolute_path, bench_arg
                     measured_at, median, project_version, repeats_of)
 
 from nmt_cli.decoding import Hypothesis, load_translator
+from nmt_cli.decoding.generator import output_limit
 from nmt_cli.decoding.request import Request
 from nmt_cli.errors import NmtError
 from nmt_cli.textio import read_parallel
@@ -117,10 +117,10 @@ def term_success(outputs: Sequence[str], terms: Sequence[Sequence[str]], any_cas
     return found / sum(len(line) for line in terms)
 
 
-def at_limit(hypotheses: Sequence[Hypothesis], batch: Sequence[Request], a: float, b: int) -> float:
-    """The share of outputs with at least ``floor(a * |source| + b)`` pieces, the length rule's limit."""
-    return sum(len(h.tokens) >= max(1, math.floor(a * len(r.source) + b))
-               for h, r in zip(hypotheses, batch)) / len(batch)
+def at_limit(hypotheses: Sequence[Hypothesis], batch: Sequence[Request], decode) -> float:
+    """The share of outputs with at least as many pieces as the length rule's limit for their
+    sentence (``generator.output_limit``: ``floor(a * |source| + b)``, before constraints)."""
+    return sum(len(h.tokens) >= output_limit(r, decode, None) for h, r in zip(hypotheses, batch)) / len(batch)
 
 
 def measure(translator, batches: dict[str, list[Request]], beams: Sequence[int],
@@ -152,7 +152,7 @@ def add_rows(report: Report, runs: dict[tuple[int, str], list[Run]], lines: list
                    for name in LISTS for any_case in (False, True)]
         seconds = [run.seconds for run in measured]
         tokens = sum(len(h.tokens) for h in measured[-1].hypotheses)
-        limit = at_limit(measured[-1].hypotheses, batches[mode], decode.max_len_a, decode.max_len_b)
+        limit = at_limit(measured[-1].hypotheses, batches[mode], decode)
         report.add_row(mode, str(beam), *success, f"{sacrebleu.corpus_chrf(outputs, [references]).score:.1f}",
                        f"{sacrebleu.corpus_bleu(outputs, [references]).score:.1f}", f"{100 * limit:.1f}%",
                        fmt(len(lines) / median(seconds), 1), fmt(tokens / median(seconds)),

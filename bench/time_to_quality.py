@@ -39,10 +39,8 @@ import argparse
 import io
 import json
 import os
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-
-import sacrebleu
 
 from common import (BENCH_DIR, REPO, THREADS, Report, absolute_path, bench_arguments, fmt, fresh_dir, median,
                     project_version)
@@ -54,9 +52,12 @@ from peers.ours import Engine
 from peers.results import PeerRunFailed
 from peers.selection import TRAINING_PEERS, parse_peer_list, peer_label, ready_peers
 from train_speed import calibrated_max_tokens
+from translate_speed import Quality, text_quality
 
 from nmt_cli.config import DecodeConfig, ModelConfig, TrainConfig
 from nmt_cli.data.prepared import PreparedData
+from nmt_cli.decoding.generator import output_limit
+from nmt_cli.decoding.request import Request
 from nmt_cli.fileio import atomic_write_bytes, atomic_write_json
 
 BUDGETS_MINUTES = (5.0, 10.0, 20.0)
@@ -196,6 +197,8 @@ class Setup:
     prepared: Path
     data: PreparedData
     references: list[str]
+    #: pieces of each test source sentence, for each toolkit's length limit
+    source_pieces: list[int]
     timed: TimedRun
     #: seconds at which a checkpoint is evaluated: the budgets and the learning curve's points
     times: list[float]
@@ -229,18 +232,25 @@ def train_timed(arm: Arm, seed: int, max_tokens: int, setup: Setup, folder: Path
     return TrainedRun.load(marker)  # as a rerun reads it
 
 
-@dataclass
-class Score:
-    bleu: float
-    chrf: float
+#: each peer's own length limit on a sentence of ``n`` source pieces decoded alone: fairseq-generate's
+#: max_len_a 0 and max_len_b 200; onmt_translate's min(max_length 250, max_length_ratio 1.25 x source + 5)
+#: (it takes the batch's padded source length, so a sentence's own is the lowest limit it can get)
+PEER_LENGTH_LIMITS = {"fairseq": lambda n: 200, "opennmt": lambda n: int(min(250, n * 1.25 + 5))}
 
 
-def evaluate(arm: Arm, checkpoint: Path, setup: Setup, folder: Path) -> Score:
+def length_limits(arm: Arm, source_pieces: list[int]) -> list[int]:
+    """Each test sentence's output limit in pieces under ``arm``'s own decoder settings."""
+    if arm.peer is None:
+        return [output_limit(Request(tuple([0] * n)), DecodeConfig(), None) for n in source_pieces]
+    return [PEER_LENGTH_LIMITS[arm.peer](n) for n in source_pieces]
+
+
+def evaluate(arm: Arm, checkpoint: Path, setup: Setup, folder: Path) -> Quality:
     """Translate test2016 with ``checkpoint`` by the toolkit's own decoder (beam 5, its own length
-    penalty); reuses a finished evaluation in ``folder``."""
+    penalty and limit); reuses a finished evaluation in ``folder``."""
     marker = folder / "score.json"
     if marker.is_file():
-        return Score(**json.loads(marker.read_text()))
+        return Quality(**json.loads(marker.read_text()))
     decode = DecodeSpec(beam=BEAM)
     if arm.peer is None:
         decode = replace(decode, alpha=DecodeConfig().alpha)
@@ -251,11 +261,11 @@ def evaluate(arm: Arm, checkpoint: Path, setup: Setup, folder: Path) -> Score:
                                        own_defaults=True).hypotheses
     else:
         hypotheses = fairseq.generate(checkpoint, setup.corpus, BEAM, folder, THREADS)
-    texts = [setup.data.tokenizer.tgt.decode_pieces(line.split())
-             for line in hypotheses.read_text(encoding="utf-8").splitlines()]
-    references = [setup.references]
-    score = Score(sacrebleu.corpus_bleu(texts, references).score, sacrebleu.corpus_chrf(texts, references).score)
-    atomic_write_json(marker, {"bleu": score.bleu, "chrf": score.chrf})
+    outputs = [line.split() for line in hypotheses.read_text(encoding="utf-8").splitlines()]
+    score = text_quality([setup.data.tokenizer.tgt.decode_pieces(pieces) for pieces in outputs],
+                         [len(pieces) for pieces in outputs], setup.references,
+                         length_limits(arm, setup.source_pieces))
+    atomic_write_json(marker, asdict(score))
     return score
 
 
@@ -264,7 +274,7 @@ class SeedRun:
     """One seed's timed run and the scores of its evaluated checkpoints."""
 
     run: TrainedRun
-    scores: dict[int, Score]
+    scores: dict[int, Quality]
 
     def curve(self) -> list[tuple[float, float]]:
         dated = self.run.dated_checkpoints()
@@ -294,7 +304,7 @@ def add_rows(report: Report, arm: Arm, max_tokens: int, runs: list[SeedRun], bud
         reached = [(seed_run, update) for seed_run in runs if (update := seed_run.at(minutes)) is not None]
         if not reached:
             report.add_row(arm.label, arm.architecture, f"{minutes:g}", fmt(max_tokens), "no checkpoint yet",
-                           *["-"] * 4)
+                           *["-"] * 5)
             continue
         bleus = [seed_run.scores[update].bleu for seed_run, update in reached]
         spread = f" ({min(bleus):.1f}-{max(bleus):.1f})" if len(bleus) > 1 else ""
@@ -303,6 +313,7 @@ def add_rows(report: Report, arm: Arm, max_tokens: int, runs: list[SeedRun], bud
                        fmt(median([seed_run.run.tokens_until(update) for seed_run, update in reached])),
                        f"{median(bleus):.1f}{spread}",
                        f"{median([seed_run.scores[update].chrf for seed_run, update in reached]):.1f}",
+                       f"{100 * median([seed_run.scores[update].at_limit for seed_run, update in reached]):.1f}%",
                        f"{median([seed_run.run.dated_checkpoints()[update] / 60 for seed_run, update in reached]):.2f}")
 
 
@@ -400,6 +411,9 @@ def method_notes(setup: Setup, budgets: list[float], ours_tokens: int, quick: bo
         "length_penalty avg (score over length), batches of 32 sentences; fairseq: fairseq-generate's, lenpen 1 "
         f"(score over length), at most 200 tokens, batches of 32 sentences); {len(setup.references):,} test "
         "sentences; sacreBLEU BLEU and chrF on the detokenised output; evaluation time outside the budgets",
+        "at limit: share of outputs as long as the toolkit's own limit for that sentence (OpenNMT-py: "
+        "min(250, 1.25 x source + 5) on the sentence alone; it applies the padded batch's, so a sentence "
+        "counted here may have stopped short of its batch's limit)",
         "tgt tokens: target tokens trained on up to the checkpoint, as each toolkit counts its batches'; "
         "median over seeds (BLEU range in brackets with several)",
         f"load average (1 minute) when each training run started: {'; '.join(loads)} (a shared machine: figures "
@@ -433,8 +447,11 @@ def main() -> None:
 
     prepared = prepare_multi30k(args.work, args.quick)
     data = PreparedData(prepared)
-    setup = Setup(corpus=export_pieces(prepared, args.work / f"{prepared.name}-pieces"), prepared=prepared,
+    pieces = export_pieces(prepared, args.work / f"{prepared.name}-pieces")
+    setup = Setup(corpus=pieces, prepared=prepared,
                   data=data, references=data.text_path("test", "tgt").read_text(encoding="utf-8").splitlines(),
+                  source_pieces=[len(line.split()) for line in pieces.text("test", "src").read_text(
+                      encoding="utf-8").splitlines()],
                   timed=TimedRun(save_every=save_every, stop_seconds=budgets[-1] * 60),
                   times=sorted({*(minutes * 60 for minutes in budgets),
                                 *(budgets[-1] * 60 * point / curve_points for point in range(1, curve_points + 1))}),
@@ -451,7 +468,7 @@ def main() -> None:
     report = Report("time_to_quality",
                     "Time to quality (Multi30k test2016 BLEU after equal training time, 2 CPU threads)",
                     ["toolkit", "architecture", "budget (min)", "max tokens", "updates", "tgt tokens", "BLEU",
-                     "chrF", "checkpoint dated (min)"], quick=args.quick)
+                     "chrF", "at limit", "checkpoint dated (min)"], quick=args.quick)
     if budgets != default_budgets:
         report.variant = f"budgets of {', '.join(f'{minutes:g}' for minutes in budgets)} minutes"
     report.versions = {"nmt-cli": project_version(),
@@ -464,11 +481,11 @@ def main() -> None:
             runs[arm.name] = run_arm(arm, max_tokens, setup)
         except PeerRunFailed as error:
             report.add_row(arm.label, arm.architecture, "-", fmt(max_tokens),
-                           f"failed: {str(error).splitlines()[0]}", *["-"] * 4)
+                           f"failed: {str(error).splitlines()[0]}", *["-"] * 5)
             continue
         add_rows(report, arm, max_tokens, runs[arm.name], budgets)
     for name, why in missing.items():
-        report.add_row(peer_label(name), "-", "-", "-", why, *["-"] * 4)
+        report.add_row(peer_label(name), "-", "-", "-", why, *["-"] * 5)
 
     for peer in (arm for arm in arms if arm.peer is not None):
         ours_arm = next(arm for arm in arms if arm.peer is None and arm.architecture == peer.architecture)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import sacrebleu
 
@@ -170,9 +170,10 @@ def peer_systems(runners: dict, corpus, source_pieces: Path, models: Path, train
 
 @dataclass
 class Quality:
-    """What a row's outputs are worth: BLEU against the references, share at the length limit."""
+    """What a row's outputs are worth: BLEU and chrF against the references, share at the length limit."""
 
     bleu: float
+    chrf: float
     at_limit: float
 
 
@@ -183,10 +184,15 @@ def quality(hypotheses: Path, references: list[str], tokenizer, max_length: int)
                         references, max_length)
 
 
-def text_quality(texts: list[str], lengths: list[int], references: list[str], max_length: int) -> Quality:
-    """sacreBLEU of detokenised ``texts``; the share of ``lengths`` (in pieces) at ``max_length``."""
-    bleu = sacrebleu.corpus_bleu(texts, [references]).score
-    return Quality(bleu, sum(length >= max_length for length in lengths) / max(len(lengths), 1))
+def text_quality(texts: list[str], lengths: list[int], references: list[str],
+                 limits: int | Sequence[int]) -> Quality:
+    """sacreBLEU BLEU and chrF of detokenised ``texts``; the share of ``lengths`` (in pieces) at
+    their length limit: one for every sentence, or each sentence's own."""
+    per_sentence = [limits] * len(lengths) if isinstance(limits, int) else limits
+    if len(per_sentence) != len(lengths):
+        raise ValueError(f"{len(per_sentence)} length limits for {len(lengths)} outputs")
+    return Quality(sacrebleu.corpus_bleu(texts, [references]).score, sacrebleu.corpus_chrf(texts, [references]).score,
+                   sum(length >= limit for length, limit in zip(lengths, per_sentence)) / max(len(lengths), 1))
 
 
 def ctranslate2_version() -> str:

@@ -252,6 +252,7 @@ def test_time_to_quality_quick_scores_the_checkpoint_of_each_budget_and_draws_th
     assert 0 < figure(ours[0]["tgt tokens"]) < figure(ours[1]["tgt tokens"])
     for row in ours:
         assert 0 <= figure(row["BLEU"]) <= 100 and 0 < figure(row["chrF"]) <= 100
+        assert 0 <= figure(row["at limit"].rstrip("%")) <= 100
         assert 0 < figure(row["checkpoint dated (min)"]) <= figure(row["budget (min)"])
     (curve,) = [note for note in report["notes"] if note.startswith("learning curve")]
     picture = Path(re.search(r"\]\((.+)\)$", curve).group(1))

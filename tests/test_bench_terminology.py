@@ -54,6 +54,7 @@ def test_quick_constrained_stop_bench_reports_both_halves_and_rules_and_places_t
         [(half, "none", "-") for half in halves]
         + [(half, mode, stop) for half in halves for mode in ("proper", "random") for stop in ("exact", "now")])
     for row in rows:
+        assert 0 <= float(row["at limit"].rstrip("%")) <= 100 and float(row["out tok/s"].replace(",", "")) > 0
         if row["terms given"] != "none":  # the quick lines' terms are all spellable: both rules place each one
             assert float(row["term success"].rstrip("%")) >= 99.0, row
             assert row["time vs no terms"].endswith("x")

@@ -1,8 +1,10 @@
-"""``bench/time_to_quality.py``'s two choices, on made-up runs: which checkpoint stands for a
-budget, and when a learning curve reaches a BLEU (the runs themselves: ``test_bench_quick.py``)."""
+"""``bench/time_to_quality.py``'s choices, on made-up runs: which checkpoint stands for a budget,
+when a learning curve reaches a BLEU, and which outputs count as at each toolkit's length limit
+(the runs themselves: ``test_bench_quick.py``)."""
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -10,7 +12,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
-from time_to_quality import TrainedRun, checkpoint_for, time_to_reach  # noqa: E402  (bench/ is not a package)
+from time_to_quality import (PEER_RECIPES, Arm, TrainedRun, checkpoint_for, length_limits,  # noqa: E402
+                             nmt_cli_recipe, time_to_reach)
+from translate_speed import text_quality  # noqa: E402  (bench/ is not a package)
+
+from nmt_cli.config import DecodeConfig  # noqa: E402
 
 
 def test_a_budget_takes_the_last_checkpoint_dated_at_or_before_it() -> None:
@@ -44,3 +50,23 @@ def test_the_time_to_a_bleu_is_interpolated_between_the_checkpoints_that_straddl
     assert time_to_reach(curve, 15.5) == pytest.approx(575.0)  # the first crossing, not the later point
     assert time_to_reach(curve, 16.5) is None  # never reached
     assert time_to_reach([(60.0, 0.0), (120.0, 0.0)], 0.0) == 0.0  # a peer at BLEU 0: reached before any update
+
+
+def test_each_toolkit_is_held_to_its_own_length_limit() -> None:
+    sources = [1, 7, 40, 300]
+    ours = Arm("nmt-cli", None, nmt_cli_recipe(True))
+    decode = DecodeConfig()  # nmt translate's rule: floor(a * |x| + b)
+    assert length_limits(ours, sources) == [math.floor(decode.max_len_a * n + decode.max_len_b) for n in sources]
+    assert length_limits(Arm("fairseq", None, PEER_RECIPES["fairseq"], "fairseq"), sources) == [200] * 4
+    assert length_limits(Arm("OpenNMT-py", None, PEER_RECIPES["opennmt"], "opennmt"), sources) == [6, 13, 55, 250]
+
+
+def test_the_share_at_the_limit_compares_each_output_with_its_own_sentence_limit() -> None:
+    texts = ["the cat sat on the mat today", "a dog ran in the park", "birds sing"]
+    references = ["the cat sat on the mat today", "a dog ran in the big park", "birds sing loudly"]
+    measured = text_quality(texts, [2, 3, 1], references, [2, 10, 1])  # the first and the last hit theirs
+    assert measured.at_limit == pytest.approx(2 / 3)
+    assert text_quality(texts, [2, 3, 1], references, 3).at_limit == pytest.approx(1 / 3)  # one limit for all
+    assert 0 < measured.bleu < 100 and 0 < measured.chrf < 100
+    with pytest.raises(ValueError, match="2 length limits for 3 outputs"):
+        text_quality(texts, [2, 3, 1], references, [2, 10])
