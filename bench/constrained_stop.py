@@ -74,7 +74,6 @@ def main() -> None:
                     COLUMNS, quick=args.quick, versions={"nmt-cli": project_version(), "torch": torch.__version__})
     for beam in (int(beam) for beam in args.beams.split(",")):
         runs = timed_runs(translator, halves, beam, repeats_of(args))
-        decode = translator.with_decode({"decode.beam_size": beam}).decode
         for (half, mode, stop), measured in runs.items():
             hypotheses = measured[-1][1]
             outputs = [hypothesis.text for hypothesis in hypotheses]
@@ -86,7 +85,7 @@ def main() -> None:
             report.add_row(half, str(beam), mode, "-" if mode == "none" else stop, success,
                            f"{sacrebleu.corpus_chrf(outputs, [references]).score:.1f}",
                            f"{sacrebleu.corpus_bleu(outputs, [references]).score:.1f}",
-                           f"{100 * at_limit(hypotheses, halves[half][mode], decode):.1f}%",
+                           f"{100 * at_limit(hypotheses, halves[half][mode], translator.decode):.1f}%",
                            "-" if stop == "exact" else f"{sum(a == b for a, b in zip(outputs, exact))}/{len(exact)}",
                            fmt(median(seconds), 1),
                            fmt(sum(len(hypothesis.tokens) for hypothesis in hypotheses) / median(seconds)),

@@ -45,6 +45,7 @@ from peers.corpus import prepare_multi30k
 from translate_speed import FULL_TRAINING, QUICK_TRAINING, train_once
 
 from nmt_cli.data.prepared import PreparedData
+from nmt_cli.decoding.search import max_output_length
 
 #: micro-batching settings of the batching server: ``nmt serve``'s defaults
 BATCH_WAIT_MS, BATCH_IDLE_MS = 30, 2
@@ -260,7 +261,7 @@ def reference_quality(checkpoint: Path, prepared: Path, sentences: list[str], pl
     tokenizer, decode = translator.tokenizer, translator.decode
     pieces = [tokenizer.tgt_pieces(h.tokens) for h in translator.translate(sentences)]
     source_pieces = [len(tokenizer.encode_src(text)) for text in sentences]
-    limits = [int(decode.max_len_a * length + decode.max_len_b) for length in source_pieces]
+    limits = [max_output_length(length, decode.max_len_a, decode.max_len_b) for length in source_pieces]
     references = PreparedData(prepared).text_path("test", "tgt").read_text(encoding="utf-8").splitlines()
     search = (f"beam {decode.beam_size}, alpha {decode.alpha:g}, at most {decode.max_len_a:g} x source + "
               f"{decode.max_len_b} pieces")

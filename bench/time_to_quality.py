@@ -56,8 +56,7 @@ from translate_speed import Quality, text_quality
 
 from nmt_cli.config import DecodeConfig, ModelConfig, TrainConfig
 from nmt_cli.data.prepared import PreparedData
-from nmt_cli.decoding.generator import output_limit
-from nmt_cli.decoding.request import Request
+from nmt_cli.decoding.search import max_output_length
 from nmt_cli.fileio import atomic_write_bytes, atomic_write_json
 
 BUDGETS_MINUTES = (5.0, 10.0, 20.0)
@@ -241,7 +240,8 @@ PEER_LENGTH_LIMITS = {"fairseq": lambda n: 200, "opennmt": lambda n: int(min(250
 def length_limits(arm: Arm, source_pieces: list[int]) -> list[int]:
     """Each test sentence's output limit in pieces under ``arm``'s own decoder settings."""
     if arm.peer is None:
-        return [output_limit(Request(tuple([0] * n)), DecodeConfig(), None) for n in source_pieces]
+        decode = DecodeConfig()
+        return [max_output_length(n, decode.max_len_a, decode.max_len_b) for n in source_pieces]
     return [PEER_LENGTH_LIMITS[arm.peer](n) for n in source_pieces]
 
 

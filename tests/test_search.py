@@ -13,6 +13,7 @@ from nmt_cli.decoding.search import (
     force_tokens_,
     greedy_tokens,
     length_penalty,
+    max_output_length,
     max_output_lengths,
     sample_tokens,
     top_k_filter,
@@ -33,6 +34,8 @@ def test_max_output_lengths_are_a_times_source_plus_b_and_positive():
     lengths = torch.tensor([0, 3, 10])
     assert max_output_lengths(lengths, 1.2, 10).tolist() == [10, 13, 22]
     assert max_output_lengths(lengths, 0.5, 0).tolist() == [1, 1, 5]
+    for a, b in ((1.2, 10), (0.5, 0), (1.1, 3)):  # the one-sentence twin gives the same limits
+        assert [max_output_length(n, a, b) for n in range(40)] == max_output_lengths(torch.arange(40), a, b).tolist()
 
 
 def test_length_limits_forbid_eos_early_and_force_it_at_the_maximum():

@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import math
 from dataclasses import dataclass
 from typing import Iterator, Sequence, Union
 
@@ -38,7 +37,7 @@ from nmt_cli.decoding.candidates import BatchCandidates
 from nmt_cli.decoding.constraints import constraints_met, shortest_length
 from nmt_cli.decoding.hypothesis import Hypothesis
 from nmt_cli.decoding.request import Request, UnfitConstraintsError
-from nmt_cli.decoding.search import max_output_lengths
+from nmt_cli.decoding.search import max_output_length, max_output_lengths
 from nmt_cli.decoding.strategies.base import Finished, Search
 from nmt_cli.decoding.workers import WorkerPool, map_in_processes
 from nmt_cli.device import model_device
@@ -164,7 +163,7 @@ def sentence_candidates(shortlist: Shortlist, request: Request) -> np.ndarray:
 def output_limit(request: Request, decode: DecodeConfig, max_target_length: int | None) -> int:
     """A sentence's output limit before constraints, as :func:`decode_batch` sets it:
     ``floor(a * |x| + b)`` (at least 1), raised to its prefix's length, within the model's."""
-    limit = max(math.floor(decode.max_len_a * len(request.source) + decode.max_len_b), 1, len(request.prefix))
+    limit = max(max_output_length(len(request.source), decode.max_len_a, decode.max_len_b), len(request.prefix))
     return limit if max_target_length is None else min(limit, max_target_length)
 
 

@@ -16,6 +16,8 @@ strategies in :mod:`nmt_cli.decoding.strategies` combine them:
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -36,6 +38,11 @@ def length_penalty(length: int, alpha: float) -> float:
 def max_output_lengths(src_lengths: Tensor, a: float, b: int) -> Tensor:
     """Per-sentence limit ``floor(a * |x| + b)`` on output tokens before EOS (at least 1)."""
     return (a * src_lengths.double() + b).floor().long().clamp(min=1)  # (B,)
+
+
+def max_output_length(src_length: int, a: float, b: int) -> int:
+    """One sentence's :func:`max_output_lengths`, for code that holds lengths, not tensors."""
+    return max(math.floor(a * src_length + b), 1)
 
 
 def apply_length_limits_(log_probs: Tensor, step: int, min_len: int, max_lens: Tensor, shortest: int = 0) -> Tensor:

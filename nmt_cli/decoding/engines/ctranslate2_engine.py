@@ -71,7 +71,7 @@ from nmt_cli.config import DecodeConfig
 from nmt_cli.decoding.batching import batch_token_budget, token_budget_batches
 from nmt_cli.decoding.hypothesis import Hypothesis
 from nmt_cli.decoding.request import Request
-from nmt_cli.decoding.search import length_penalty
+from nmt_cli.decoding.search import length_penalty, max_output_length
 from nmt_cli.decoding.translator import (Item, Sentence, apply_decode_overrides, as_requests, averaged_label,
                                          fit_requests, signature_parts, stream_in_chunks)
 from nmt_cli.device import is_auto, resolve_device
@@ -211,7 +211,7 @@ class CTranslate2Translator:
         within the position table: the decoder reads BOS and the output, so at most
         ``positions - 1`` tokens, as in the torch engine (``max_target_length``)."""
         longest = self.record.positions - 1
-        return [min(max(1, int(self.decode.max_len_a * len(request.source) + self.decode.max_len_b),
+        return [min(max(max_output_length(len(request.source), self.decode.max_len_a, self.decode.max_len_b),
                         len(request.prefix)), longest)
                 for request in requests]
 
