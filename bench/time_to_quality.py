@@ -62,6 +62,8 @@ from nmt_cli.fileio import atomic_write_bytes, atomic_write_json
 BUDGETS_MINUTES = (5.0, 10.0, 20.0)
 QUICK_BUDGETS_MINUTES = (0.5, 1.0)
 SAVE_EVERY, CURVE_POINTS = 100, 10
+#: below this BLEU a model does not translate yet, and the time to reach its BLEU says nothing
+MIN_REACH_BLEU = 1.0
 QUICK_SAVE_EVERY, QUICK_CURVE_POINTS = 2, 2
 #: a step limit no run reaches: the clock stops every run
 UNLIMITED_STEPS = 1_000_000
@@ -320,7 +322,8 @@ def add_rows(report: Report, arm: Arm, max_tokens: int, runs: list[SeedRun], bud
 def reach_note(peer: Arm, peer_runs: list[SeedRun], ours_arm: Arm, ours_runs: list[SeedRun],
                largest: float) -> str | None:
     """When nmt-cli reached ``peer``'s BLEU at the largest budget, seed by seed (seed k against
-    the peer's seed k); None when the peer has no checkpoint by then."""
+    the peer's seed k); None when the peer has no checkpoint by then. No time is given when a
+    seed of the peer stays below :data:`MIN_REACH_BLEU`: any model reaches that at once."""
     pairs = []
     for peer_run, ours_run in zip(peer_runs, ours_runs):
         update = peer_run.at(largest)
@@ -329,6 +332,11 @@ def reach_note(peer: Arm, peer_runs: list[SeedRun], ours_arm: Arm, ours_runs: li
             pairs.append((target, time_to_reach(ours_run.curve(), target)))
     if not pairs:
         return None
+    targets = ", ".join(f"{target:.2f}" for target, _ in pairs)
+    if min(target for target, _ in pairs) < MIN_REACH_BLEU:
+        return (f"time to {peer.label}'s {largest:g}-minute BLEU ({targets}): not given, since below BLEU "
+                f"{MIN_REACH_BLEU:g} its output does not translate yet and nmt-cli {ours_arm.architecture} "
+                "would reach it at once")
     taken = [seconds for _, seconds in pairs if seconds is not None]
     if len(taken) < len(pairs):
         verdict = (f"did not reach it within {largest:g} minute(s) in {len(pairs) - len(taken)} of {len(pairs)} "
@@ -337,8 +345,20 @@ def reach_note(peer: Arm, peer_runs: list[SeedRun], ours_arm: Arm, ours_runs: li
         minutes = median(taken) / 60
         verdict = (f"reached it after {minutes:.2f} minutes, {minutes / largest:.0%} of the budget (median over "
                    "seeds; linear between its evaluated checkpoints, from BLEU 0 at time 0)")
-    targets = ", ".join(f"{target:.1f}" for target, _ in pairs)
     return f"time to {peer.label}'s {largest:g}-minute BLEU ({targets}): nmt-cli {ours_arm.architecture} {verdict}"
+
+
+def warmup_note(arms: list[Arm], runs: dict[str, list[SeedRun]]) -> str:
+    """How far into its learning-rate warm-up each toolkit got by the end of its runs: within
+    the warm-up, the budgets compare the first phase of training, not trained models."""
+    reached = {arm: max(seed_run.run.progress[-1][0] for seed_run in runs[arm.name])
+               for arm in arms if runs.get(arm.name)}
+    parts = [f"{arm.name} {update:,} of {arm.recipe.train.warmup:,}" for arm, update in reached.items()]
+    within = all(update < arm.recipe.train.warmup for arm, update in reached.items())
+    return ("updates by the end of the largest budget, against each recipe's learning-rate warm-up: "
+            + "; ".join(parts)
+            + (" (every run ended within its warm-up, at a rising learning rate: these budgets compare the "
+               "first phase of training, not trained models)" if within else ""))
 
 
 def arms_for(runners: dict) -> list[Arm]:
@@ -500,6 +520,7 @@ def main() -> None:
         report.notes.append("learning curve (BLEU against minutes, one line per toolkit and seed): "
                             f"![learning curves]({shown})")
     report.notes += [f"{arm.name} settings, {describe_recipe(arm.recipe)}" for arm in arms]
+    report.notes += [warmup_note(arms, runs)] if runs else []
     report.notes += method_notes(setup, budgets, ours_tokens, args.quick, runs)
     report.emit(args.json)
 

@@ -12,9 +12,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
-from time_to_quality import (PEER_RECIPES, Arm, TrainedRun, checkpoint_for, length_limits,  # noqa: E402
-                             nmt_cli_recipe, time_to_reach)
-from translate_speed import text_quality  # noqa: E402  (bench/ is not a package)
+from time_to_quality import (PEER_RECIPES, Arm, SeedRun, TrainedRun, checkpoint_for,  # noqa: E402
+                             length_limits, nmt_cli_recipe, reach_note, time_to_reach, warmup_note)
+from translate_speed import Quality, text_quality  # noqa: E402  (bench/ is not a package)
 
 from nmt_cli.config import DecodeConfig  # noqa: E402
 
@@ -70,3 +70,41 @@ def test_the_share_at_the_limit_compares_each_output_with_its_own_sentence_limit
     assert 0 < measured.bleu < 100 and 0 < measured.chrf < 100
     with pytest.raises(ValueError, match="2 length limits for 3 outputs"):
         text_quality(texts, [2, 3, 1], references, [2, 10])
+
+
+def _seed_run(bleu_by_update: dict[int, float], seconds_per_update: float) -> SeedRun:
+    """A run with a progress line and an evaluated checkpoint every 100 updates."""
+    updates = sorted(bleu_by_update)
+    run = TrainedRun(progress=[(update, update * seconds_per_update, 1e4) for update in updates],
+                     checkpoints={update: f"c{update}" for update in updates}, parameters=None, settings={},
+                     load_average=[0.0, 0.0, 0.0])
+    return SeedRun(run, {update: Quality(bleu, 0.0, 0.0) for update, bleu in bleu_by_update.items()})
+
+
+OURS_POST = Arm("nmt-cli", None, nmt_cli_recipe(True))
+FAIRSEQ = Arm("fairseq", None, PEER_RECIPES["fairseq"], "fairseq")
+
+
+def test_the_time_to_a_peers_bleu_is_given_in_minutes_and_as_a_share_of_the_budget() -> None:
+    ours = _seed_run({100: 2.0, 200: 6.0, 300: 9.0}, seconds_per_update=1.0)  # 6.0 at 200 s
+    peer = _seed_run({100: 1.0, 200: 6.0}, seconds_per_update=2.0)  # 6.0 at 400 s, the 400-second budget
+    note = reach_note(FAIRSEQ, [peer], OURS_POST, [ours], largest=400 / 60)
+    assert "fairseq's 6.66667-minute BLEU (6.00)" in note
+    assert "reached it after 3.33 minutes, 50% of the budget" in note
+
+
+def test_no_time_is_given_to_reach_a_peer_that_does_not_translate_yet() -> None:
+    ours = _seed_run({100: 2.0, 200: 6.0}, seconds_per_update=1.0)
+    peer = _seed_run({100: 0.0, 200: 0.4}, seconds_per_update=1.0)
+    note = reach_note(FAIRSEQ, [peer], OURS_POST, [ours], largest=200 / 60)
+    assert "(0.40): not given" in note and "reached it" not in note
+
+
+def test_the_warmup_note_says_when_every_run_ended_within_its_warmup() -> None:
+    arms = [OURS_POST, FAIRSEQ]  # both recipes warm up over 4,000 updates
+    short = {OURS_POST.name: [_seed_run({1300: 12.0}, 1.0)], FAIRSEQ.name: [_seed_run({800: 3.7}, 1.0)]}
+    note = warmup_note(arms, short)
+    assert "nmt-cli post-norm 1,300 of 4,000; fairseq post-norm 800 of 4,000" in note
+    assert "every run ended within its warm-up" in note
+    long = {**short, OURS_POST.name: [_seed_run({4100: 20.0}, 1.0)]}
+    assert "every run ended within" not in warmup_note(arms, long)
