@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import time
 
-import sacrebleu
 import torch
 
 from common import Report, absolute_path, bench_arguments, fmt, fmt_ratio_spread, median, project_version, repeats_of
-from terminology import (GENERAL_MODEL, LISTS, TERMINOLOGY, WARMUP_SENTENCES, at_limit, quick_lines, read_dev_set,
-                         requests, term_success)
+from terminology import (GENERAL_MODEL, LISTS, TERMINOLOGY, WARMUP_SENTENCES, output_quality, quick_lines,
+                         read_dev_set, requests, term_success)
 
 from nmt_cli.decoding import load_translator
 
@@ -82,10 +81,9 @@ def main() -> None:
             success = "-" if mode == "none" else \
                 f"{100 * term_success(outputs, [line.terms[mode] for line in spans[half]]):.1f}%"
             seconds = [run[0] for run in measured]
+            scored = output_quality(hypotheses, halves[half][mode], references, translator.decode)
             report.add_row(half, str(beam), mode, "-" if mode == "none" else stop, success,
-                           f"{sacrebleu.corpus_chrf(outputs, [references]).score:.1f}",
-                           f"{sacrebleu.corpus_bleu(outputs, [references]).score:.1f}",
-                           f"{100 * at_limit(hypotheses, halves[half][mode], translator.decode):.1f}%",
+                           f"{scored.chrf:.1f}", f"{scored.bleu:.1f}", f"{100 * scored.at_limit:.1f}%",
                            "-" if stop == "exact" else f"{sum(a == b for a, b in zip(outputs, exact))}/{len(exact)}",
                            fmt(median(seconds), 1),
                            fmt(sum(len(hypothesis.tokens) for hypothesis in hypotheses) / median(seconds)),

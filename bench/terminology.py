@@ -34,11 +34,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-import sacrebleu
 import torch
 
 from common import (REPO, SHARED_DATA, THREADS, Report, absolute_path, bench_arguments, fmt, fmt_ratio_spread,
                     measured_at, median, project_version, repeats_of)
+from translate_speed import Quality, text_quality
 
 from nmt_cli.decoding import Hypothesis, load_translator
 from nmt_cli.decoding.generator import output_limit
@@ -117,10 +117,13 @@ def term_success(outputs: Sequence[str], terms: Sequence[Sequence[str]], any_cas
     return found / sum(len(line) for line in terms)
 
 
-def at_limit(hypotheses: Sequence[Hypothesis], batch: Sequence[Request], decode) -> float:
-    """The share of outputs with at least as many pieces as the length rule's limit for their
-    sentence (``generator.output_limit``: ``floor(a * |source| + b)``, before constraints)."""
-    return sum(len(h.tokens) >= output_limit(r, decode, None) for h, r in zip(hypotheses, batch)) / len(batch)
+def output_quality(hypotheses: Sequence[Hypothesis], batch: Sequence[Request], references: list[str],
+                   decode) -> Quality:
+    """BLEU and chrF of the outputs, and the share with at least as many pieces as the length
+    rule's limit for their sentence (``generator.output_limit``: ``floor(a * |source| + b)``,
+    before constraints)."""
+    return text_quality([h.text for h in hypotheses], [len(h.tokens) for h in hypotheses], references,
+                        [output_limit(request, decode, None) for request in batch])
 
 
 def measure(translator, batches: dict[str, list[Request]], beams: Sequence[int],
@@ -152,9 +155,9 @@ def add_rows(report: Report, runs: dict[tuple[int, str], list[Run]], lines: list
                    for name in LISTS for any_case in (False, True)]
         seconds = [run.seconds for run in measured]
         tokens = sum(len(h.tokens) for h in measured[-1].hypotheses)
-        limit = at_limit(measured[-1].hypotheses, batches[mode], decode)
-        report.add_row(mode, str(beam), *success, f"{sacrebleu.corpus_chrf(outputs, [references]).score:.1f}",
-                       f"{sacrebleu.corpus_bleu(outputs, [references]).score:.1f}", f"{100 * limit:.1f}%",
+        scored = output_quality(measured[-1].hypotheses, batches[mode], references, decode)
+        report.add_row(mode, str(beam), *success, f"{scored.chrf:.1f}", f"{scored.bleu:.1f}",
+                       f"{100 * scored.at_limit:.1f}%",
                        fmt(len(lines) / median(seconds), 1), fmt(tokens / median(seconds)),
                        "-" if mode == "none" else fmt_ratio_spread(seconds, [r.seconds for r in runs[beam, "none"]]))
 
