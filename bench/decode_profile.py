@@ -85,7 +85,7 @@ def part_seconds(translator, texts: list[str]) -> tuple[Counter, float]:
     """Seconds of each of :data:`PARTS` in one decode of ``texts``, and its wall time."""
     model, timer = translator.model, PartTimer()
     linear, attention, append, log_softmax, search, reorder, encoder = PARTS[:7]
-    patches = [(PackedLinear, "forward", linear), (multihead, "single_query_attention", attention),
+    patches = [(PackedLinear, "forward", linear), (multihead, "explicit_attention", attention),
                (multihead.SoftmaxAttention, "step", append), (BeamSearch, "advance", search),
                (type(model), "step_log_probs", log_softmax), (type(model), "decode_step", DECODER_REST),
                (type(model), "reorder_state", reorder), (type(model), "reorder_memory", reorder),

@@ -44,7 +44,7 @@ from nmt_cli.fileio import atomic_write_text
 
 #: how a section carried over from an earlier file begins its note (it keeps the first note it got)
 CARRIED = "_Carried over from an earlier BENCHMARKS.md"
-SCRIPTS = ("train_speed", "time_to_quality", "train_profile", "translate_speed", "engine_ratio", "decode_profile",
+SCRIPTS = ("train_speed", "time_to_quality", "train_profile", "attention_kernels", "translate_speed", "engine_ratio", "decode_profile",
            "decode_length", "prepare_scale", "align_quality", "serve_load", "terminology", "constrained_stop",
            "shortlist_speed", "soft_npz_memory")
 

@@ -78,7 +78,7 @@ WARMUP = 3
 
 PRODUCTS = "matrix products (mm, addmm, bmm)"
 LSTM = "LSTM layers (oneDNN: gate products and gate functions)"
-ATTENTION = "attention (fused kernel, head split/merge; RNN: scores, softmax, context)"
+ATTENTION = "attention (fused kernel, or the explicit one's scaling and softmax; head split/merge; RNN: scores, softmax, context)"
 LOSS = "loss: log-softmax, exp, smoothed-CE gradient (output-layer products above)"
 DROPOUT = "dropout (mask draw and apply)"
 OPTIMIZER = "optimizer: gradient-norm clip, fused Adam, zero_grad"

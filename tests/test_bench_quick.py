@@ -38,7 +38,7 @@ def run_bench(script: str, work: Path, *options: str) -> dict:
                            "--json", str(report), *options], capture_output=True, text=True, cwd=REPO,
                           timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert any(f"| {first} |" in done.stdout for first in ("toolkit", "system", "shape", "layout"))  # the table is printed
+    assert any(f"| {first} |" in done.stdout for first in ("toolkit", "system", "shape", "layout", "heads x d_k"))  # the table is printed
     return json.loads(report.read_text())
 
 
@@ -159,6 +159,26 @@ def test_soft_npz_memory_quick_shows_the_blocks_memory_bounded_and_the_per_pair_
     assert figure(blocks[1]["peak memory (MiB)"]) <= 1.2 * figure(blocks[0]["peak memory (MiB)"])
     assert figure(entries[1]["peak memory (MiB)"]) >= 2 * figure(entries[0]["peak memory (MiB)"])
     assert any("Load average" in note for note in report["notes"])
+
+
+def test_attention_kernels_quick_times_both_kernels_and_says_which_one_attention_takes(work: Path) -> None:
+    from nmt_cli.models.attention.multihead import EXPLICIT_MAX_KEYS
+
+    report = run_bench("attention_kernels", work)
+    rows = [dict(zip(report["columns"], row)) for row in report["rows"]]
+    assert {(row["heads x d_k"], row["keys (L)"], row["attention"]) for row in rows} == {
+        (heads, length, kind) for heads in ("4 x 32 (tiny)", "8 x 64 (base)") for length in ("16", "96")
+        for kind in ("masked", "causal")}
+    for row in rows:
+        fused, explicit = figure(row["fused ms"]), figure(row["explicit ms"])
+        assert fused > 0 and explicit > 0
+        assert abs(figure(row["explicit / fused"]) - explicit / fused) <= 0.005 + 0.01 * explicit / fused
+        expected = "explicit" if int(row["keys (L)"]) <= EXPLICIT_MAX_KEYS else "fused"
+        assert row["SoftmaxAttention takes"].split()[0] == expected
+        if explicit != fused:  # printed figures that tie may hide which one was faster
+            slower = (explicit < fused) != (expected == "explicit")
+            assert row["SoftmaxAttention takes"].endswith("(the slower here)") == slower
+    assert any(f"EXPLICIT_MAX_KEYS = {EXPLICIT_MAX_KEYS}" in note for note in report["notes"])
 
 
 def test_decode_profile_quick_splits_the_decode_into_parts_and_states_the_ceiling(work: Path) -> None:

@@ -8,7 +8,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from nmt_cli.models.attention.multihead import MultiHeadAttention, SoftmaxAttention, fused_attention, short_softmax
+from nmt_cli.models.attention import multihead
+from nmt_cli.models.attention.multihead import (
+    MultiHeadAttention,
+    SoftmaxAttention,
+    explicit_attention,
+    fused_attention,
+    short_softmax,
+)
 
 B, H, T, S, DK = 3, 2, 4, 6, 5
 
@@ -50,14 +57,58 @@ def test_read_matches_naive_loop(qkv):
     torch.testing.assert_close(context, expected_context)
 
 
-def test_fast_path_equals_explicit_path(qkv):
-    q, k, v, key_mask = qkv
+@pytest.fixture(params=["fused", "explicit"])
+def kernel_choice(request, monkeypatch):
+    """Each test using it runs once with ``scaled_dot_product_attention`` and once with
+    :func:`explicit_attention` for the weightless paths (whichever the key length would pick)."""
+    monkeypatch.setattr(multihead, "EXPLICIT_MAX_KEYS", 0 if request.param == "fused" else 10**6)
+    return request.param
+
+
+def test_fast_path_equals_explicit_path_with_gradients(qkv, kernel_choice):
+    q, k, v, key_mask = (t.requires_grad_() if t.is_floating_point() else t for t in qkv)
     kernel = SoftmaxAttention()
     summary = kernel.summarize(k, v, key_mask)
     fast, no_weights = kernel.read(q, summary, need_weights=False)
     explicit, _ = kernel.read(q, summary, need_weights=True)
     assert no_weights is None
     torch.testing.assert_close(fast, explicit)
+    upstream = torch.randn_like(fast)
+    fast_grads = torch.autograd.grad(fast, (q, k, v), upstream)
+    explicit_grads = torch.autograd.grad(explicit, (q, k, v), upstream)
+    for fast_grad, explicit_grad in zip(fast_grads, explicit_grads):
+        torch.testing.assert_close(fast_grad, explicit_grad)
+
+
+def test_short_keys_on_a_cpu_take_the_explicit_kernel_and_long_keys_the_fused_one(monkeypatch):
+    calls = []
+    monkeypatch.setattr(multihead, "explicit_attention", lambda *a, **k: calls.append("explicit") or a[0])
+    monkeypatch.setattr(multihead, "fused_attention", lambda *a, **k: calls.append("fused") or a[0])
+    kernel = SoftmaxAttention()
+    for keys in (multihead.EXPLICIT_MAX_KEYS, multihead.EXPLICIT_MAX_KEYS + 1):
+        x = torch.randn(2, 2, keys, 4)
+        kernel.causal(x, x, x)
+        kernel.read(x, kernel.summarize(x, x, torch.ones(2, keys, dtype=torch.bool)), need_weights=False)
+    assert calls == ["explicit", "explicit", "fused", "fused"]
+    calls.clear()
+    low = torch.randn(2, 2, 3, 4, dtype=torch.bfloat16)  # bf16 keeps the fused kernel, run in float32
+    kernel.causal(low, low, low)
+    assert calls == ["fused"]
+
+
+def test_explicit_kernel_drops_the_weights_as_the_weights_path_does(qkv):
+    """With the same seed, training-mode dropout on the weights gives the same context from
+    :func:`explicit_attention` as from the path that returns the weights."""
+    q, k, v, key_mask = qkv
+    kernel = SoftmaxAttention(dropout=0.3).train()
+    summary = kernel.summarize(k, v, key_mask)
+    torch.manual_seed(4)
+    explicit = explicit_attention(q, k, v, summary["bias"], dropout_p=0.3)
+    torch.manual_seed(4)
+    with_weights, _ = kernel.read(q, summary, need_weights=True)
+    torch.testing.assert_close(explicit, with_weights)
+    torch.manual_seed(4)
+    assert not torch.allclose(explicit_attention(q, k, v, summary["bias"]), explicit)
 
 
 def test_masked_keys_get_exactly_zero_weight_and_rows_sum_to_one(qkv):
@@ -69,7 +120,7 @@ def test_masked_keys_get_exactly_zero_weight_and_rows_sum_to_one(qkv):
     torch.testing.assert_close(weights.sum(-1), torch.ones(B, H, T, dtype=torch.float64))
 
 
-def test_causal_matches_naive_loop_and_step_by_step(qkv):
+def test_causal_matches_naive_loop_and_step_by_step(qkv, kernel_choice):
     _, k, v, _ = qkv
     q = torch.randn(B, H, S, DK, dtype=torch.float64)
     kernel = SoftmaxAttention()
@@ -116,7 +167,7 @@ def layer():
     return MultiHeadAttention(d_model=8, heads=2, kernel=SoftmaxAttention()).double()
 
 
-def test_multihead_self_attention_matches_loop_over_heads(layer):
+def test_multihead_self_attention_matches_loop_over_heads(layer, kernel_choice):
     x = torch.randn(2, 5, 8, dtype=torch.float64)
     mask = torch.tensor([[True] * 5, [True, True, True, False, False]])
     expected = heads_loop(layer, x, x, lambda b, i, j: bool(mask[b, j]))
@@ -124,7 +175,7 @@ def test_multihead_self_attention_matches_loop_over_heads(layer):
     torch.testing.assert_close(layer(x, mask)[real], expected[real])
 
 
-def test_multihead_causal_and_cross_match_loop_over_heads(layer):
+def test_multihead_causal_and_cross_match_loop_over_heads(layer, kernel_choice):
     x = torch.randn(2, 4, 8, dtype=torch.float64)
     memory = torch.randn(2, 6, 8, dtype=torch.float64)
     mask = torch.tensor([[True] * 6, [True, True, False, False, False, False]])
@@ -167,8 +218,6 @@ def test_bf16_attention_on_cpu_runs_in_float32_even_under_autocast():
 
 def test_single_query_step_path_equals_naive_attention(qkv):
     """The decoding-step path (one query, padding as an additive bias) computes softmax attention."""
-    from nmt_cli.models.attention.multihead import single_query_attention
-
     q, k, v, key_mask = qkv
     kernel = SoftmaxAttention()
     summary = kernel.summarize(k.float(), v.float(), key_mask)
@@ -176,7 +225,7 @@ def test_single_query_step_path_equals_naive_attention(qkv):
     context, _ = kernel.read(step_query, summary, need_weights=False)
     expected, _ = naive_attention(q[:, :, :1], k, v, lambda b, i, j: bool(key_mask[b, j]))
     torch.testing.assert_close(context.double(), expected, rtol=1e-5, atol=1e-5)
-    unmasked = single_query_attention(step_query, k.float(), v.float())
+    unmasked = explicit_attention(step_query, k.float(), v.float())
     everything, _ = naive_attention(q[:, :, :1], k, v, lambda b, i, j: True)
     torch.testing.assert_close(unmasked.double(), everything, rtol=1e-5, atol=1e-5)
 

@@ -80,19 +80,44 @@ def fused_attention(q: Tensor, k: Tensor, v: Tensor, **options) -> Tensor:
         return F.scaled_dot_product_attention(q.float(), k.float(), v.float(), **options).to(q.dtype)
 
 
-def single_query_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None) -> Tensor:
-    """``softmax(q k^T / sqrt(d_k) + bias) v`` for one query per row, or the few queries of the
-    beams that share a memory row: (B, H, T, d_k) -> (B, H, T, d_k).
+#: key lengths up to which attention on a CPU runs as two batched products and a softmax
+#: (:func:`explicit_attention`) rather than ``scaled_dot_product_attention``'s fused kernel. The
+#: fused kernel works in blocks of queries and keys; for rows this short its per-block work costs
+#: more than the (T, S) weights it avoids storing, most of all in the backward pass
+#: (``bench/attention_kernels.py`` times both, forward and backward, by key length and head size).
+EXPLICIT_MAX_KEYS = 64
 
-    A decoding step attends with a single query; there two batched products and a softmax
-    over S entries beat ``scaled_dot_product_attention``'s CPU kernel (profiled at 20-40%
-    less time for 160 rows, 4-8 heads, 15-30 keys). ``bias`` (B, 1, 1, S) is 0 for real and
-    ``-inf`` for padded keys, built once per sentence instead of a mask at every step.
+
+def explicit_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None,
+                       dropout_p: float = 0.0) -> Tensor:
+    """``dropout(softmax(q k^T / sqrt(d_k) + bias)) v``: (B, H, T, d_k), (B, H, S, d_k) x2 -> (B, H, T, d_k).
+
+    ``bias`` broadcasts against the (B, H, T, S) scores and holds 0 for keys a query may
+    see and ``-inf`` for the others (padding: (B, 1, 1, S), built once per sentence; the
+    future: (T, S)). Every query must see at least one key: a row that sees none would be NaN,
+    where the fused kernel gives 0 (a summary's key mask always keeps a sentence's real
+    tokens, and a causal query sees itself). The weights' dropout is
+    :func:`~nmt_cli.models.dropout.dropout`, applied only when ``dropout_p > 0``.
+
+    Used for short keys on a CPU (:data:`EXPLICIT_MAX_KEYS`) and for decoding steps, where a
+    single query per row attends (two products and a softmax over S entries beat the fused
+    kernel there too: 20-40% less time for 160 rows, 4-8 heads, 15-30 keys).
     """
-    scores = torch.matmul(q, k.transpose(-2, -1)) * q.size(-1) ** -0.5  # (B, H, 1, S)
+    scores = torch.matmul(q, k.transpose(-2, -1)).mul_(q.size(-1) ** -0.5)  # (B, H, T, S)
     if bias is not None:
-        scores = scores + bias
-    return torch.matmul(short_softmax(scores), v)
+        scores = scores.add_(bias)
+    weights = short_softmax(scores)
+    return torch.matmul(dropout(weights, dropout_p, True) if dropout_p else weights, v)
+
+
+def explicit_wins(q: Tensor, k: Tensor) -> bool:
+    """Whether :func:`explicit_attention` is the faster kernel for these queries and keys."""
+    return q.device.type == "cpu" and q.dtype in (torch.float32, torch.float64) and k.size(-2) <= EXPLICIT_MAX_KEYS
+
+
+def causal_bias(length: int, like: Tensor) -> Tensor:
+    """(T, T): 0 where key ``j <= i`` (query ``i``), ``-inf`` above the diagonal."""
+    return torch.full((length, length), float("-inf"), dtype=like.dtype, device=like.device).triu_(1)
 
 
 #: torch's CPU softmax over a last dimension shorter than this takes a scalar path (a row of
@@ -104,9 +129,10 @@ def short_softmax(scores: Tensor) -> Tensor:
     """``softmax`` over the last dimension, as ``exp(x - max) / sum`` for rows shorter than :data:`SHORT_ROW`.
 
     The same values; on CPU four vectorised operations beat the one scalar kernel for short
-    rows (``bench/decode_profile.py`` times both).
+    rows (``bench/decode_profile.py`` times both). Scores that need a gradient take
+    ``softmax`` (the in-place form cannot be differentiated).
     """
-    if scores.size(-1) >= SHORT_ROW or scores.device.type != "cpu":
+    if scores.size(-1) >= SHORT_ROW or scores.device.type != "cpu" or scores.requires_grad:
         return scores.softmax(dim=-1)
     exp = (scores - scores.amax(dim=-1, keepdim=True)).exp_()
     return exp.div_(exp.sum(dim=-1, keepdim=True))
@@ -116,9 +142,10 @@ def short_softmax(scores: Tensor) -> Tensor:
 class SoftmaxAttention(nn.Module):
     """Scaled dot-product attention ``softmax(Q K^T / sqrt(d_k)) V``.
 
-    Without weights it runs ``torch.nn.functional.scaled_dot_product_attention`` (fused);
-    with weights it computes the same formula explicitly. ``dropout`` applies to the weights
-    in training. The decoding state is the key/value cache ``{"k", "v"}`` (B, H, t, d_k),
+    Without weights it runs ``torch.nn.functional.scaled_dot_product_attention`` (fused), or
+    the same formula as two products and a softmax where that is faster (short keys on a CPU,
+    decoding steps: :func:`explicit_attention`); with weights it computes the formula
+    explicitly and returns them. ``dropout`` applies to the weights in training. The decoding state is the key/value cache ``{"k", "v"}`` (B, H, t, d_k),
     with ``"rows"`` (B',) when a reorder is pending: beam search reorders the cache after
     every step and the next step appends to it, two copies of the whole cache, so
     :meth:`reorder` only records the rows and :meth:`step` gathers them and appends the new
@@ -144,8 +171,10 @@ class SoftmaxAttention(nn.Module):
     def read(self, q: Tensor, summary: Summary, need_weights: bool) -> tuple[Tensor, Tensor | None]:
         k, v, mask = summary["k"], summary["v"], summary["mask"]
         decoding = q.size(2) == 1 or summary.get("group", 1) > 1  # one query per row, or a beam's few
-        if not need_weights and decoding and not self.training and q.dtype == torch.float32:
-            return single_query_attention(q, k, v, summary["bias"]), None  # a decoding step
+        bias = summary.get("bias")  # absent from a summary of per-query masks (Mask-Align), read fused
+        explicit = explicit_wins(q, k) or decoding and not self.training and q.dtype == torch.float32
+        if not need_weights and explicit and bias is not None:
+            return explicit_attention(q, k, v, bias, self._dropout_p()), None
         if not need_weights:
             context = fused_attention(q, k, v, attn_mask=mask, dropout_p=self._dropout_p())
             return context, None  # (B, H, T, d_k)
@@ -155,6 +184,8 @@ class SoftmaxAttention(nn.Module):
         return attend(dropped, v), weights  # (B, H, T, d_k), (B, H, T, S)
 
     def causal(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        if explicit_wins(q, k):
+            return explicit_attention(q, k, v, causal_bias(q.size(2), q), self._dropout_p())
         return fused_attention(q, k, v, is_causal=True, dropout_p=self._dropout_p())
 
     def step(
@@ -167,7 +198,7 @@ class SoftmaxAttention(nn.Module):
             k = gather_append(state["k"], rows, k)  # (B, H, t, d_k)
             v = gather_append(state["v"], rows, v)  # (B, H, t, d_k)
         if not self.training and q.dtype == torch.float32:
-            context = single_query_attention(q, k, v)  # (B, H, 1, d_k)
+            context = explicit_attention(q, k, v)  # (B, H, 1, d_k)
         else:
             context = fused_attention(q, k, v, dropout_p=self._dropout_p())
         return context, {"k": k, "v": v}

@@ -1,0 +1,128 @@
+"""Training attention on a CPU: the fused kernel against explicit products, by key length and head size.
+
+For each head shape of the models ``train_speed.py`` trains (the tiny Transformer's 4 heads of
+32, the base's 8 heads of 64) and each sentence length ``L``, a batch of about 2,048 tokens
+(``2048 // L`` sentences of ``L`` tokens) runs self-attention forward and backward, as a
+training step does: queries, keys and values are head-split views of one fused projection, as
+in ``MultiHeadAttention``. Each length is timed with a key mask (encoder self-attention and
+cross-attention: sentences of ``L/3`` to ``L`` real tokens) and causally (the decoder), through
+
+* ``fused``: ``torch.nn.functional.scaled_dot_product_attention``;
+* ``explicit``: :func:`nmt_cli.models.attention.multihead.explicit_attention`, two batched
+  products and a softmax.
+
+The last column says which one ``SoftmaxAttention`` takes at that length
+(``EXPLICIT_MAX_KEYS``) and whether it is the faster one measured here: the table is the evidence
+for that constant. ``--quick``: two lengths, one repeat.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+from common import THREADS, Report, bench_arguments, fmt, repeats_of
+
+from nmt_cli.models.attention import multihead
+from nmt_cli.models.attention.multihead import causal_bias, explicit_attention
+
+TOKENS = 2048  # a batch's tokens, train_speed.py's max_tokens
+HEAD_SHAPES = ((4, 32, "tiny"), (8, 64, "base"))  # heads, d_k, the model they come from
+LENGTHS = (8, 16, 24, 32, 48, 64, 96, 128)
+QUICK_LENGTHS = (16, 96)
+CALLS = 30  # forward + backward passes timed per repeat, after 5 untimed ones
+
+
+def attention_inputs(heads: int, d_k: int, length: int, generator: torch.Generator):
+    """The fused projection (B, L, 3 H d_k) a batch's attention starts from, its key mask
+    (B, L) and the upstream gradient of the context (B, H, L, d_k)."""
+    batch = max(1, TOKENS // length)
+    projected = torch.randn(batch, length, 3 * heads * d_k, generator=generator).requires_grad_()
+    lengths = torch.randint(max(1, length // 3), length + 1, (batch,), generator=generator)
+    lengths[0] = length
+    key_mask = torch.arange(length)[None, :] < lengths[:, None]
+    upstream = torch.randn(batch, heads, length, d_k, generator=generator)
+    return projected, key_mask, upstream
+
+
+def split_heads(projected: torch.Tensor, heads: int) -> tuple[torch.Tensor, ...]:
+    batch, length, _ = projected.shape
+    return projected.view(batch, length, 3, heads, -1).permute(2, 0, 3, 1, 4).unbind(0)
+
+
+def kernels(heads: int, key_mask: torch.Tensor, causal: bool):
+    """The two ways to compute the attention of a projected batch, as functions of it."""
+    mask = key_mask[:, None, None, :]
+    bias = torch.zeros(mask.shape).masked_fill_(~mask, float("-inf"))
+
+    def fused(projected):
+        q, k, v = split_heads(projected, heads)
+        if causal:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    def explicit(projected):
+        q, k, v = split_heads(projected, heads)
+        return explicit_attention(q, k, v, causal_bias(q.size(2), q) if causal else bias)
+
+    return {"fused": fused, "explicit": explicit}
+
+
+def milliseconds(function, projected: torch.Tensor, upstream: torch.Tensor, calls: int) -> float:
+    """Mean wall milliseconds of one forward and backward pass."""
+    for _ in range(5):
+        function(projected).backward(upstream)
+    started = time.perf_counter()
+    for _ in range(calls):
+        function(projected).backward(upstream)
+    return (time.perf_counter() - started) / calls * 1e3
+
+
+def main() -> None:
+    parser = bench_arguments(__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=THREADS, help=f"torch threads (default {THREADS})")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    report = Report("attention_kernels", f"Training attention kernels by key length ({args.threads} CPU thread"
+                    f"{'s' if args.threads > 1 else ''})",
+                    ["heads x d_k", "keys (L)", "sentences", "attention", "fused ms", "explicit ms",
+                     "explicit / fused", "SoftmaxAttention takes"], quick=args.quick)
+    load_before = "/".join(f"{value:.1f}" for value in os.getloadavg())
+    generator = torch.Generator().manual_seed(0)
+    calls, picked_slower = 3 if args.quick else CALLS, []
+    for heads, d_k, model in HEAD_SHAPES:
+        for length in QUICK_LENGTHS if args.quick else LENGTHS:
+            projected, key_mask, upstream = attention_inputs(heads, d_k, length, generator)
+            for kind in ("masked", "causal"):
+                functions = kernels(heads, key_mask, causal=kind == "causal")
+                times = {name: [] for name in functions}
+                for _ in range(repeats_of(args)):  # the kernels alternate, so a change of load hits both
+                    for name, function in functions.items():
+                        times[name].append(milliseconds(function, projected, upstream, calls))
+                fused, explicit = (statistics.median(times[name]) for name in ("fused", "explicit"))
+                takes = "explicit" if length <= multihead.EXPLICIT_MAX_KEYS else "fused"
+                faster = "explicit" if explicit < fused else "fused"
+                if takes != faster:
+                    picked_slower.append(f"{model} L {length} {kind}")
+                report.add_row(f"{heads} x {d_k} ({model})", str(length), fmt(projected.size(0)), kind,
+                               f"{fused:.2f}", f"{explicit:.2f}", f"{explicit / fused:.2f}",
+                               takes + ("" if takes == faster else " (the slower here)"))
+    report.notes += [
+        f"Each figure: mean milliseconds of one forward and backward pass over {calls} passes after 5 untimed "
+        f"ones, median of {repeats_of(args)} repeat(s), the two kernels alternating; float32, batches of "
+        f"about {TOKENS:,} tokens.",
+        f"SoftmaxAttention takes the explicit kernel for keys up to EXPLICIT_MAX_KEYS = "
+        f"{multihead.EXPLICIT_MAX_KEYS} on a CPU (float32 and float64), the fused one beyond. Where that was "
+        "the slower one here: " + (", ".join(picked_slower) if picked_slower else "nowhere") + ".",
+        f"Load average (1/5/15 minutes) before: {load_before}, after: "
+        f"{'/'.join(f'{value:.1f}' for value in os.getloadavg())}; the machine is shared, so figures under a "
+        "load above its cores are not benchmark figures.",
+    ]
+    report.emit(args.json)
+
+
+if __name__ == "__main__":
+    main()
