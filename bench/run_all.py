@@ -66,6 +66,8 @@ PASS_THROUGH = (
                 "align_quality: guided models per direction (N > 1 adds the ensemble rows); time_to_quality: "
                 "training runs per toolkit"),
     PassThrough("--budgets", ("time_to_quality",), "comma list of training budgets in minutes"),
+    PassThrough("--budget-minutes", ("prepare_scale",),
+                "skip a corpus size whose prepare would not end within this many minutes of the start"),
     PassThrough("--corpora", ("align_quality",), "comma list of the corpora to align"),
     PassThrough("--systems", ("align_quality",), "comma list of the nmt-cli aligners to run"),
     PassThrough("--device", ("align_quality",), "where nmt-cli trains, aligns and translates (cpu, cuda)"),

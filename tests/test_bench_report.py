@@ -181,6 +181,8 @@ def test_the_regenerating_command_is_a_run_all_command_when_run_all_passes_every
         "python bench/run_all.py --scripts align_quality --steps 10000 --seeds 2 --reuse-models --repeats 15"
     assert regenerate_command("train_speed", "python bench/train_speed.py") == \
         "python bench/run_all.py --scripts train_speed"
+    assert regenerate_command("prepare_scale", "python bench/prepare_scale.py --budget-minutes 240") == \
+        "python bench/run_all.py --scripts prepare_scale --budget-minutes 240"
     # an option run_all does not pass on: the script as it was run, then rendered from its report
     assert regenerate_command("translate_speed", "python bench/translate_speed.py --beams 5") == \
         ("python bench/translate_speed.py --beams 5 --json bench/.work/results/translate_speed.json && "
