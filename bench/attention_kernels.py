@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from common import THREADS, Report, bench_arguments, fmt, repeats_of
 
 from nmt_cli.models.attention import multihead
-from nmt_cli.models.attention.multihead import causal_bias, explicit_attention
+from nmt_cli.models.attention.multihead import MultiHeadAttention, SoftmaxAttention, causal_bias, explicit_attention
 
 TOKENS = 2048  # a batch's tokens, train_speed.py's max_tokens
 HEAD_SHAPES = ((4, 32, "tiny"), (8, 64, "base"))  # heads, d_k, the model they come from
@@ -48,24 +48,21 @@ def attention_inputs(heads: int, d_k: int, length: int, generator: torch.Generat
     return projected, key_mask, upstream
 
 
-def split_heads(projected: torch.Tensor, heads: int) -> tuple[torch.Tensor, ...]:
-    batch, length, _ = projected.shape
-    return projected.view(batch, length, 3, heads, -1).permute(2, 0, 3, 1, 4).unbind(0)
-
-
 def kernels(heads: int, key_mask: torch.Tensor, causal: bool):
-    """The two ways to compute the attention of a projected batch, as functions of it."""
-    mask = key_mask[:, None, None, :]
-    bias = torch.zeros(mask.shape).masked_fill_(~mask, float("-inf"))
+    """The two ways to compute the attention of a projected batch, as functions of it; the heads
+    are split and the padding bias built by the model's own code."""
+    split_heads = MultiHeadAttention(1, heads, SoftmaxAttention())._split_heads  # uses only the head count
+    summary = SoftmaxAttention().summarize(key_mask.float(), key_mask.float(), key_mask)
+    mask, bias = summary["mask"], summary["bias"]
 
     def fused(projected):
-        q, k, v = split_heads(projected, heads)
+        q, k, v = split_heads(projected, 3)
         if causal:
             return F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
     def explicit(projected):
-        q, k, v = split_heads(projected, heads)
+        q, k, v = split_heads(projected, 3)
         return explicit_attention(q, k, v, causal_bias(q.size(2), q) if causal else bias)
 
     return {"fused": fused, "explicit": explicit}
