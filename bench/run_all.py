@@ -44,7 +44,8 @@ from nmt_cli.fileio import atomic_write_text
 
 #: how a section carried over from an earlier file begins its note (it keeps the first note it got)
 CARRIED = "_Carried over from an earlier BENCHMARKS.md"
-SCRIPTS = ("train_speed", "time_to_quality", "train_profile", "attention_kernels", "translate_speed", "engine_ratio", "decode_profile",
+SCRIPTS = ("train_speed", "time_to_quality", "train_profile", "attention_kernels", "bf16_quality",
+           "translate_speed", "engine_ratio", "decode_profile",
            "decode_length", "prepare_scale", "align_quality", "serve_load", "terminology", "constrained_stop",
            "shortlist_speed", "soft_npz_memory")
 
@@ -61,10 +62,11 @@ class PassThrough:
 
 #: the options a section may need beyond --quick, --repeats and --work, one line each
 PASS_THROUGH = (
-    PassThrough("--steps", ("align_quality",), "training steps of every model (a variant: a section of its own)"),
-    PassThrough("--seeds", ("align_quality", "time_to_quality"),
+    PassThrough("--steps", ("align_quality", "bf16_quality"),
+                "training steps of every model (align_quality: a variant, a section of its own)"),
+    PassThrough("--seeds", ("align_quality", "time_to_quality", "bf16_quality"),
                 "align_quality: guided models per direction (N > 1 adds the ensemble rows); time_to_quality: "
-                "training runs per toolkit"),
+                "training runs per toolkit; bf16_quality: training runs per precision"),
     PassThrough("--budgets", ("time_to_quality",), "comma list of training budgets in minutes"),
     PassThrough("--budget-minutes", ("prepare_scale",),
                 "skip a corpus size whose prepare would not end within this many minutes of the start"),

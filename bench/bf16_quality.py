@@ -1,0 +1,244 @@
+"""bf16 against float32 training on a CPU with bf16 units: validation BLEU at equal updates.
+
+Issue 57 asks whether bf16 autocast reaches float32's validation BLEU on Multi30k at the same
+number of updates (within 0.3 BLEU, two seeds) before it may become the CPU default. Here the
+``multi30k-transformer`` recipe (3+3 layers, d 256, batches of 4,096 tokens, lr 1e-3 after
+1,000 warm-up updates) trains on Multi30k de->en for ``--steps`` updates, once per precision
+and seed. Within a seed the runs differ only in ``train.precision``: same initial weights,
+same batches in the same order.
+
+* **Dev figure, the one the decision reads:** validation BLEU every ``--valid-every`` updates,
+  measured by the trainer (greedy, the first 500 sentences of Multi30k val).
+* **Held-out figure, which no choice looks at:** the last checkpoint (not averaged, so both
+  precisions stand at the same update) translates test2016 with beam 5 and ``nmt translate``'s
+  shipped defaults; sacreBLEU, chrF and the share of outputs at the length limit.
+
+Translation runs in float32 on a CPU whatever precision trained the model, so only the training
+differs. The rule (:func:`verdict`): bf16 qualifies when its mean validation BLEU over the seeds at
+the last update is at most ``TOLERANCE`` below float32's. ``nmt_cli.precision`` holds the
+default this table decided. Speed columns are the trainer's own clock (updates after the first
+progress line; start-up and validation excluded) and wall seconds of the whole command.
+
+Resumable: a finished run (``summary.json`` at ``--steps``) and a finished test evaluation
+(``score.json``) under ``--work`` are reused; an interrupted training run resumes from its
+newest checkpoint (its speed figures then cover the last session only, and the notes say so).
+On a CPU without bf16 units (AVX-512 BF16 or AMX) the script says so and trains nothing.
+``--quick``: 2,000 pairs, the tiny shape, 4 updates.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from common import (BENCH_DIR, REPO, THREADS, UNBUFFERED, Report, bench_arguments, fmt, run_measured,
+                    thread_env)
+from peers import ours
+from peers.arch import DecodeSpec
+from peers.corpus import export_pieces, prepare_multi30k
+from peers.ours import Engine
+from peers.results import check
+from translate_speed import Quality, text_quality
+
+from nmt_cli.config import DecodeConfig
+from nmt_cli.data.prepared import PreparedData
+from nmt_cli.decoding.search import max_output_length
+from nmt_cli.fileio import atomic_write_bytes, atomic_write_json
+from nmt_cli.precision import cpu_has_native_bf16
+
+RECIPE = REPO / "recipes" / "multi30k-transformer.yaml"
+PRECISIONS = ("fp32", "bf16")
+#: bf16's mean validation BLEU may lie this far below float32's (issue 57)
+TOLERANCE = 0.3
+BEAM = 5
+VALID_SENTENCES = 500
+RESULTS = BENCH_DIR / "results"
+QUICK_OVERRIDES = {"model.d_model": 64, "model.ffn_dim": 128, "model.encoder_layers": 1,
+                   "model.decoder_layers": 1, "train.warmup_steps": 2}
+
+
+@dataclass
+class RunResult:
+    """One training run: its validation curve, speed and the test score of its last checkpoint."""
+
+    precision: str
+    seed: int
+    steps: int
+    valid_bleu: dict[int, float]
+    tokens_per_second: float
+    tokens_per_update: float
+    train_seconds: float
+    wall_seconds: float | None
+    peak_rss_mb: float
+    resumed: bool
+    test: Quality
+
+
+def train(prepared: Path, run: Path, precision: str, seed: int, steps: int, valid_every: int, quick: bool,
+          threads: int) -> tuple[float | None, bool]:
+    """``nmt train`` with the recipe; (wall seconds of this command or None when reused, resumed)."""
+    summary = run / "summary.json"
+    if summary.is_file() and json.loads(summary.read_text())["step"] >= steps:
+        return None, False
+    resumed = (run / "checkpoints").is_dir() and any((run / "checkpoints").iterdir())
+    overrides = {"train.max_steps": steps, "train.max_minutes": 0, "train.seed": seed, "train.precision": precision,
+                 "train.valid_every": valid_every, "train.save_every": valid_every, "train.patience": 0,
+                 "train.valid_max_sentences": VALID_SENTENCES, "train.average_last": 0, "train.num_threads": threads,
+                 **(QUICK_OVERRIDES if quick else {})}
+    command = [sys.executable, "-m", "nmt_cli", "train", "--config", RECIPE, "--data", prepared, "--out", run,
+               "--device", "cpu", *[part for key, value in overrides.items() for part in ("--set", f"{key}={value}")]]
+    measured = check("nmt-cli", run_measured(command, run.parent / f"{run.name}.log", env=thread_env(threads, UNBUFFERED),
+                                             cwd=REPO))
+    return measured.seconds, resumed
+
+
+def evaluate(checkpoint: Path, data: PreparedData, source_pieces: list[int], folder: Path, threads: int) -> Quality:
+    """test2016 with beam 5 under the shipped decoding defaults, in float32; reused when done."""
+    marker = folder / "score.json"
+    if marker.is_file():
+        return Quality(**json.loads(marker.read_text()))
+    decode = DecodeSpec(beam=BEAM, alpha=DecodeConfig().alpha)
+    hypotheses = ours.translate(checkpoint, data.text_path("test", "src"), decode, folder, threads,
+                                engine=Engine(shipped_defaults=True)).hypotheses
+    outputs = [line.split() for line in hypotheses.read_text(encoding="utf-8").splitlines()]
+    references = data.text_path("test", "tgt").read_text(encoding="utf-8").splitlines()
+    defaults = DecodeConfig()
+    score = text_quality([data.tokenizer.tgt.decode_pieces(pieces) for pieces in outputs],
+                         [len(pieces) for pieces in outputs], references,
+                         [max_output_length(n, defaults.max_len_a, defaults.max_len_b) for n in source_pieces])
+    atomic_write_json(marker, asdict(score))
+    return score
+
+
+def read_run(run: Path) -> tuple[dict[int, float], dict]:
+    """({step: validation BLEU}, summary.json) of a finished run."""
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
+    curve = {record["step"]: record["bleu"] for record in records
+             if record.get("kind") == "valid" and record.get("bleu") is not None}
+    return curve, json.loads((run / "summary.json").read_text())
+
+
+def tokens_per_update(run: Path) -> float:
+    """Mean target tokens per update over a run's progress lines."""
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
+    return statistics.mean(record["tokens_per_update"] for record in records if record.get("kind") == "train")
+
+
+def verdict(results: list[RunResult], steps: int) -> tuple[float, float, bool]:
+    """(float32's and bf16's mean validation BLEU at ``steps`` over the seeds, whether bf16 is at
+    most :data:`TOLERANCE` below float32)."""
+    means = [statistics.mean(run.valid_bleu[steps] for run in results if run.precision == precision)
+             for precision in PRECISIONS]
+    return means[0], means[1], means[1] >= means[0] - TOLERANCE
+
+
+def plot_curves(results: list[RunResult], path: Path) -> None:
+    """Validation BLEU against updates, one colour per precision, a line per seed."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(7, 4.5))
+    for index, precision in enumerate(PRECISIONS):
+        for number, run in enumerate(r for r in results if r.precision == precision):
+            steps = sorted(run.valid_bleu)
+            axis.plot(steps, [run.valid_bleu[step] for step in steps], marker="o", color=f"C{index}",
+                      linestyle="-" if number == 0 else "--", label=f"{precision}, seed {run.seed}")
+    axis.set_xlabel("updates")
+    axis.set_ylabel("validation BLEU (greedy, 500 sentences)")
+    axis.set_ylim(bottom=0)
+    axis.legend()
+    figure.tight_layout()
+    image = io.BytesIO()
+    figure.savefig(image, format="png", dpi=100)
+    plt.close(figure)
+    atomic_write_bytes(path, image.getvalue())
+
+
+def main() -> None:
+    parser = bench_arguments(__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=None, help="updates per run (default 1,500; 4 with --quick)")
+    parser.add_argument("--valid-every", type=int, default=None,
+                        help="updates between validations and checkpoints (default 500; 2 with --quick)")
+    parser.add_argument("--seeds", type=int, default=2, help="training runs per precision, train.seed 1..N (default 2)")
+    parser.add_argument("--threads", type=int, default=THREADS, help=f"torch threads (default {THREADS})")
+    args = parser.parse_args()
+    steps = args.steps or (4 if args.quick else 1500)
+    valid_every = args.valid_every or (2 if args.quick else 500)
+    seeds = list(range(1, args.seeds + 1))
+    if args.seeds < 1:
+        parser.error("--seeds: at least 1")
+    if steps % valid_every:
+        parser.error("--steps must be a multiple of --valid-every, so that both precisions validate at the last update")
+    report = Report("bf16_quality", f"bf16 against float32 training on a CPU (Multi30k, {args.threads} CPU threads)",
+                    ["precision", "seed", "updates", "tgt tok/update", "tgt tok/s", "train s", "peak RSS MB",
+                     "validation BLEU by update", "test2016 BLEU (beam 5)", "chrF", "at limit"], quick=args.quick)
+    if not cpu_has_native_bf16():
+        report.notes.append("skipped: this CPU has no bf16 units (AVX-512 BF16 or AMX), where nmt-cli trains bf16 "
+                            "settings in fp32, so there is nothing to compare")
+        report.emit(args.json)
+        return
+    load_before = "/".join(f"{value:.1f}" for value in os.getloadavg())
+    prepared = prepare_multi30k(args.work, args.quick)
+    data = PreparedData(prepared)
+    pieces = export_pieces(prepared, args.work / f"{prepared.name}-pieces")
+    source_pieces = [len(line.split()) for line in pieces.text("test", "src").read_text(encoding="utf-8").splitlines()]
+    work = args.work / ("bf16_quality-quick" if args.quick else "bf16_quality")
+    results = []
+    for seed in seeds:
+        for precision in PRECISIONS:
+            run = work / f"{precision}-seed{seed}"
+            wall, resumed = train(prepared, run, precision, seed, steps, valid_every, args.quick, args.threads)
+            curve, summary = read_run(run)
+            test = evaluate(Path(summary["last_checkpoint"]), data, source_pieces, run.parent / f"{run.name}-test",
+                            args.threads)
+            results.append(RunResult(precision, seed, summary["step"], curve, summary["target_tokens_per_second"],
+                                     tokens_per_update(run), summary["train_seconds"], wall, summary["peak_rss_mb"],
+                                     resumed, test))
+    for result in results:
+        report.add_row(result.precision, str(result.seed), fmt(result.steps), fmt(result.tokens_per_update),
+                       fmt(result.tokens_per_second), fmt(result.train_seconds), fmt(result.peak_rss_mb),
+                       ", ".join(f"{step:,}: {bleu:.2f}" for step, bleu in sorted(result.valid_bleu.items())),
+                       f"{result.test.bleu:.2f}", f"{result.test.chrf:.2f}", f"{result.test.at_limit:.1%}")
+    fp32_valid, bf16_valid, fit = verdict(results, steps)
+    test_means = {precision: statistics.mean(r.test.bleu for r in results if r.precision == precision)
+                  for precision in PRECISIONS}
+    speed = {precision: statistics.mean(r.tokens_per_second for r in results if r.precision == precision)
+             for precision in PRECISIONS}
+    plot = work / "bf16_quality.png" if args.quick else RESULTS / "bf16_quality.png"
+    plot_curves(results, plot)
+    report.notes += [
+        f"Decision (dev): mean validation BLEU at update {steps:,} over {len(seeds)} seed(s): fp32 {fp32_valid:.2f}, "
+        f"bf16 {bf16_valid:.2f}, difference {bf16_valid - fp32_valid:+.2f}; the rule (bf16 at most {TOLERANCE} "
+        f"below fp32) says: {'bf16 reaches fp32' if fit else 'bf16 falls short'}.",
+        f"Held out (test2016, beam 5, last checkpoint): mean BLEU fp32 {test_means['fp32']:.2f}, bf16 "
+        f"{test_means['bf16']:.2f}, difference {test_means['bf16'] - test_means['fp32']:+.2f}.",
+        f"Speed: bf16 trains at {speed['bf16'] / speed['fp32']:.2f}x fp32's target tokens/s (mean over the seeds; "
+        "the trainer's clock over the updates after its first progress line).",
+        f"Model and settings: {RECIPE.relative_to(REPO)} (3+3 layers, d 256, 4 heads, FFN 1024, dropout 0.2, "
+        "batches of 4,096 tokens, lr 1e-3 after 1,000 warm-up updates), for the number of updates above; "
+        f"validation: greedy, the first {VALID_SENTENCES} sentences of val, decoded in float32; test: beam {BEAM}, "
+        "length penalty and limit as `nmt translate` ships them, float32."
+        + (" Quick run: the tiny shape of --quick, 2,000 pairs." if args.quick else ""),
+        f"Picture: validation BLEU against updates, `{plot.relative_to(REPO) if plot.is_relative_to(REPO) else plot}`.",
+        f"Load average (1/5/15 minutes) before: {load_before}, after: "
+        f"{'/'.join(f'{value:.1f}' for value in os.getloadavg())}.",
+    ]
+    resumed = [f"{r.precision} seed {r.seed}" for r in results if r.resumed]
+    reused = [f"{r.precision} seed {r.seed}" for r in results if r.wall_seconds is None]
+    if resumed:
+        report.notes.append("resumed after an interruption (speed figures cover the last session): " + ", ".join(resumed))
+    if reused:
+        report.notes.append("trained by an earlier run under --work and reused: " + ", ".join(reused))
+    report.emit(args.json)
+
+
+if __name__ == "__main__":
+    main()
