@@ -30,7 +30,8 @@ far a target ratio is from what the hardware allows.
 
 Models: ``tiny`` (Transformer 2+2 layers, d 128, post-norm; fairseq) and ``tiny-prenorm``
 (OpenNMT-py); ``base`` and ``base-prenorm`` (Transformer-base shape, a few steps);
-``base-bf16`` (bf16 autocast, where the CPU has bf16 units; no peer trains bf16 on a CPU);
+``tiny-bf16`` and ``base-bf16`` (bf16 autocast, where the CPU has bf16 units; no peer trains
+bf16 on a CPU, so these rows are compared with the peer's fp32 run of the same model);
 ``rnn`` (Bahdanau RNN, LSTM 256; OpenNMT-py) and ``rnn-luong`` (fairseq); ``rnn-bf16``.
 ``--quick``: 2,000 pairs, a few steps, ``tiny`` and ``rnn`` only, installed peers only, no
 batch calibration.
@@ -73,6 +74,7 @@ TINY_QUICK = TrainSpec(steps=8, log_every=2, warmup=100)
 BASE_STEPS = TrainSpec(steps=20, log_every=2, warmup=4000)
 SETTINGS = {setting.name: setting for setting in (
     Setting("tiny", TINY_TRANSFORMER, TINY_STEPS, TINY_QUICK, ("fairseq",)),
+    Setting("tiny-bf16", TINY_TRANSFORMER, replace(TINY_STEPS, precision="bf16"), None, ()),
     Setting("tiny-prenorm", replace(TINY_TRANSFORMER, post_norm=False), TINY_STEPS, None, ("opennmt",)),
     Setting("base", BASE_TRANSFORMER, BASE_STEPS, None, ("fairseq",)),
     Setting("base-prenorm", replace(BASE_TRANSFORMER, post_norm=False), BASE_STEPS, None, ("opennmt",)),

@@ -38,7 +38,8 @@ def run_bench(script: str, work: Path, *options: str) -> dict:
                            "--json", str(report), *options], capture_output=True, text=True, cwd=REPO,
                           timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert any(f"| {first} |" in done.stdout for first in ("toolkit", "system", "shape", "layout", "heads x d_k"))  # the table is printed
+    assert any(f"| {first} |" in done.stdout for first in ("toolkit", "system", "shape", "layout", "heads x d_k",
+                                                           "precision"))  # the table is printed
     return json.loads(report.read_text())
 
 
@@ -179,6 +180,35 @@ def test_attention_kernels_quick_times_both_kernels_and_says_which_one_attention
             slower = (explicit < fused) != (expected == "explicit")
             assert row["SoftmaxAttention takes"].endswith("(the slower here)") == slower
     assert any(f"EXPLICIT_MAX_KEYS = {EXPLICIT_MAX_KEYS}" in note for note in report["notes"])
+
+
+def test_bf16_quality_quick_compares_the_precisions_on_the_same_batches_and_decides_by_validation(work: Path) -> None:
+    from nmt_cli.precision import cpu_has_native_bf16
+
+    report = run_bench("bf16_quality", work, "--seeds", "1")
+    if not cpu_has_native_bf16():  # nothing to compare: the script says why and trains nothing
+        assert report["rows"] == [] and any("no bf16 units" in note for note in report["notes"])
+        return
+    rows = rows_by(report, "precision")
+    assert set(rows) == {"fp32", "bf16"}
+    assert rows["fp32"]["tgt tok/update"] == rows["bf16"]["tgt tok/update"]  # one seed, the same batches
+    curves = {}
+    for precision, row in rows.items():
+        assert row["seed"] == "1" and row["updates"] == "4"
+        curves[precision] = dict(point.split(": ") for point in row["validation BLEU by update"].split(", "))
+        assert list(curves[precision]) == ["2", "4"]  # validated at every --valid-every, the last update included
+        assert 0 <= figure(row["test2016 BLEU (beam 5)"]) <= 100 and 0 < figure(row["chrF"]) <= 100
+        assert figure(row["tgt tok/s"]) > 0
+    (decision,) = [note for note in report["notes"] if note.startswith("Decision (dev)")]
+    fp32, bf16 = (float(re.search(rf"{name} (-?[0-9.]+)", decision).group(1)) for name in ("fp32", "bf16"))
+    assert (fp32, bf16) == (float(curves["fp32"]["4"]), float(curves["bf16"]["4"]))  # the last update's validation
+    assert decision.endswith("bf16 reaches fp32." if bf16 >= fp32 - 0.3 else "bf16 falls short.")
+    (picture_note,) = [note for note in report["notes"] if note.startswith("Picture")]
+    picture = Path(re.search(r"`(.+)`", picture_note).group(1))
+    assert picture == work / "bf16_quality-quick" / "bf16_quality.png" and picture.read_bytes().startswith(b"\x89PNG")
+    again = run_bench("bf16_quality", work, "--seeds", "1")  # finished runs and scores reused
+    assert again["rows"] == report["rows"]
+    assert any(note.startswith("trained by an earlier run under --work and reused") for note in again["notes"])
 
 
 def test_decode_profile_quick_splits_the_decode_into_parts_and_states_the_ceiling(work: Path) -> None:
