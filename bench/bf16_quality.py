@@ -69,6 +69,7 @@ class RunResult:
     seed: int
     steps: int
     valid_bleu: dict[int, float]
+    valid_loss: float  # per target token, unsmoothed, at the last update
     tokens_per_second: float
     tokens_per_update: float
     train_seconds: float
@@ -114,12 +115,12 @@ def evaluate(checkpoint: Path, data: PreparedData, source_pieces: list[int], fol
     return score
 
 
-def read_run(run: Path) -> tuple[dict[int, float], dict]:
-    """({step: validation BLEU}, summary.json) of a finished run."""
+def read_run(run: Path) -> tuple[dict[int, float], float, dict]:
+    """({step: validation BLEU}, the last validation's loss, summary.json) of a finished run."""
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
-    curve = {record["step"]: record["bleu"] for record in records
-             if record.get("kind") == "valid" and record.get("bleu") is not None}
-    return curve, json.loads((run / "summary.json").read_text())
+    validations = [record for record in records if record.get("kind") == "valid"]
+    curve = {record["step"]: record["bleu"] for record in validations if record.get("bleu") is not None}
+    return curve, validations[-1]["loss"], json.loads((run / "summary.json").read_text())
 
 
 def tokens_per_update(run: Path) -> float:
@@ -179,7 +180,7 @@ def main() -> None:
         parser.error("--steps must be a multiple of --valid-every, so that both precisions validate at the last update")
     report = Report("bf16_quality", f"bf16 against float32 training on a CPU (Multi30k, {args.threads} CPU threads)",
                     ["precision", "seed", "updates", "tgt tok/update", "tgt tok/s", "train s", "peak RSS MB",
-                     "validation BLEU by update", "test2016 BLEU (beam 5)", "chrF", "at limit"], quick=args.quick)
+                     "validation BLEU by update", "validation loss", "test2016 BLEU (beam 5)", "chrF", "at limit"], quick=args.quick)
     if not cpu_has_native_bf16():
         report.notes.append("skipped: this CPU has no bf16 units (AVX-512 BF16 or AMX), where nmt-cli trains bf16 "
                             "settings in fp32, so there is nothing to compare")
@@ -196,19 +197,23 @@ def main() -> None:
         for precision in PRECISIONS:
             run = work / f"{precision}-seed{seed}"
             wall, resumed = train(prepared, run, precision, seed, steps, valid_every, args.quick, args.threads)
-            curve, summary = read_run(run)
+            curve, valid_loss, summary = read_run(run)
             test = evaluate(Path(summary["last_checkpoint"]), data, source_pieces, run.parent / f"{run.name}-test",
                             args.threads)
-            results.append(RunResult(precision, seed, summary["step"], curve, summary["target_tokens_per_second"],
+            results.append(RunResult(precision, seed, summary["step"], curve, valid_loss,
+                                     summary["target_tokens_per_second"],
                                      tokens_per_update(run), summary["train_seconds"], wall, summary["peak_rss_mb"],
                                      resumed, test))
     for result in results:
         report.add_row(result.precision, str(result.seed), fmt(result.steps), fmt(result.tokens_per_update),
                        fmt(result.tokens_per_second), fmt(result.train_seconds), fmt(result.peak_rss_mb),
                        ", ".join(f"{step:,}: {bleu:.2f}" for step, bleu in sorted(result.valid_bleu.items())),
+                       f"{result.valid_loss:.4f}",
                        f"{result.test.bleu:.2f}", f"{result.test.chrf:.2f}", f"{result.test.at_limit:.1%}")
     fp32_valid, bf16_valid, fit = verdict(results, steps)
     test_means = {precision: statistics.mean(r.test.bleu for r in results if r.precision == precision)
+                  for precision in PRECISIONS}
+    loss_means = {precision: statistics.mean(r.valid_loss for r in results if r.precision == precision)
                   for precision in PRECISIONS}
     speed = {precision: statistics.mean(r.tokens_per_second for r in results if r.precision == precision)
              for precision in PRECISIONS}
@@ -217,7 +222,8 @@ def main() -> None:
     report.notes += [
         f"Decision (dev): mean validation BLEU at update {steps:,} over {len(seeds)} seed(s): fp32 {fp32_valid:.2f}, "
         f"bf16 {bf16_valid:.2f}, difference {bf16_valid - fp32_valid:+.2f}; the rule (bf16 at most {TOLERANCE} "
-        f"below fp32) says: {'bf16 reaches fp32' if fit else 'bf16 falls short'}.",
+        f"below fp32) says: {'bf16 reaches fp32' if fit else 'bf16 falls short'}. Mean validation loss (nats per "
+        f"target token, unsmoothed) at that update: fp32 {loss_means['fp32']:.4f}, bf16 {loss_means['bf16']:.4f}.",
         f"Held out (test2016, beam 5, last checkpoint): mean BLEU fp32 {test_means['fp32']:.2f}, bf16 "
         f"{test_means['bf16']:.2f}, difference {test_means['bf16'] - test_means['fp32']:+.2f}.",
         f"Speed: bf16 trains at {speed['bf16'] / speed['fp32']:.2f}x fp32's target tokens/s (mean over the seeds; "

@@ -202,7 +202,9 @@ def test_bf16_quality_quick_compares_the_precisions_on_the_same_batches_and_deci
     (decision,) = [note for note in report["notes"] if note.startswith("Decision (dev)")]
     fp32, bf16 = (float(re.search(rf"{name} (-?[0-9.]+)", decision).group(1)) for name in ("fp32", "bf16"))
     assert (fp32, bf16) == (float(curves["fp32"]["4"]), float(curves["bf16"]["4"]))  # the last update's validation
-    assert decision.endswith("bf16 reaches fp32." if bf16 >= fp32 - 0.3 else "bf16 falls short.")
+    assert ("bf16 reaches fp32." if bf16 >= fp32 - 0.3 else "bf16 falls short.") in decision
+    for precision, row in rows.items():
+        assert f"{precision} {row['validation loss']}" in decision.split("Mean validation loss")[1]
     (picture_note,) = [note for note in report["notes"] if note.startswith("Picture")]
     picture = Path(re.search(r"`(.+)`", picture_note).group(1))
     assert picture == work / "bf16_quality-quick" / "bf16_quality.png" and picture.read_bytes().startswith(b"\x89PNG")
