@@ -398,7 +398,8 @@ class TrainConfig(Validated):
     )
     precision: str = choice(
         "auto", "auto", "fp32", "bf16", "fp16",
-        help="auto: bf16 on CUDA, fp32 on CPU; bf16 on a CPU without bf16 units (AVX-512 BF16 or AMX) runs fp32, "
+        help="auto: bf16 on CUDA, and for the transformer on a CPU with bf16 units (AVX-512 BF16 or AMX); "
+        "fp32 otherwise; bf16 on a CPU without them runs fp32, "
         "with a note in the log; fp16 scales the loss and skips (without counting) an update whose gradients "
         "overflowed",
     )

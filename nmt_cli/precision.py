@@ -1,6 +1,6 @@
-"""Numeric precision of the forward pass: bf16/fp16 autocast (for CUDA), fp32 by default on CPU.
+"""Numeric precision of the forward pass: bf16/fp16 autocast where the device computes in it, else fp32.
 
-Training (``train.precision``) and translation (always ``auto``) both ask here.
+Training (``train.precision``) and translation (``auto`` on CUDA, fp32 on a CPU) both ask here.
 """
 
 from __future__ import annotations
@@ -10,7 +10,11 @@ from typing import ContextManager
 
 import torch
 
-__all__ = ["Precision", "cpu_has_native_bf16", "has_native_bf16"]
+__all__ = ["CPU_BF16_FAMILIES", "Precision", "cpu_has_native_bf16", "has_native_bf16"]
+
+#: model families (``model.arch``) that ``auto`` trains in bf16 on a CPU with bf16 units: those
+#: ``bench/bf16_quality.py`` measured reaching float32's validation BLEU in the same updates
+CPU_BF16_FAMILIES = frozenset({"transformer"})
 
 
 def cpu_has_native_bf16() -> bool:
@@ -31,21 +35,21 @@ def has_native_bf16(device: torch.device) -> bool:
 class Precision:
     """Autocast context and gradient scaler for ``train.precision`` on ``device``.
 
-    ``auto`` is bf16 on CUDA (fp16 where the GPU lacks native bf16) and fp32 on CPU (whether
-    bf16 reaches float32's quality in the same updates on a CPU has not been measured, so it
-    is not a default there). ``bf16`` autocasts only where the device computes in bf16: on a
-    CPU without AVX-512 BF16 or AMX it runs fp32 and :attr:`note` says why. fp16 needs a
+    ``auto`` is bf16 on CUDA (fp16 where the GPU lacks native bf16); on a CPU it is bf16 for a
+    ``family`` of :data:`CPU_BF16_FAMILIES` where the CPU has bf16 units (AVX-512 BF16 or AMX),
+    fp32 otherwise. ``bf16`` autocasts only where the device computes in bf16: on a CPU without
+    AVX-512 BF16 or AMX it runs fp32 and :attr:`note` says why. fp16 needs a
     ``GradScaler`` (small gradients underflow otherwise); bf16 has fp32's exponent range.
     fp16 runs on a CPU too, slowly, so that the loss-scaling path runs (and is tested) without a GPU.
     """
 
-    def __init__(self, name: str, device: torch.device, init_scale: float = 2.0**16):
+    def __init__(self, name: str, device: torch.device, init_scale: float = 2.0**16, family: str | None = None):
         self.note: str | None = None
         if name == "auto":
             if device.type == "cuda":
                 name = "bf16" if has_native_bf16(device) else "fp16"
             else:
-                name = "fp32"
+                name = "bf16" if family in CPU_BF16_FAMILIES and cpu_has_native_bf16() else "fp32"
         elif name == "bf16" and device.type == "cpu" and not cpu_has_native_bf16():
             name = "fp32"
             self.note = ("bf16 asked, but this CPU has no bf16 units (AVX-512 BF16 or AMX): emulated bf16 is "

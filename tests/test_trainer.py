@@ -118,7 +118,8 @@ def test_one_update_is_the_normalised_gradient_of_all_its_batches(tiny_prepared,
     """update_freq=2 with SGD(lr=1): w1 = w0 - grad(sum of both batches' losses / their tokens or sentences)."""
     config = _config(**TINY_TRANSFORMER, model__dropout=0.0, train__max_steps=1, train__update_freq=2,
                      train__optimizer="sgd", train__lr=1.0, train__schedule="constant", train__clip_norm=0.0,
-                     train__valid_every=0, train__loss_normalization=normalization)
+                     train__valid_every=0, train__loss_normalization=normalization,
+                     train__precision="fp32")  # the float32 rule on every CPU, bf16 units or not
     train(config, tiny_prepared, tmp_path / "run", stream=io.StringIO())
     trained = load_file(str(list_checkpoints(tmp_path / "run")[-1] / "model.safetensors"))
 
@@ -184,15 +185,32 @@ def test_checkpoint_keeper_keeps_last_and_best(tmp_path):
 def test_precision_choices(monkeypatch):
     cpu = torch.device("cpu")
     monkeypatch.setattr(precision_module, "cpu_has_native_bf16", lambda: True)
-    assert Precision("auto", cpu).dtype is None and Precision("auto", cpu).scaler is None  # fp32 on CPU
+    auto = Precision("auto", cpu, family="transformer")  # bench/bf16_quality.py: bf16 reaches fp32's BLEU
+    assert auto.name == "bf16" and auto.dtype == torch.bfloat16 and auto.scaler is None and auto.note is None
+    for unmeasured in ("rnn_bahdanau", "rnn_luong", "linear_transformer", "mask_align", None):
+        assert Precision("auto", cpu, family=unmeasured).name == "fp32"
     bf16 = Precision("bf16", cpu)
     assert bf16.dtype == torch.bfloat16 and bf16.scaler is None and bf16.note is None
     fp16 = Precision("fp16", cpu, init_scale=128.0)
     assert fp16.dtype == torch.float16 and fp16.scaler.get_scale() == 128.0
 
 
+@pytest.mark.parametrize(("model", "expected"), [(TINY_TRANSFORMER, "bf16"), (TINY_RNN, "fp32")],
+                         ids=["transformer", "rnn_bahdanau"])
+def test_a_cpu_with_bf16_units_trains_the_transformer_in_bf16_by_default(tiny_prepared, tmp_path, monkeypatch,
+                                                                           model, expected):
+    monkeypatch.setattr(precision_module, "cpu_has_native_bf16", lambda: True)
+    config = _config(**model, train__max_steps=1, train__valid_every=0)
+    assert config.train.precision == "auto"
+    train(config, tiny_prepared, tmp_path / "run", stream=io.StringIO())
+    header = (tmp_path / "run" / "train.log").read_text(encoding="utf-8").splitlines()[0]
+    assert f"| {expected} |" in header
+
+
 def test_bf16_on_a_cpu_without_bf16_units_runs_fp32_and_says_so(monkeypatch):
     monkeypatch.setattr(precision_module, "cpu_has_native_bf16", lambda: False)
+    auto = Precision("auto", torch.device("cpu"), family="transformer")
+    assert auto.name == "fp32" and auto.dtype is None and auto.note is None  # the default: nothing to say
     bf16 = Precision("bf16", torch.device("cpu"))
     assert bf16.name == "fp32" and bf16.dtype is None and "no bf16 units" in bf16.note
     assert isinstance(bf16.autocast(), contextlib.nullcontext)

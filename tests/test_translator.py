@@ -189,6 +189,17 @@ def test_missing_checkpoint_and_vocabulary_mismatch_fail_with_one_line(tmp_path,
     assert "\n" not in str(mismatch.value)
 
 
+def test_translation_on_a_cpu_stays_float32_where_training_would_default_to_bf16(checkpoint, monkeypatch):
+    """``train.precision: auto`` is bf16 on a CPU with bf16 units (bench/bf16_quality.py measured training
+    only); translation there keeps float32, so a checkpoint translates alike on every CPU."""
+    from nmt_cli import precision as precision_module
+
+    monkeypatch.setattr(precision_module, "cpu_has_native_bf16", lambda: True)
+    assert precision_module.Precision("auto", torch.device("cpu"), family="transformer").dtype == torch.bfloat16
+    translator = Translator.from_checkpoint(checkpoint, device="cpu")
+    assert translator.precision.name == "fp32" and translator.precision.dtype is None
+
+
 def test_cuda_request_without_cuda_is_a_clear_error(checkpoint):
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")

@@ -154,7 +154,7 @@ class Trainer:
         tokenizer = data.tokenizer
         self.model = build_model(config.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.joint)
         check_fits_model(data, [name for name in ("train", "valid") if name in data.split_names], self.model)
-        self.precision = Precision(self.cfg.precision, context.device, self.cfg.fp16_init_scale)
+        self.precision = Precision(self.cfg.precision, context.device, self.cfg.fp16_init_scale, config.model.arch)
         checkpoint = initial = None
         if resume_from is not None:
             checkpoint = load_resumable(resume_from, config, tokenizer, run_dir.path, data.path)
