@@ -132,6 +132,8 @@ def main() -> None:
     report = Report("train_speed", "Training speed (target tokens/s, 2 CPU threads)",
                     ["model", "toolkit", "parameters", "max tokens", "tgt tok/update", "tgt tok/s", "runs (min-max)",
                      "peak RSS MB", "matmul GFLOP/s (of peak)", "nmt-cli / toolkit"], quick=args.quick)
+    if args.models:  # a subset of the models is a section of its own: it does not replace the full table
+        report.variant = "models " + ", ".join(model_names)
     report.versions = {"nmt-cli": project_version(),
                        **{peer_label(name): str(install_record(name)["versions"]) for name in runners}}
     used = {name: runner for name, runner in runners.items()

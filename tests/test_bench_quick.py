@@ -60,6 +60,7 @@ def half_unit(cell: str) -> float:
 def test_train_speed_quick_reports_our_throughput_and_memory(work: Path) -> None:
     report = run_bench("train_speed", work, "--peers", "none", "--models", "tiny")
     assert report["script"] == "train_speed" and report["quick"] is True
+    assert report["variant"] == "models tiny"  # a subset: a section of its own, beside the full table
     ours = rows_by(report, "toolkit")["nmt-cli"]
     assert figure(ours["tgt tok/s"]) > 0
     assert 0 < figure(ours["tgt tok/update"]) <= figure(ours["max tokens"])  # target tokens within the padded budget
