@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from common import (BENCH_DIR, REPO, THREADS, UNBUFFERED, Report, bench_arguments, fmt, run_measured,
-                    thread_env)
+                    save_png, thread_env)
 from peers import ours
 from peers.arch import DecodeSpec
 from peers.corpus import export_pieces, prepare_multi30k
@@ -47,7 +47,7 @@ from translate_speed import Quality, text_quality
 from nmt_cli.config import DecodeConfig
 from nmt_cli.data.prepared import PreparedData
 from nmt_cli.decoding.search import max_output_length
-from nmt_cli.fileio import atomic_write_bytes, atomic_write_json
+from nmt_cli.fileio import atomic_write_json
 from nmt_cli.precision import cpu_has_native_bf16
 
 RECIPE = REPO / "recipes" / "multi30k-transformer.yaml"
@@ -139,8 +139,6 @@ def verdict(results: list[RunResult], steps: int) -> tuple[float, float, bool]:
 
 def plot_curves(results: list[RunResult], path: Path) -> None:
     """Validation BLEU against updates, one colour per precision, a line per seed."""
-    import io
-
     import matplotlib
 
     matplotlib.use("Agg")
@@ -156,11 +154,7 @@ def plot_curves(results: list[RunResult], path: Path) -> None:
     axis.set_ylabel("validation BLEU (greedy, 500 sentences)")
     axis.set_ylim(bottom=0)
     axis.legend()
-    figure.tight_layout()
-    image = io.BytesIO()
-    figure.savefig(image, format="png", dpi=100)
-    plt.close(figure)
-    atomic_write_bytes(path, image.getvalue())
+    save_png(figure, path)
 
 
 def main() -> None:

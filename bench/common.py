@@ -51,7 +51,7 @@ THREADS = 2
 
 sys.path.insert(0, str(REPO))  # bench scripts run as files; make the project importable
 
-from nmt_cli.fileio import atomic_write_json  # noqa: E402  (after the path fix above)
+from nmt_cli.fileio import atomic_write_bytes, atomic_write_json  # noqa: E402  (after the path fix above)
 
 
 def absolute_path(value: str) -> Path:
@@ -211,6 +211,19 @@ def tail(path: Path, lines: int = 15) -> str:
     if not path.is_file():
         return "(no log)"
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def save_png(figure, path: Path) -> None:
+    """Lay out a matplotlib ``figure``, write it to ``path`` as a 100-dpi PNG (atomically) and close it."""
+    import io
+
+    import matplotlib.pyplot as plt
+
+    figure.tight_layout()
+    image = io.BytesIO()
+    figure.savefig(image, format="png", dpi=100)
+    plt.close(figure)
+    atomic_write_bytes(path, image.getvalue())
 
 
 def median(values: Sequence[float]) -> float:

@@ -36,14 +36,13 @@ calibration and the evaluations.
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from common import (BENCH_DIR, REPO, THREADS, Report, absolute_path, bench_arguments, fmt, fresh_dir, median,
-                    project_version)
+                    project_version, save_png)
 from peers import fairseq, ours, opennmt
 from peers.arch import TINY_TRANSFORMER, DecodeSpec, TimedRun, TrainSpec, TransformerSpec
 from peers.corpus import PieceCorpus, export_pieces, prepare_multi30k
@@ -57,7 +56,7 @@ from translate_speed import Quality, text_quality
 from nmt_cli.config import DecodeConfig, ModelConfig, TrainConfig
 from nmt_cli.data.prepared import PreparedData
 from nmt_cli.decoding.search import max_output_length
-from nmt_cli.fileio import atomic_write_bytes, atomic_write_json
+from nmt_cli.fileio import atomic_write_json
 
 BUDGETS_MINUTES = (5.0, 10.0, 20.0)
 QUICK_BUDGETS_MINUTES = (0.5, 1.0)
@@ -392,11 +391,7 @@ def plot_curves(curves: dict[str, list[list[tuple[float, float]]]], budgets: lis
     axis.set_xlabel("training wall-clock minutes (2 CPU threads)")
     axis.set_ylabel("test2016 BLEU (beam 5)")
     axis.legend()
-    figure.tight_layout()
-    image = io.BytesIO()
-    figure.savefig(image, format="png", dpi=100)
-    plt.close(figure)
-    atomic_write_bytes(path, image.getvalue())
+    save_png(figure, path)
 
 
 def figure_path(args: argparse.Namespace) -> Path:
