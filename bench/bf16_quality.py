@@ -49,6 +49,7 @@ from nmt_cli.data.prepared import PreparedData
 from nmt_cli.decoding.search import max_output_length
 from nmt_cli.fileio import atomic_write_json
 from nmt_cli.precision import cpu_has_native_bf16
+from nmt_cli.training.progress import read_metrics
 
 RECIPE = REPO / "recipes" / "multi30k-transformer.yaml"
 PRECISIONS = ("fp32", "bf16")
@@ -102,12 +103,12 @@ def evaluate(checkpoint: Path, data: PreparedData, source_pieces: list[int], fol
     marker = folder / "score.json"
     if marker.is_file():
         return Quality(**json.loads(marker.read_text()))
-    decode = DecodeSpec(beam=BEAM, alpha=DecodeConfig().alpha)
+    defaults = DecodeConfig()
+    decode = DecodeSpec(beam=BEAM, alpha=defaults.alpha)
     hypotheses = ours.translate(checkpoint, data.text_path("test", "src"), decode, folder, threads,
                                 engine=Engine(shipped_defaults=True)).hypotheses
     outputs = [line.split() for line in hypotheses.read_text(encoding="utf-8").splitlines()]
     references = data.text_path("test", "tgt").read_text(encoding="utf-8").splitlines()
-    defaults = DecodeConfig()
     score = text_quality([data.tokenizer.tgt.decode_pieces(pieces) for pieces in outputs],
                          [len(pieces) for pieces in outputs], references,
                          [max_output_length(n, defaults.max_len_a, defaults.max_len_b) for n in source_pieces])
@@ -115,18 +116,14 @@ def evaluate(checkpoint: Path, data: PreparedData, source_pieces: list[int], fol
     return score
 
 
-def read_run(run: Path) -> tuple[dict[int, float], float, dict]:
-    """({step: validation BLEU}, the last validation's loss, summary.json) of a finished run."""
-    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
+def read_run(run: Path) -> tuple[dict[int, float], float, float, dict]:
+    """({step: validation BLEU}, the last validation's loss, the mean target tokens per update over
+    the progress lines, summary.json) of a finished run."""
+    records = read_metrics(run)
     validations = [record for record in records if record.get("kind") == "valid"]
     curve = {record["step"]: record["bleu"] for record in validations if record.get("bleu") is not None}
-    return curve, validations[-1]["loss"], json.loads((run / "summary.json").read_text())
-
-
-def tokens_per_update(run: Path) -> float:
-    """Mean target tokens per update over a run's progress lines."""
-    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
-    return statistics.mean(record["tokens_per_update"] for record in records if record.get("kind") == "train")
+    tokens = statistics.mean(record["tokens_per_update"] for record in records if record.get("kind") == "train")
+    return curve, validations[-1]["loss"], tokens, json.loads((run / "summary.json").read_text())
 
 
 def verdict(results: list[RunResult], steps: int) -> tuple[float, float, bool]:
@@ -191,12 +188,12 @@ def main() -> None:
         for precision in PRECISIONS:
             run = work / f"{precision}-seed{seed}"
             wall, resumed = train(prepared, run, precision, seed, steps, valid_every, args.quick, args.threads)
-            curve, valid_loss, summary = read_run(run)
+            curve, valid_loss, tokens, summary = read_run(run)
             test = evaluate(Path(summary["last_checkpoint"]), data, source_pieces, run.parent / f"{run.name}-test",
                             args.threads)
             results.append(RunResult(precision, seed, summary["step"], curve, valid_loss,
                                      summary["target_tokens_per_second"],
-                                     tokens_per_update(run), summary["train_seconds"], wall, summary["peak_rss_mb"],
+                                     tokens, summary["train_seconds"], wall, summary["peak_rss_mb"],
                                      resumed, test))
     for result in results:
         report.add_row(result.precision, str(result.seed), fmt(result.steps), fmt(result.tokens_per_update),

@@ -1,6 +1,7 @@
 """Numeric precision of the forward pass: bf16/fp16 autocast where the device computes in it, else fp32.
 
-Training (``train.precision``) and translation (``auto`` on CUDA, fp32 on a CPU) both ask here.
+Training (``train.precision``, for its model family) and translation (``auto``, no family: fp32 on a
+CPU) both ask here.
 """
 
 from __future__ import annotations

@@ -89,8 +89,8 @@ class Translator:
         keep_freed_memory()
         self.device = resolve_device(device)
         # bf16 autocast on GPUs with native bf16, fp16 on older ones (which only emulate bf16); fp32 on
-        # every CPU: bf16 decoding on a CPU with bf16 units has not been measured against fp32
-        self.precision = Precision("auto" if self.device.type == "cuda" else "fp32", self.device)
+        # every CPU, since no family is named: bf16 decoding on a CPU has not been measured against fp32
+        self.precision = Precision("auto", self.device)
         self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
         self.decode = decode
