@@ -90,6 +90,32 @@ def test_an_interrupted_parent_leaves_no_worker_running():
     assert live_children() == before
 
 
+def _fork_then_interrupt(real_fork, side):
+    """``os.fork`` followed at once by a Ctrl-C to the parent or to the new child: the worst moment for one."""
+    def fork():
+        pid = real_fork()
+        if (pid != 0) == (side == "parent"):
+            os.kill(os.getpid(), signal.SIGINT)
+        return pid
+    return fork
+
+
+def test_ctrl_c_right_after_a_fork_still_stops_that_worker(monkeypatch):
+    before = live_children()
+    monkeypatch.setattr(os, "fork", _fork_then_interrupt(os.fork, "parent"))
+    with pytest.raises(KeyboardInterrupt):
+        WorkerPool(lambda number, item: item, workers=2)
+    assert live_children() == before
+
+
+def test_ctrl_c_reaching_a_new_worker_before_its_handlers_is_ignored_there(monkeypatch):
+    monkeypatch.setattr(os, "fork", _fork_then_interrupt(os.fork, "child"))
+    with WorkerPool(lambda number, item: (os.getpid(), item), workers=2) as pool:
+        results = pool.map(list("abcd"))
+    assert [item for _, item in results] == list("abcd")
+    assert os.getpid() not in {pid for pid, _ in results}
+
+
 def _pid_and_count(number, item):
     """A worker's pid and how many items this worker process has computed so far."""
     global _computed

@@ -32,6 +32,7 @@ import signal
 import sys
 import traceback
 import weakref
+from contextlib import contextmanager
 from multiprocessing.connection import Connection, wait
 from typing import Callable, Generic, Sequence, TypeVar
 
@@ -61,14 +62,12 @@ class WorkerPool(Generic[Item, Result]):
         try:
             for _ in range(workers):
                 parent_end, child_end = context.Pipe(duplex=True)
-                pid = os.fork()
-                if pid == 0:  # the worker never returns from here
-                    parent_end.close()
-                    for sibling in self._workers:
-                        sibling.close()
-                    _serve(function, child_end)
-                child_end.close()
-                self._workers[parent_end] = pid
+                with _signals_held() as usual_mask:  # no Ctrl-C between the fork and the pid's record
+                    pid = os.fork()
+                    if pid == 0:  # the worker never returns from here
+                        _start_worker(function, parent_end, child_end, list(self._workers), usual_mask)
+                    self._workers[parent_end] = pid
+                    child_end.close()
         except BaseException:
             self.close()
             raise
@@ -137,13 +136,50 @@ def map_in_processes(function: Callable[[int, Item], Result], items: Sequence[It
         return pool.map(items)
 
 
+#: signals that arrive from outside the process (never from the instruction it runs)
+_ASYNCHRONOUS_SIGNALS = signal.valid_signals() - {
+    signal.SIGKILL, signal.SIGSTOP, signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL, signal.SIGTRAP,
+    signal.SIGSYS, signal.SIGABRT}
+
+
+@contextmanager
+def _signals_held():
+    """Hold back asynchronous signals (Ctrl-C, SIGTERM, timers) while a worker is forked.
+
+    A signal between ``fork`` and the parent's note of the new pid would raise in the parent
+    with a worker nobody stops; in the child, before its handlers are set, it would raise
+    out of the pool's constructor and the child would go on running the parent's program.
+    Held, a signal to the parent is delivered when the block ends, once the pid is recorded (so
+    closing the pool stops that worker); the child starts with none pending and lets signals in
+    once Ctrl-C is ignored there. Yields the mask to restore.
+    """
+    usual_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _ASYNCHRONOUS_SIGNALS)
+    try:
+        yield usual_mask
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, usual_mask)
+
+
+def _start_worker(function: Callable, parent_end: Connection, child_end: Connection,
+                  siblings: list[Connection], usual_mask: set) -> None:
+    """The forked child, signals still held: set its handlers, let signals in, serve; never returns."""
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which stops the workers
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        parent_end.close()
+        for sibling in siblings:
+            sibling.close()
+        signal.pthread_sigmask(signal.SIG_SETMASK, usual_mask)
+        _serve(function, child_end)
+    finally:
+        os._exit(1)  # only if serving did not exit itself
+
+
 def _serve(function: Callable, connection: Connection) -> None:
     """A worker's life: compute each item it is sent until the pipe closes or an item fails;
     always ``os._exit``."""
     code = 0
     try:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which stops the workers
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         torch.set_num_threads(1)
         while True:
             try:
