@@ -32,7 +32,7 @@ import json
 import os
 import statistics
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from common import (BENCH_DIR, REPO, THREADS, UNBUFFERED, Report, bench_arguments, fmt, run_measured,
@@ -42,12 +42,11 @@ from peers.arch import DecodeSpec
 from peers.corpus import export_pieces, prepare_multi30k
 from peers.ours import Engine
 from peers.results import check
-from translate_speed import Quality, text_quality
+from translate_speed import Quality, kept_quality, quality
 
 from nmt_cli.config import DecodeConfig
 from nmt_cli.data.prepared import PreparedData
 from nmt_cli.decoding.search import max_output_length
-from nmt_cli.fileio import atomic_write_json
 from nmt_cli.precision import cpu_has_native_bf16
 from nmt_cli.training.progress import read_metrics
 
@@ -100,20 +99,17 @@ def train(prepared: Path, run: Path, precision: str, seed: int, steps: int, vali
 
 def evaluate(checkpoint: Path, data: PreparedData, source_pieces: list[int], folder: Path, threads: int) -> Quality:
     """test2016 with beam 5 under the shipped decoding defaults, in float32; reused when done."""
-    marker = folder / "score.json"
-    if marker.is_file():
-        return Quality(**json.loads(marker.read_text()))
     defaults = DecodeConfig()
-    decode = DecodeSpec(beam=BEAM, alpha=defaults.alpha)
-    hypotheses = ours.translate(checkpoint, data.text_path("test", "src"), decode, folder, threads,
-                                engine=Engine(shipped_defaults=True)).hypotheses
-    outputs = [line.split() for line in hypotheses.read_text(encoding="utf-8").splitlines()]
-    references = data.text_path("test", "tgt").read_text(encoding="utf-8").splitlines()
-    score = text_quality([data.tokenizer.tgt.decode_pieces(pieces) for pieces in outputs],
-                         [len(pieces) for pieces in outputs], references,
-                         [max_output_length(n, defaults.max_len_a, defaults.max_len_b) for n in source_pieces])
-    atomic_write_json(marker, asdict(score))
-    return score
+
+    def score() -> Quality:
+        decode = DecodeSpec(beam=BEAM, alpha=defaults.alpha)
+        hypotheses = ours.translate(checkpoint, data.text_path("test", "src"), decode, folder, threads,
+                                    engine=Engine(shipped_defaults=True)).hypotheses
+        references = data.text_path("test", "tgt").read_text(encoding="utf-8").splitlines()
+        return quality(hypotheses, references, data.tokenizer,
+                       [max_output_length(n, defaults.max_len_a, defaults.max_len_b) for n in source_pieces])
+
+    return kept_quality(folder, score)
 
 
 def read_run(run: Path) -> tuple[dict[int, float], float, float, dict]:

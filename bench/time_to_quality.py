@@ -38,7 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from common import (BENCH_DIR, REPO, THREADS, Report, absolute_path, bench_arguments, fmt, fresh_dir, median,
@@ -51,7 +51,7 @@ from peers.ours import Engine
 from peers.results import PeerRunFailed
 from peers.selection import TRAINING_PEERS, parse_peer_list, peer_label, ready_peers
 from train_speed import calibrated_max_tokens
-from translate_speed import Quality, text_quality
+from translate_speed import Quality, kept_quality, quality
 
 from nmt_cli.config import DecodeConfig, ModelConfig, TrainConfig
 from nmt_cli.data.prepared import PreparedData
@@ -249,25 +249,20 @@ def length_limits(arm: Arm, source_pieces: list[int]) -> list[int]:
 def evaluate(arm: Arm, checkpoint: Path, setup: Setup, folder: Path) -> Quality:
     """Translate test2016 with ``checkpoint`` by the toolkit's own decoder (beam 5, its own length
     penalty and limit); reuses a finished evaluation in ``folder``."""
-    marker = folder / "score.json"
-    if marker.is_file():
-        return Quality(**json.loads(marker.read_text()))
-    decode = DecodeSpec(beam=BEAM)
-    if arm.peer is None:
-        decode = replace(decode, alpha=DecodeConfig().alpha)
-        hypotheses = ours.translate(checkpoint, setup.data.text_path("test", "src"), decode, folder, THREADS,
-                                    engine=Engine(shipped_defaults=True)).hypotheses
-    elif arm.peer == "opennmt":
-        hypotheses = opennmt.translate(checkpoint, setup.corpus.text("test", "src"), decode, folder, THREADS,
-                                       own_defaults=True).hypotheses
-    else:
-        hypotheses = fairseq.generate(checkpoint, setup.corpus, BEAM, folder, THREADS)
-    outputs = [line.split() for line in hypotheses.read_text(encoding="utf-8").splitlines()]
-    score = text_quality([setup.data.tokenizer.tgt.decode_pieces(pieces) for pieces in outputs],
-                         [len(pieces) for pieces in outputs], setup.references,
-                         length_limits(arm, setup.source_pieces))
-    atomic_write_json(marker, asdict(score))
-    return score
+    def score() -> Quality:
+        decode = DecodeSpec(beam=BEAM)
+        if arm.peer is None:
+            decode = replace(decode, alpha=DecodeConfig().alpha)
+            hypotheses = ours.translate(checkpoint, setup.data.text_path("test", "src"), decode, folder, THREADS,
+                                        engine=Engine(shipped_defaults=True)).hypotheses
+        elif arm.peer == "opennmt":
+            hypotheses = opennmt.translate(checkpoint, setup.corpus.text("test", "src"), decode, folder, THREADS,
+                                           own_defaults=True).hypotheses
+        else:
+            hypotheses = fairseq.generate(checkpoint, setup.corpus, BEAM, folder, THREADS)
+        return quality(hypotheses, setup.references, setup.data.tokenizer, length_limits(arm, setup.source_pieces))
+
+    return kept_quality(folder, score)
 
 
 @dataclass

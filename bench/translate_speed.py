@@ -25,8 +25,9 @@ defaults and is compared with nothing. Each figure is the median of ``--repeats`
 
 from __future__ import annotations
 
+import json
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -43,6 +44,7 @@ from peers.selection import TRANSLATION_PEERS, parse_peer_list, peer_label, read
 
 from nmt_cli.data.prepared import PreparedData
 from nmt_cli.errors import NmtError
+from nmt_cli.fileio import atomic_write_json
 
 FULL_TRAINING = TrainSpec(steps=800, log_every=100, warmup=400)
 QUICK_TRAINING = TrainSpec(steps=6, log_every=2, warmup=100)
@@ -177,11 +179,22 @@ class Quality:
     at_limit: float
 
 
-def quality(hypotheses: Path, references: list[str], tokenizer, max_length: int) -> Quality:
-    """Detokenise piece output with our SentencePiece model; score with sacreBLEU."""
+def quality(hypotheses: Path, references: list[str], tokenizer, limits: int | Sequence[int]) -> Quality:
+    """Detokenise piece output with our SentencePiece model; score with sacreBLEU (``limits``: as
+    :func:`text_quality` takes them)."""
     lines = [line.split() for line in hypotheses.read_text(encoding="utf-8").splitlines()]
     return text_quality([tokenizer.tgt.decode_pieces(pieces) for pieces in lines], [len(p) for p in lines],
-                        references, max_length)
+                        references, limits)
+
+
+def kept_quality(folder: Path, score: Callable[[], Quality]) -> Quality:
+    """``score()``, kept in ``folder/score.json``: a rerun reads it back instead of translating again."""
+    marker = folder / "score.json"
+    if marker.is_file():
+        return Quality(**json.loads(marker.read_text()))
+    scored = score()
+    atomic_write_json(marker, asdict(scored))
+    return scored
 
 
 def text_quality(texts: list[str], lengths: list[int], references: list[str],
