@@ -2,16 +2,17 @@
 
 Each default below was once picked by AER on all 50 de-en gold pairs, the pairs its headline
 is scored on. This sweep makes each choice again on the dev pairs (gold pairs 1-25; ``--quick``:
-the synthetic corpus's generated dev set) and never reads the test pairs (26-50):
+the synthetic corpus's generated dev set) and never reads the test pairs (26-50). Each
+choice can be made alone (``--choices``, the names in brackets):
 
-* ``plain pair``: how ``nmt align`` combines two plain-attention directions (default
+* ``plain pair`` (plain): how ``nmt align`` combines two plain-attention directions (default
   grow-diag-final-and, ``api.default_symmetrization``): the bootstrap's plain pair, read by
   default and with ``--agree-heads``;
-* ``guided pair``: how it combines two guided directions read with their null (default
+* ``guided pair`` (guided): how it combines two guided directions read with their null (default
   ``--symmetrize average`` at 0.4): the pair guided by eflomal and the bootstrap's aligner;
-* ``rounds``: ``nmt align bootstrap --rounds`` (default 2): each round's pair, read as the
+* ``rounds`` (rounds): ``nmt align bootstrap --rounds`` (default 2): each round's pair, read as the
   command's aligner is;
-* ``alignment_shift``: ``model.alignment_shift`` (default true) of the guided models: the
+* ``alignment_shift`` (shift): ``model.alignment_shift`` (default true) of the guided models: the
   pair guided by eflomal trained both ways, each direction alone and both averaged.
 
 Every candidate is scored on the dev pairs with every seed's models (``--seeds``: mean and
@@ -99,34 +100,68 @@ def _both(rows: list[Seeded], setting: str, stage: str = "") -> Seeded:
     return next(row for row in rows if row[0].setting == setting and row[0].stage == stage)
 
 
-def sweep(report: Report, corpus: BenchCorpus, settings: Settings) -> None:
-    """Every choice of the module docstring on ``corpus``'s dev pairs."""
-    dev = corpus.dev
-    out = settings.folders(corpus.name).root / "dev-sweep"
-    plain, booted = bootstrap_systems(corpus, settings)
+def plain_pair_choice(report: Report, corpus: BenchCorpus, settings: Settings, out: Path) -> None:
+    """How ``nmt align`` combines two plain-attention directions, read by default and with ``--agree-heads``."""
+    plain, _ = bootstrap_systems(corpus, settings)
     for number, setting in enumerate((BOTH_DIRECTIONS, f"{BOTH_DIRECTIONS} with {AGREE_HEADS}")):
-        scored = symmetrization_choice(_both(plain, setting), dev, out / f"plain-{number}", settings,
+        scored = symmetrization_choice(_both(plain, setting), corpus.dev, out / f"plain-{number}", settings,
                                        (AVERAGE_THRESHOLD,))
         _rows(report, corpus, "plain pair: symmetrization", f"plain attention, {setting}", scored, PLAIN_DEFAULT)
-    guide = guide_links(corpus, settings)
-    guided = guided_systems(corpus, settings, guide, 0.0)
+
+
+def guided_pair_choice(report: Report, corpus: BenchCorpus, settings: Settings, out: Path) -> None:
+    """How it combines two guided directions: the pair guided by eflomal and the bootstrap's aligner."""
+    _, booted = bootstrap_systems(corpus, settings)
+    guided = guided_systems(corpus, settings, guide_links(corpus, settings), 0.0)
     last = f"round {settings.rounds}"
     for number, (system, row) in enumerate((("guided by eflomal", _both(guided, BOTH_DIRECTIONS)),
                                              (f"bootstrap {last}", _both(booted, BOTH_DIRECTIONS, last)))):
-        scored = symmetrization_choice(row, dev, out / f"guided-{number}", settings, AVERAGE_THRESHOLDS)
+        scored = symmetrization_choice(row, corpus.dev, out / f"guided-{number}", settings, AVERAGE_THRESHOLDS)
         _rows(report, corpus, "guided pair: symmetrization and threshold", system, scored, GUIDED_DEFAULT)
+
+
+def rounds_choice(report: Report, corpus: BenchCorpus, settings: Settings, out: Path) -> None:
+    """``nmt align bootstrap --rounds``: each round's pair, read as the command's aligner is."""
+    _, booted = bootstrap_systems(corpus, settings)
     rounds = {f"{round_number} round(s)": score_on_dev(_both(booted, BOTH_DIRECTIONS, f"round {round_number}"),
-                                                       dev, out / "rounds" / str(round_number), settings)
+                                                       corpus.dev, out / "rounds" / str(round_number), settings)
               for round_number in range(1, settings.rounds + 1)}
     _rows(report, corpus, "bootstrap --rounds", "bootstrap's aligner (average 0.4)", rounds,
           f"{DEFAULT_ROUNDS} round(s)")
+
+
+def shift_choice(report: Report, corpus: BenchCorpus, settings: Settings, out: Path) -> None:
+    """``model.alignment_shift`` of the guided models: the pair guided by eflomal trained both ways."""
+    guide = guide_links(corpus, settings)
+    guided = guided_systems(corpus, settings, guide, 0.0)
     unshifted = guided_systems(corpus, settings, guide, 0.0, shift=False)
     for number, setting in enumerate(("default reading (supervised head)", BOTH_DIRECTIONS)):
-        scored = {f"alignment_shift {shift}": score_on_dev(_both(rows, setting), dev,
+        scored = {f"alignment_shift {shift}": score_on_dev(_both(rows, setting), corpus.dev,
                                                            out / f"shift-{number}-{shift}", settings)
                   for shift, rows in ((True, guided), (False, unshifted))}
         _rows(report, corpus, "model.alignment_shift", f"guided by eflomal, {setting}", scored,
               "alignment_shift True")
+
+
+#: the choices of the module docstring, by the name ``--choices`` takes; only ``shift`` trains
+#: models the bench itself does not (the guided pair without the shift)
+CHOICES = {"plain": plain_pair_choice, "guided": guided_pair_choice, "rounds": rounds_choice, "shift": shift_choice}
+
+
+def sweep(report: Report, corpus: BenchCorpus, settings: Settings, choices: tuple[str, ...] = tuple(CHOICES)) -> None:
+    """The ``choices`` (default: all) on ``corpus``'s dev pairs."""
+    out = settings.folders(corpus.name).root / "dev-sweep"
+    for name in choices:
+        CHOICES[name](report, corpus, settings, out)
+
+
+def sweep_variant(steps: int | None, choices: tuple[str, ...]) -> str:
+    """The report's variant: the training steps when not the bench's, the choices when not all
+    (a section of its own, so a partial run never replaces a complete one)."""
+    parts = [f"{steps:,} training steps"] if steps else []
+    if choices != tuple(CHOICES):
+        parts.append(f"choices {', '.join(choices)}")
+    return ", ".join(parts)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -143,7 +178,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=1, metavar="N", help="train.seed 1..N of every model (default 1)")
     parser.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS, metavar="N",
                         help=f"the bootstrap's rounds compared (1..N; default {DEFAULT_ROUNDS})")
+    parser.add_argument("--choices", default=",".join(CHOICES),
+                        help=f"comma list of the choices to make again: {', '.join(CHOICES)} (default: all; "
+                             "shift trains a guided pair of its own)")
     args = parser.parse_args(argv)
+    choices = tuple(name.strip() for name in args.choices.split(",") if name.strip())
+    unknown = [name for name in choices if name not in CHOICES]
+    if unknown or not choices:
+        parser.error(f"--choices takes a comma list of {', '.join(CHOICES)}; got {args.choices!r}")
     scale = QUICK if args.quick else FULL
     if args.steps is not None:
         scale = replace(scale, steps={name: args.steps for name in scale.steps})
@@ -152,13 +194,15 @@ def main(argv: list[str] | None = None) -> int:
                         args.seeds, args.data, args.rounds)
     report = Report(script="align_dev_sweep", columns=COLUMNS, quick=args.quick,
                     title="nmt-cli's alignment defaults chosen on the dev pairs alone (AER, lower is better)",
-                    variant="" if scale == (QUICK if args.quick else FULL) else f"{args.steps:,} training steps")
+                    variant=sweep_variant(scale != (QUICK if args.quick else FULL) and args.steps, choices))
     load_before = os.getloadavg()
     names = ["synthetic"] if args.quick else [name.strip() for name in args.corpora.split(",")]
     found, skipped = corpora(names, args.quick, settings)
     report.notes += skipped
     for corpus in found:
-        sweep(report, corpus, settings)
+        sweep(report, corpus, settings, choices)
+    if left_out := [name for name in CHOICES if name not in choices]:
+        report.notes.append(f"choices left out of this run (--choices): {', '.join(left_out)}")
     steps = ", ".join(f"{name} {steps:,}" for name, steps in scale.steps.items() if name in names)
     report.notes.append(f"models: the bench's ({steps} training steps, train.seed 1-{settings.seeds}, "
                         f"{settings.threads} thread(s), device {settings.device}); every figure is on the dev pairs "

@@ -46,7 +46,8 @@ from nmt_cli.fileio import atomic_write_text
 CARRIED = "_Carried over from an earlier BENCHMARKS.md"
 SCRIPTS = ("train_speed", "time_to_quality", "train_profile", "attention_kernels", "bf16_quality",
            "translate_speed", "engine_ratio", "decode_profile",
-           "decode_length", "prepare_scale", "align_quality", "serve_load", "terminology", "constrained_stop",
+           "decode_length", "prepare_scale", "align_quality", "align_dev_sweep", "serve_load", "terminology",
+           "constrained_stop",
            "shortlist_speed", "soft_npz_memory")
 
 
@@ -62,18 +63,21 @@ class PassThrough:
 
 #: the options a section may need beyond --quick, --repeats and --work, one line each
 PASS_THROUGH = (
-    PassThrough("--steps", ("align_quality", "bf16_quality"),
+    PassThrough("--steps", ("align_quality", "align_dev_sweep", "bf16_quality"),
                 "training steps of every model (align_quality: a variant, a section of its own)"),
-    PassThrough("--seeds", ("align_quality", "time_to_quality", "bf16_quality"),
+    PassThrough("--seeds", ("align_quality", "align_dev_sweep", "time_to_quality", "bf16_quality"),
                 "align_quality: guided models per direction (N > 1 adds the ensemble rows); time_to_quality: "
                 "training runs per toolkit; bf16_quality: training runs per precision"),
     PassThrough("--budgets", ("time_to_quality",), "comma list of training budgets in minutes"),
     PassThrough("--budget-minutes", ("prepare_scale",),
                 "skip a corpus size whose prepare would not end within this many minutes of the start"),
-    PassThrough("--corpora", ("align_quality",), "comma list of the corpora to align"),
+    PassThrough("--corpora", ("align_quality", "align_dev_sweep"), "comma list of the corpora to align"),
     PassThrough("--systems", ("align_quality",), "comma list of the nmt-cli aligners to run"),
-    PassThrough("--device", ("align_quality",), "where nmt-cli trains, aligns and translates (cpu, cuda)"),
-    PassThrough("--reuse-models", ("align_quality",), "keep and resume the models under --work", flag=True),
+    PassThrough("--choices", ("align_dev_sweep",), "comma list of the alignment defaults to choose again on dev"),
+    PassThrough("--device", ("align_quality", "align_dev_sweep"),
+                "where nmt-cli trains, aligns and translates (cpu, cuda)"),
+    PassThrough("--reuse-models", ("align_quality", "align_dev_sweep"), "keep and resume the models under --work",
+                flag=True),
     PassThrough("--models", ("train_speed", "train_profile"), "comma list of the model shapes to train"),
     PassThrough("--peers", ("train_speed", "translate_speed", "time_to_quality"),
                 "all, none, or a comma list of peer toolkits"),

@@ -433,6 +433,34 @@ def test_the_dev_sweep_reads_the_dev_pairs_only(tmp_path, monkeypatch):
     assert all(": keep " in note for note in report.notes), report.notes  # all tie: keep every default
 
 
+def test_the_dev_sweep_makes_only_the_choices_asked_for_and_names_them_in_its_variant(tmp_path, monkeypatch):
+    import align_dev_sweep
+    from alignment_bench.settings import QUICK, Settings
+    from common import Report
+
+    corpus = _pair_sets(tmp_path, ["0-0"] * 3, ["0-0"] * 4)
+    recorder = _Recorder()
+    plain = [_fake_row(tmp_path, "plain", "both directions", True),
+             _fake_row(tmp_path, "plain", "both directions with --agree-heads", True)]
+    booted = [_fake_row(tmp_path, "boot", "both directions", True, stage=f"round {number}") for number in (1, 2)]
+
+    def no_guided_models(*args, **kwargs):
+        raise AssertionError("plain and rounds need no guided model")
+
+    monkeypatch.setattr(align_dev_sweep, "bootstrap_systems", lambda corpus, settings: (plain, booted))
+    monkeypatch.setattr(align_dev_sweep, "guided_systems", no_guided_models)
+    monkeypatch.setattr(align_dev_sweep, "guide_links", no_guided_models)
+    monkeypatch.setattr(align_dev_sweep, "align_and_score", recorder.aligned)
+    settings = Settings(tmp_path, QUICK, threads=1, reuse=True, eflomal_runs=1, systems=(), seeds=1)
+    report = Report("align_dev_sweep", "t", align_dev_sweep.COLUMNS)
+    align_dev_sweep.sweep(report, corpus, settings, ("plain", "rounds"))
+    assert {row[1] for row in report.rows} == {"plain pair: symmetrization", "bootstrap --rounds"}
+    assert align_dev_sweep.sweep_variant(None, tuple(align_dev_sweep.CHOICES)) == ""
+    assert align_dev_sweep.sweep_variant(10000, ("plain", "rounds")) == "10,000 training steps, choices plain, rounds"
+    with pytest.raises(SystemExit):
+        align_dev_sweep.main(["--choices", "plain,threshold"])
+
+
 def test_a_verdict_changes_a_default_only_where_the_dev_interval_excludes_zero():
     import numpy as np
 
