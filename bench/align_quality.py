@@ -105,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
                              "else ../shared/data beside the repository)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads of every step (default 2)")
     parser.add_argument("--reuse-models", action="store_true",
-                        help="keep finished training runs with the same settings instead of training again")
+                        help="keep finished training runs with the same settings instead of training again, and "
+                             "finished eflomal runs of the same training text")
     parser.add_argument("--systems", default=",".join(NMT_SYSTEMS),
                         help="comma list of the nmt-cli systems to run: bootstrap (with the plain-attention rows), "
                              "guided, mask-align; eflomal always runs (default: all)")

@@ -16,8 +16,8 @@ default (its ``variant``, such as ``align_quality --steps 10000``) has a section
 beside the default one: a new run replaces only the section of its own variant.
 
 A long section is resumable: stop it and run the same command again. align_quality with
-``--reuse-models`` keeps every finished model under ``--work`` and resumes an unfinished
-training; translate_speed (and serve_load, which uses its model) trains its models once
+``--reuse-models`` keeps every finished model and eflomal run under ``--work`` and resumes an
+unfinished training; translate_speed (and serve_load, which uses its model) trains its models once
 per ``--work`` and decodes again; train_speed times fresh training runs and starts over;
 time_to_quality keeps each finished timed training run and each evaluated checkpoint under
 ``--work`` (an unfinished training run starts over: its clock cannot resume).

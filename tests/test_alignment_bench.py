@@ -229,6 +229,35 @@ def _pair_sets(tmp_path: Path, dev_gold: list[str], test_gold: list[str]):
     return BenchCorpus("multi30k", tmp_path, sets["dev"], sets["test"], sets["blind"], "test pairs")
 
 
+def test_reuse_models_keeps_a_finished_eflomal_run_of_the_same_text(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from alignment_bench import eflomal
+    from alignment_bench.settings import QUICK, Settings
+
+    runs = []
+
+    def fake_eflomal(command, log, settings, stdout=None):  # [tool, -s, de, -t, en, -f, forward, -r, reverse, ...]
+        runs.append(command)
+        Path(command[6]).write_text("0-0\n")
+        Path(command[8]).write_text("0-0\n")
+        return SimpleNamespace(seconds=12.5)
+
+    monkeypatch.setattr(eflomal, "run_step", fake_eflomal)
+    for side in ("de", "en"):
+        (tmp_path / f"train.{side}").write_text("a b\n")
+    corpus = SimpleNamespace(text=lambda split, side: tmp_path / f"{split}.{side}")
+    reuse = Settings(tmp_path, QUICK, threads=1, reuse=True, eflomal_runs=1, systems=(), seeds=1)
+    fresh = Settings(tmp_path, QUICK, threads=1, reuse=False, eflomal_runs=1, systems=(), seeds=1)
+    out = tmp_path / "eflomal"
+    assert eflomal._run(corpus, reuse, Path("eflomal-align"), out, 0)[2] == 12.5 and len(runs) == 1
+    assert eflomal._run(corpus, reuse, Path("eflomal-align"), out, 0)[2] == 12.5 and len(runs) == 1  # kept
+    eflomal._run(corpus, fresh, Path("eflomal-align"), out, 0)  # without --reuse-models: run again
+    (tmp_path / "train.en").write_text("a b c\n")
+    eflomal._run(corpus, reuse, Path("eflomal-align"), out, 0)  # another training text: run again
+    assert len(runs) == 3
+
+
 def test_the_eflomal_note_gives_each_readings_lowest_and_highest_aer_over_its_runs(tmp_path):
     from alignment_bench.eflomal import EflomalReading
     from alignment_bench.table import eflomal_spread

@@ -8,6 +8,7 @@ each reading's median and range over its runs.
 
 from __future__ import annotations
 
+import json
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ from alignment_bench.steps import run_step
 from peers.install import venv_bin
 
 from nmt_cli.alignment import AlignmentScore, read_alignments, score_alignments, symmetrize, write_alignments
+from nmt_cli.fileio import atomic_write_json
 from nmt_cli.pharaoh import write_reversed_alignments
 
 EFLOMAL_READINGS = ("forward", "reverse", "intersection", "grow-diag-final", "grow-diag-final-and")
@@ -101,11 +103,25 @@ def run_eflomal(corpus: BenchCorpus, settings: Settings, runs: int) -> tuple[dic
 
 
 def _run(corpus: BenchCorpus, settings: Settings, tool: Path, out: Path, repeat: int) -> tuple[Path, Path, float]:
-    """One eflomal run on the training text: its forward and reverse links and its seconds."""
+    """One eflomal run on the training text: its forward and reverse links and its seconds.
+
+    With ``--reuse-models`` a finished run of the same training text is kept (its record,
+    written once both link files are whole, names the text's size), so a resumed or re-rendered
+    bench reads the same runs: eflomal cannot repeat a run, and the blind links and the
+    headline interval come from them.
+    """
     forward, reverse = out / f"{repeat}.forward.align", out / f"{repeat}.reverse.align"
+    record, train_text = out / f"{repeat}.json", corpus.text("train", "de")
+    text_size = {"train_de_bytes": train_text.stat().st_size,
+                 "train_en_bytes": corpus.text("train", "en").stat().st_size}
+    if settings.reuse and record.is_file():
+        kept = json.loads(record.read_text())
+        if all(kept.get(key) == value for key, value in text_size.items()):
+            return forward, reverse, kept["seconds"]
     out.mkdir(parents=True, exist_ok=True)
-    measured = run_step([str(tool), "-s", corpus.text("train", "de"), "-t", corpus.text("train", "en"),
+    measured = run_step([str(tool), "-s", train_text, "-t", corpus.text("train", "en"),
                          "-f", forward, "-r", reverse, "--overwrite"], out / f"{repeat}.log", settings)
+    atomic_write_json(record, {**text_size, "seconds": measured.seconds})
     return forward, reverse, measured.seconds
 
 
