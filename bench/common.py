@@ -314,15 +314,24 @@ class Report:
             atomic_write_json(json_path, self.to_json(made))
 
 
-def git_commit() -> tuple[str, bool | None]:
-    """HEAD's short hash and whether the tracked files were clean (``git describe --dirty``);
-    None for the second when this is not a git checkout."""
+#: where bench scripts write the files they commit (the blind links, pictures): their own output
+#: while they run, not a change to the code they measure
+RESULTS = "bench/results"
+
+
+def git_commit(ignore_results: bool = False) -> tuple[str, bool | None]:
+    """HEAD's short hash (``git describe --always``) and whether the tracked files were clean
+    (``git describe --dirty``), with ``ignore_results`` not counting changes under
+    :data:`RESULTS`; None for the second when this is not a git checkout."""
     try:
-        described = subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty"],
-                                   capture_output=True, text=True, check=True).stdout.strip()
+        commit = subprocess.run(["git", "-C", str(REPO), "describe", "--always"],
+                                capture_output=True, text=True, check=True).stdout.strip()
+        changed = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                  *([f":(exclude){RESULTS}"] if ignore_results else [])],
+                                 capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown (not a git checkout)", None
-    return described.removesuffix("-dirty"), not described.endswith("-dirty")
+    return commit, not changed
 
 
 #: the commit and state of the tree when this script's code was loaded: the code a report measures
@@ -366,7 +375,9 @@ def measured_at(argv: Sequence[str] | None = None) -> dict[str, str | bool | Non
     """When, at which commit (and whether the tree was clean), on which machine and by which
     command a report was made, so every section says where it came from."""
     commit, clean = LOADED_FROM
-    if clean and git_commit() != LOADED_FROM:  # HEAD moved while it ran: code imported later may be newer
+    # HEAD moved or code changed while it ran (code imported later may be newer); the files the
+    # script wrote itself under bench/results are no such change
+    if clean and git_commit(ignore_results=True) != LOADED_FROM:
         clean = False
     cpu, extensions, cores = cpu_model(), vector_extensions(), str(os.cpu_count())
     # "commit" stays what `git describe --dirty` says (scripts quote it in their notes); "clean" says it outright

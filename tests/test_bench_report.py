@@ -223,11 +223,33 @@ def test_a_report_names_the_commit_its_code_was_loaded_from_and_a_move_of_head_m
     import common
 
     monkeypatch.setattr(common, "LOADED_FROM", ("abc1234", True))
-    monkeypatch.setattr(common, "git_commit", lambda: ("abc1234", True))
+    monkeypatch.setattr(common, "git_commit", lambda **_: ("abc1234", True))
     assert common.measured_at([])["commit"] == "abc1234" and common.measured_at([])["clean"] is True
-    monkeypatch.setattr(common, "git_commit", lambda: ("def5678", True))  # a merge landed while it ran
+    monkeypatch.setattr(common, "git_commit", lambda **_: ("def5678", True))  # a merge landed while it ran
     made = common.measured_at([])
     assert made["commit"] == "abc1234-dirty" and made["clean"] is False
+
+
+def test_files_a_script_writes_under_bench_results_do_not_make_its_tree_unclean(tmp_path, monkeypatch):
+    import subprocess
+
+    import common
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "bench" / "results").mkdir(parents=True)
+    (tmp_path / "bench" / "results" / "links.align").write_text("0-0\n")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "start")
+    monkeypatch.setattr(common, "REPO", tmp_path)
+    assert common.git_commit()[1] is True
+    (tmp_path / "bench" / "results" / "links.align").write_text("1-1\n")  # a bench run's own output
+    assert common.git_commit()[1] is False and common.git_commit(ignore_results=True)[1] is True
+    (tmp_path / "code.py").write_text("x = 2\n")  # a change to the code measured
+    assert common.git_commit(ignore_results=True)[1] is False
 
 
 def test_a_report_records_the_tree_the_machine_and_its_command_without_where_files_go(monkeypatch):
