@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 
 import pytest
@@ -90,21 +91,34 @@ def test_an_interrupted_parent_leaves_no_worker_running():
     assert live_children() == before
 
 
-def _fork_then_interrupt(real_fork, side):
-    """``os.fork`` followed at once by a Ctrl-C to the parent or to the new child: the worst moment for one."""
+def _fork_then_interrupt(real_fork, side, thread=None):
+    """``os.fork`` followed at once by a Ctrl-C to the parent (to ``thread`` of it when given)
+    or to the new child: the worst moment for one."""
     def fork():
         pid = real_fork()
         if (pid != 0) == (side == "parent"):
-            os.kill(os.getpid(), signal.SIGINT)
+            if thread is None:
+                os.kill(os.getpid(), signal.SIGINT)
+            else:
+                signal.pthread_kill(thread.ident, signal.SIGINT)
         return pid
     return fork
 
 
-def test_ctrl_c_right_after_a_fork_still_stops_that_worker(monkeypatch):
+@pytest.mark.parametrize("taken_by", ["the forking thread", "another thread"])
+def test_ctrl_c_right_after_a_fork_still_stops_that_worker(monkeypatch, taken_by):
     before = live_children()
-    monkeypatch.setattr(os, "fork", _fork_then_interrupt(os.fork, "parent"))
-    with pytest.raises(KeyboardInterrupt):
-        WorkerPool(lambda number, item: item, workers=2)
+    idle = threading.Event()
+    other = threading.Thread(target=idle.wait)  # a thread that does not block signals, as a server has
+    other.start()
+    try:
+        monkeypatch.setattr(os, "fork", _fork_then_interrupt(os.fork, "parent",
+                                                             other if taken_by == "another thread" else None))
+        with pytest.raises(KeyboardInterrupt):
+            WorkerPool(lambda number, item: item, workers=2)
+    finally:
+        idle.set()
+        other.join()
     assert live_children() == before
 
 

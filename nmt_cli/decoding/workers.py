@@ -30,6 +30,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
 import traceback
 import weakref
 from contextlib import contextmanager
@@ -149,15 +150,29 @@ def _signals_held():
     A signal between ``fork`` and the parent's note of the new pid would raise in the parent
     with a worker nobody stops; in the child, before its handlers are set, it would raise
     out of the pool's constructor and the child would go on running the parent's program.
-    Held, a signal to the parent is delivered when the block ends, once the pid is recorded (so
-    closing the pool stops that worker); the child starts with none pending and lets signals in
-    once Ctrl-C is ignored there. Yields the mask to restore.
+    This thread blocks them (a forked child has only this thread, so it starts with them
+    blocked and none pending, and lets them in once Ctrl-C is ignored there). Another thread
+    of the parent may still take one, and Python runs its handler in the main thread at once,
+    so on the main thread the Python handlers are also swapped for ones that only note the
+    signal; the noted signals go to the real handlers once the block ends, after the pid is
+    recorded (closing the pool then stops that worker). Yields the mask to restore.
     """
     usual_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _ASYNCHRONOUS_SIGNALS)
+    noted: list[tuple[int, object]] = []
+    handlers = {}
+    if threading.current_thread() is threading.main_thread():
+        for number in _ASYNCHRONOUS_SIGNALS:
+            handler = signal.getsignal(number)
+            if callable(handler):
+                handlers[number] = signal.signal(number, lambda number, frame: noted.append((number, frame)))
     try:
         yield usual_mask
     finally:
+        for number, handler in handlers.items():
+            signal.signal(number, handler)
         signal.pthread_sigmask(signal.SIG_SETMASK, usual_mask)
+        for number, frame in noted:
+            handlers[number](number, frame)
 
 
 def _start_worker(function: Callable, parent_end: Connection, child_end: Connection,
