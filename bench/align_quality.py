@@ -77,7 +77,6 @@ script reads the options and puts the report together.
 from __future__ import annotations
 
 import os
-import shlex
 import sys
 from dataclasses import replace
 
@@ -175,10 +174,11 @@ def main(argv: list[str] | None = None) -> int:
         report.notes.append(f"nmt-cli systems left out of this run (--systems): {', '.join(systems_left_out)}")
     report.notes.append(machine_note(load_before))
     if blind is not None and blind.written:
-        command = shlex.join(["python", "bench/align_quality.py", *(sys.argv[1:] if argv is None else argv)])
-        blind.finish(settings, command, measured_at())
+        made = measured_at(None if argv is None else [str(BENCH_DIR / "align_quality.py"), *argv])
+        blind.finish(settings, made["command"], made)  # the command without where its files went
+        folder = blind.folder.relative_to(REPO) if blind.folder.is_relative_to(REPO) else blind.folder
         report.notes.append(f"{blind.corpus.name}: the headline systems' links of the {blind.corpus.blind.size} blind "
-                            f"pairs are in {blind.folder} ({', '.join(sorted(blind.written))}; README.md says how)")
+                            f"pairs are in {folder} ({', '.join(sorted(blind.written))}; README.md says how)")
     report.emit(args.json)
     return 0
 
