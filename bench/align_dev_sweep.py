@@ -30,6 +30,7 @@ import os
 import statistics
 import sys
 from dataclasses import replace
+from functools import cached_property
 from pathlib import Path
 
 from alignment_bench.corpora import BenchCorpus, PairSet, corpora
@@ -100,46 +101,68 @@ def _both(rows: list[Seeded], setting: str, stage: str = "") -> Seeded:
     return next(row for row in rows if row[0].setting == setting and row[0].stage == stage)
 
 
-def plain_pair_choice(report: Report, corpus: BenchCorpus, settings: Settings, out: Path) -> None:
+class SweepModels:
+    """The bench's models one corpus's sweep reads, each found (or trained) once, when a choice first
+    needs it: finding them runs ``nmt align bootstrap`` and writes the reversed guide again."""
+
+    def __init__(self, corpus: BenchCorpus, settings: Settings):
+        self.corpus, self.settings = corpus, settings
+
+    @cached_property
+    def bootstrap(self) -> tuple[list[Seeded], list[Seeded]]:
+        """The bootstrap's plain rows and its guided rounds' rows."""
+        return bootstrap_systems(self.corpus, self.settings)
+
+    @cached_property
+    def guide(self) -> Path:
+        return guide_links(self.corpus, self.settings)
+
+    @cached_property
+    def guided(self) -> list[Seeded]:
+        """The pair guided by eflomal, with ``model.alignment_shift`` (the default)."""
+        return guided_systems(self.corpus, self.settings, self.guide, 0.0)
+
+
+def plain_pair_choice(report: Report, models: SweepModels, out: Path) -> None:
     """How ``nmt align`` combines two plain-attention directions, read by default and with ``--agree-heads``."""
-    plain, _ = bootstrap_systems(corpus, settings)
+    plain, _ = models.bootstrap
     for number, setting in enumerate((BOTH_DIRECTIONS, f"{BOTH_DIRECTIONS} with {AGREE_HEADS}")):
-        scored = symmetrization_choice(_both(plain, setting), corpus.dev, out / f"plain-{number}", settings,
-                                       (AVERAGE_THRESHOLD,))
-        _rows(report, corpus, "plain pair: symmetrization", f"plain attention, {setting}", scored, PLAIN_DEFAULT)
+        scored = symmetrization_choice(_both(plain, setting), models.corpus.dev, out / f"plain-{number}",
+                                       models.settings, (AVERAGE_THRESHOLD,))
+        _rows(report, models.corpus, "plain pair: symmetrization", f"plain attention, {setting}", scored,
+              PLAIN_DEFAULT)
 
 
-def guided_pair_choice(report: Report, corpus: BenchCorpus, settings: Settings, out: Path) -> None:
+def guided_pair_choice(report: Report, models: SweepModels, out: Path) -> None:
     """How it combines two guided directions: the pair guided by eflomal and the bootstrap's aligner."""
-    _, booted = bootstrap_systems(corpus, settings)
-    guided = guided_systems(corpus, settings, guide_links(corpus, settings), 0.0)
-    last = f"round {settings.rounds}"
-    for number, (system, row) in enumerate((("guided by eflomal", _both(guided, BOTH_DIRECTIONS)),
+    _, booted = models.bootstrap
+    last = f"round {models.settings.rounds}"
+    for number, (system, row) in enumerate((("guided by eflomal", _both(models.guided, BOTH_DIRECTIONS)),
                                              (f"bootstrap {last}", _both(booted, BOTH_DIRECTIONS, last)))):
-        scored = symmetrization_choice(row, corpus.dev, out / f"guided-{number}", settings, AVERAGE_THRESHOLDS)
-        _rows(report, corpus, "guided pair: symmetrization and threshold", system, scored, GUIDED_DEFAULT)
+        scored = symmetrization_choice(row, models.corpus.dev, out / f"guided-{number}", models.settings,
+                                       AVERAGE_THRESHOLDS)
+        _rows(report, models.corpus, "guided pair: symmetrization and threshold", system, scored, GUIDED_DEFAULT)
 
 
-def rounds_choice(report: Report, corpus: BenchCorpus, settings: Settings, out: Path) -> None:
+def rounds_choice(report: Report, models: SweepModels, out: Path) -> None:
     """``nmt align bootstrap --rounds``: each round's pair, read as the command's aligner is."""
-    _, booted = bootstrap_systems(corpus, settings)
+    _, booted = models.bootstrap
     rounds = {f"{round_number} round(s)": score_on_dev(_both(booted, BOTH_DIRECTIONS, f"round {round_number}"),
-                                                       corpus.dev, out / "rounds" / str(round_number), settings)
-              for round_number in range(1, settings.rounds + 1)}
-    _rows(report, corpus, "bootstrap --rounds", "bootstrap's aligner (average 0.4)", rounds,
+                                                       models.corpus.dev, out / "rounds" / str(round_number),
+                                                       models.settings)
+              for round_number in range(1, models.settings.rounds + 1)}
+    _rows(report, models.corpus, "bootstrap --rounds", "bootstrap's aligner (average 0.4)", rounds,
           f"{DEFAULT_ROUNDS} round(s)")
 
 
-def shift_choice(report: Report, corpus: BenchCorpus, settings: Settings, out: Path) -> None:
+def shift_choice(report: Report, models: SweepModels, out: Path) -> None:
     """``model.alignment_shift`` of the guided models: the pair guided by eflomal trained both ways."""
-    guide = guide_links(corpus, settings)
-    guided = guided_systems(corpus, settings, guide, 0.0)
-    unshifted = guided_systems(corpus, settings, guide, 0.0, shift=False)
+    unshifted = guided_systems(models.corpus, models.settings, models.guide, 0.0, shift=False)
     for number, setting in enumerate(("default reading (supervised head)", BOTH_DIRECTIONS)):
-        scored = {f"alignment_shift {shift}": score_on_dev(_both(rows, setting), corpus.dev,
-                                                           out / f"shift-{number}-{shift}", settings)
-                  for shift, rows in ((True, guided), (False, unshifted))}
-        _rows(report, corpus, "model.alignment_shift", f"guided by eflomal, {setting}", scored,
+        scored = {f"alignment_shift {shift}": score_on_dev(_both(rows, setting), models.corpus.dev,
+                                                           out / f"shift-{number}-{shift}", models.settings)
+                  for shift, rows in ((True, models.guided), (False, unshifted))}
+        _rows(report, models.corpus, "model.alignment_shift", f"guided by eflomal, {setting}", scored,
               "alignment_shift True")
 
 
@@ -151,8 +174,9 @@ CHOICES = {"plain": plain_pair_choice, "guided": guided_pair_choice, "rounds": r
 def sweep(report: Report, corpus: BenchCorpus, settings: Settings, choices: tuple[str, ...] = tuple(CHOICES)) -> None:
     """The ``choices`` (default: all) on ``corpus``'s dev pairs."""
     out = settings.folders(corpus.name).root / "dev-sweep"
+    models = SweepModels(corpus, settings)
     for name in choices:
-        CHOICES[name](report, corpus, settings, out)
+        CHOICES[name](report, models, out)
 
 
 def sweep_variant(steps: int | None, choices: tuple[str, ...]) -> str:

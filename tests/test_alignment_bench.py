@@ -435,7 +435,10 @@ def test_the_headline_reading_is_the_one_best_on_dev_not_on_test(tmp_path):
     assert "it excludes 0: eflomal aligns these pairs better than ours" in note
 
 
-def test_the_dev_sweep_reads_the_dev_pairs_only(tmp_path, monkeypatch):
+def _sweep_on_fake_models(tmp_path, monkeypatch, seeds: int, guided, choices=None):
+    """align_dev_sweep.sweep on ``_pair_sets`` with fake bench models (the bootstrap's plain pair and two
+    rounds, and the rows of ``guided``; None: asking for a guided model fails the test), every alignment
+    recorded: (the report, the recorder, how many times the bootstrap's models were asked for)."""
     import align_dev_sweep
     from alignment_bench.settings import QUICK, Settings
     from common import Report
@@ -445,16 +448,33 @@ def test_the_dev_sweep_reads_the_dev_pairs_only(tmp_path, monkeypatch):
     plain = [_fake_row(tmp_path, "plain", "both directions", True),
              _fake_row(tmp_path, "plain", "both directions with --agree-heads", True)]
     booted = [_fake_row(tmp_path, "boot", "both directions", True, stage=f"round {number}") for number in (1, 2)]
+    bootstraps = []
+
+    def bootstrap_systems(corpus, settings):
+        bootstraps.append(corpus)
+        return plain, booted
+
+    def guided_model(*args, **kwargs):
+        if guided is None:
+            raise AssertionError("these choices need no guided model")
+        return guided
+
+    monkeypatch.setattr(align_dev_sweep, "bootstrap_systems", bootstrap_systems)
+    monkeypatch.setattr(align_dev_sweep, "guided_systems", guided_model)
+    monkeypatch.setattr(align_dev_sweep, "guide_links", lambda corpus, settings: guided_model() and tmp_path)
+    monkeypatch.setattr(align_dev_sweep, "align_and_score", recorder.aligned)
+    settings = Settings(tmp_path, QUICK, threads=1, reuse=True, eflomal_runs=1, systems=(), seeds=seeds)
+    report = Report("align_dev_sweep", "t", align_dev_sweep.COLUMNS)
+    align_dev_sweep.sweep(report, corpus, settings, *([choices] if choices else []))
+    return report, recorder, len(bootstraps)
+
+
+def test_the_dev_sweep_reads_the_dev_pairs_only(tmp_path, monkeypatch):
     guided = [_fake_row(tmp_path, "guided", "default reading (supervised head)", False),
               _fake_row(tmp_path, "guided", "both directions", True)]
-    monkeypatch.setattr(align_dev_sweep, "bootstrap_systems", lambda corpus, settings: (plain, booted))
-    monkeypatch.setattr(align_dev_sweep, "guided_systems", lambda *args, **kwargs: guided)
-    monkeypatch.setattr(align_dev_sweep, "guide_links", lambda corpus, settings: tmp_path)
-    monkeypatch.setattr(align_dev_sweep, "align_and_score", recorder.aligned)
-    settings = Settings(tmp_path, QUICK, threads=1, reuse=True, eflomal_runs=1, systems=(), seeds=2)
-    report = Report("align_dev_sweep", "t", align_dev_sweep.COLUMNS)
-    align_dev_sweep.sweep(report, corpus, settings)
+    report, recorder, bootstraps = _sweep_on_fake_models(tmp_path, monkeypatch, 2, guided)
     assert set(recorder.scored) == {"dev pairs"}
+    assert bootstraps == 1  # three choices read the bootstrap's models; nmt align bootstrap runs once
     choices = [row[1] for row in report.rows]
     # two plain readings x 5 candidates, two guided pairs x 11, two rounds, shift true/false x 2 readings
     assert len(choices) == 2 * 5 + 2 * 11 + 2 + 2 * 2
@@ -464,25 +484,8 @@ def test_the_dev_sweep_reads_the_dev_pairs_only(tmp_path, monkeypatch):
 
 def test_the_dev_sweep_makes_only_the_choices_asked_for_and_names_them_in_its_variant(tmp_path, monkeypatch):
     import align_dev_sweep
-    from alignment_bench.settings import QUICK, Settings
-    from common import Report
 
-    corpus = _pair_sets(tmp_path, ["0-0"] * 3, ["0-0"] * 4)
-    recorder = _Recorder()
-    plain = [_fake_row(tmp_path, "plain", "both directions", True),
-             _fake_row(tmp_path, "plain", "both directions with --agree-heads", True)]
-    booted = [_fake_row(tmp_path, "boot", "both directions", True, stage=f"round {number}") for number in (1, 2)]
-
-    def no_guided_models(*args, **kwargs):
-        raise AssertionError("plain and rounds need no guided model")
-
-    monkeypatch.setattr(align_dev_sweep, "bootstrap_systems", lambda corpus, settings: (plain, booted))
-    monkeypatch.setattr(align_dev_sweep, "guided_systems", no_guided_models)
-    monkeypatch.setattr(align_dev_sweep, "guide_links", no_guided_models)
-    monkeypatch.setattr(align_dev_sweep, "align_and_score", recorder.aligned)
-    settings = Settings(tmp_path, QUICK, threads=1, reuse=True, eflomal_runs=1, systems=(), seeds=1)
-    report = Report("align_dev_sweep", "t", align_dev_sweep.COLUMNS)
-    align_dev_sweep.sweep(report, corpus, settings, ("plain", "rounds"))
+    report, _, _ = _sweep_on_fake_models(tmp_path, monkeypatch, 1, None, ("plain", "rounds"))
     assert {row[1] for row in report.rows} == {"plain pair: symmetrization", "bootstrap --rounds"}
     assert align_dev_sweep.sweep_variant(None, tuple(align_dev_sweep.CHOICES)) == ""
     assert align_dev_sweep.sweep_variant(10000, ("plain", "rounds")) == "10,000 training steps, choices plain, rounds"
