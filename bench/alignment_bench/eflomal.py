@@ -111,16 +111,15 @@ def _run(corpus: BenchCorpus, settings: Settings, tool: Path, out: Path, repeat:
     headline interval come from them.
     """
     forward, reverse = out / f"{repeat}.forward.align", out / f"{repeat}.reverse.align"
-    record, train_text = out / f"{repeat}.json", corpus.text("train", "de")
-    text_size = {"train_de_bytes": train_text.stat().st_size,
-                 "train_en_bytes": corpus.text("train", "en").stat().st_size}
+    record, source, target = out / f"{repeat}.json", corpus.text("train", "de"), corpus.text("train", "en")
+    text_size = {"train_de_bytes": source.stat().st_size, "train_en_bytes": target.stat().st_size}
     if settings.reuse and record.is_file():
         kept = json.loads(record.read_text())
         if all(kept.get(key) == value for key, value in text_size.items()):
             return forward, reverse, kept["seconds"]
     out.mkdir(parents=True, exist_ok=True)
-    measured = run_step([str(tool), "-s", train_text, "-t", corpus.text("train", "en"),
-                         "-f", forward, "-r", reverse, "--overwrite"], out / f"{repeat}.log", settings)
+    measured = run_step([str(tool), "-s", source, "-t", target, "-f", forward, "-r", reverse, "--overwrite"],
+                        out / f"{repeat}.log", settings)
     atomic_write_json(record, {**text_size, "seconds": measured.seconds})
     return forward, reverse, measured.seconds
 
