@@ -270,6 +270,20 @@ def test_serve_load_quick_answers_every_sentence_and_refuses_the_overload_cleanl
     assert "server exit status after SIGTERM: batching on 0, off 0" in report["notes"]
 
 
+def test_a_peer_names_what_differs_from_the_model_it_is_compared_with() -> None:
+    """The training table states what a peer's model cannot match (issue 52): OpenNMT-py's
+    additive-attention RNN is not our Bahdanau decoder, its Transformer is pre-norm only."""
+    from dataclasses import replace
+
+    from peers import opennmt
+    from peers.arch import TINY_RNN, TINY_TRANSFORMER
+
+    (rnn,) = opennmt.deviations(TINY_RNN)
+    assert "s_{t-1}" in rnn and "maxout" in rnn and "input feeding" in rnn
+    assert opennmt.deviations(TINY_TRANSFORMER) == ["OpenNMT-py's Transformer is pre-norm only"]
+    assert opennmt.deviations(replace(TINY_TRANSFORMER, post_norm=False)) == []
+
+
 @pytest.mark.parametrize(("peer", "model"), [("opennmt", "rnn"), ("fairseq", "tiny")])  # the quick models each peer matches
 def test_peer_training_runner_quick(work: Path, peer: str, model: str) -> None:
     installed, why = availability(peer)

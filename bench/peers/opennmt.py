@@ -32,6 +32,12 @@ def deviations(spec: TransformerSpec | RnnSpec) -> list[str]:
     """Settings of ``spec`` this toolkit cannot express."""
     if isinstance(spec, TransformerSpec) and spec.post_norm:
         return ["OpenNMT-py's Transformer is pre-norm only"]
+    if isinstance(spec, RnnSpec) and spec.attention == "additive":
+        return ["OpenNMT-py's RNN decoder scores additive (mlp) attention Luong's way: it attends with the new "
+                "state s_t and feeds the attentional output back into the next step (input feeding), and starts "
+                "from the encoder's final states; nmt-cli's Bahdanau decoder attends with s_{t-1}, feeds c_t into "
+                "the recurrence, starts from tanh(W_s h_1 backward) and has a maxout readout (hence the parameter "
+                "counts, and the matmul rate is counted on nmt-cli's model for both)"]
     return []
 
 
