@@ -7,7 +7,9 @@ target tokens per update:
 nmt-cli at its default ``train.max_tokens``, each peer at the ``max_tokens`` that gives the
 same mean target tokens per update (``train_speed.calibrated_max_tokens``). Pairs as in
 ``train_speed.py``: fairseq with nmt-cli post-norm, OpenNMT-py (pre-norm only) with nmt-cli
-pre-norm.
+pre-norm. nmt-cli trains at its default precision for this CPU (bf16 for the Transformer where
+the CPU has bf16 units, fp32 elsewhere); the peers train in fp32, having no bf16 training on a
+CPU. A run with nmt-cli in bf16 is a variant with a section and a figure of its own.
 
 One clock for all: every run is a subprocess whose progress lines this script stamps as they
 arrive. Each toolkit saves a checkpoint every ``--save-every`` updates (all kept; a progress line
@@ -41,6 +43,7 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import torch
 from common import (BENCH_DIR, REPO, THREADS, Report, absolute_path, bench_arguments, fmt, fresh_dir, median,
                     project_version, save_png)
 from peers import fairseq, ours, opennmt
@@ -57,6 +60,7 @@ from nmt_cli.config import DecodeConfig, ModelConfig, TrainConfig
 from nmt_cli.data.prepared import PreparedData
 from nmt_cli.decoding.search import max_output_length
 from nmt_cli.fileio import atomic_write_json
+from nmt_cli.precision import Precision
 
 BUDGETS_MINUTES = (5.0, 10.0, 20.0)
 QUICK_BUDGETS_MINUTES = (0.5, 1.0)
@@ -81,15 +85,17 @@ class Recipe:
 
 
 def nmt_cli_recipe(post_norm: bool) -> Recipe:
-    """nmt-cli's own defaults (``nmt_cli.config``) for everything but the shape."""
+    """nmt-cli's own defaults (``nmt_cli.config``) for everything but the shape, precision included:
+    ``train.precision``'s default resolved for a Transformer on this CPU (bf16 where it has bf16 units)."""
     train, model = TrainConfig(), ModelConfig()
+    precision = Precision(train.precision, torch.device("cpu"), family="transformer").name
     return Recipe(
         replace(TINY_TRANSFORMER, dropout=model.dropout, attention_dropout=model.attention_dropout,
                 post_norm=post_norm),
         TrainSpec(max_tokens=train.max_tokens, lr=train.lr, warmup=train.warmup_steps,
                   label_smoothing=train.label_smoothing, adam_betas=tuple(train.adam_betas),
-                  weight_decay=train.weight_decay, clip_norm=train.clip_norm),
-        "its defaults (docs/config.md)")
+                  weight_decay=train.weight_decay, clip_norm=train.clip_norm, precision=precision),
+        f"its defaults (docs/config.md; train.precision {train.precision} is {precision} on this CPU)")
 
 
 #: fairseq's IWSLT'14 de-en Transformer recipe (examples/translation/README.md,
@@ -116,7 +122,7 @@ def describe_recipe(recipe: Recipe) -> str:
     return (f"{recipe.source}: adam betas {train.adam_betas}, peak lr {train.lr:.2e} after {train.warmup:,} "
             f"warm-up updates then 1/sqrt decay, label smoothing {train.label_smoothing}, dropout {spec.dropout}, "
             f"attention dropout {spec.attention_dropout}, weight decay {train.weight_decay}, "
-            f"clip norm {train.clip_norm or 'off'}")
+            f"clip norm {train.clip_norm or 'off'}, {train.precision}")
 
 
 @dataclass(frozen=True)
@@ -389,14 +395,15 @@ def plot_curves(curves: dict[str, list[list[tuple[float, float]]]], budgets: lis
     save_png(figure, path)
 
 
-def figure_path(args: argparse.Namespace) -> Path:
+def figure_path(args: argparse.Namespace, ours_precision: str) -> Path:
     """Where the learning curve goes: ``--figure``; else a full run's beside the committed results
-    (``bench/results/``, so BENCHMARKS.md can show it), a quick run's beside its ``--json`` or in its
-    work folder."""
+    (``bench/results/``, so BENCHMARKS.md can show it; one per precision nmt-cli trained in, as each
+    has a section of its own), a quick run's beside its ``--json`` or in its work folder."""
     if args.figure is not None:
         return args.figure
     if not args.quick:
-        return RESULTS / "time_to_quality.png"
+        return RESULTS / ("time_to_quality.png" if ours_precision == "fp32" else
+                          f"time_to_quality-{ours_precision}.png")
     return args.json.with_suffix(".png") if args.json else args.work / "time_to_quality-quick" / "time_to_quality.png"
 
 
@@ -479,8 +486,11 @@ def main() -> None:
                     "Time to quality (Multi30k test2016 BLEU after equal training time, 2 CPU threads)",
                     ["toolkit", "architecture", "budget (min)", "max tokens", "updates", "tgt tokens", "BLEU",
                      "chrF", "at limit", "checkpoint dated (min)"], quick=args.quick)
-    if budgets != default_budgets:
-        report.variant = f"budgets of {', '.join(f'{minutes:g}' for minutes in budgets)} minutes"
+    ours_precision = nmt_cli_recipe(post_norm=True).train.precision
+    report.variant = ", ".join(filter(None, [
+        f"nmt-cli in {ours_precision}" if ours_precision != "fp32" else "",
+        f"budgets of {', '.join(f'{minutes:g}' for minutes in budgets)} minutes" if budgets != default_budgets
+        else ""]))
     report.versions = {"nmt-cli": project_version(),
                        **{peer_label(name): str(install_record(name)["versions"]) for name in runners}}
     arms = arms_for(runners)
@@ -503,7 +513,7 @@ def main() -> None:
             note = reach_note(peer, runs[peer.name], ours_arm, runs[ours_arm.name], budgets[-1])
             report.notes += [note] if note else []
     if runs:
-        figure = figure_path(args)
+        figure = figure_path(args, ours_precision)
         plot_curves({name: [seed_run.curve() for seed_run in seed_runs] for name, seed_runs in runs.items()},
                     budgets, figure)
         shown = figure.relative_to(REPO) if figure.is_relative_to(REPO) else figure

@@ -4,6 +4,7 @@ when a learning curve reaches a BLEU, and which outputs count as at each toolkit
 
 from __future__ import annotations
 
+import argparse
 import math
 import sys
 from pathlib import Path
@@ -12,8 +13,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
-from time_to_quality import (PEER_RECIPES, Arm, SeedRun, TrainedRun, checkpoint_for,  # noqa: E402
-                             length_limits, nmt_cli_recipe, reach_note, time_to_reach, warmup_note)
+from time_to_quality import (PEER_RECIPES, Arm, SeedRun, TrainedRun, checkpoint_for, describe_recipe,  # noqa: E402
+                             figure_path, length_limits, nmt_cli_recipe, reach_note, time_to_reach,
+                             warmup_note)
 from translate_speed import Quality, text_quality  # noqa: E402  (bench/ is not a package)
 
 from nmt_cli.config import DecodeConfig  # noqa: E402
@@ -108,3 +110,18 @@ def test_the_warmup_note_says_when_every_run_ended_within_its_warmup() -> None:
     assert "every run ended within its warm-up" in note
     long = {**short, OURS_POST.name: [_seed_run({4100: 20.0}, 1.0)]}
     assert "every run ended within" not in warmup_note(arms, long)
+
+
+@pytest.mark.parametrize("has_bf16_units, precision, figure", [(True, "bf16", "time_to_quality-bf16.png"),
+                                                                (False, "fp32", "time_to_quality.png")])
+def test_nmt_cli_trains_at_its_default_precision_for_this_cpu_with_a_figure_of_its_own(
+        monkeypatch: pytest.MonkeyPatch, has_bf16_units: bool, precision: str, figure: str) -> None:
+    # train.precision auto: bf16 for a Transformer where the CPU has bf16 units; the peers stay fp32
+    monkeypatch.setattr("nmt_cli.precision.cpu_has_native_bf16", lambda: has_bf16_units)
+    recipe = nmt_cli_recipe(post_norm=True)
+    assert recipe.train.precision == precision
+    assert f"train.precision auto is {precision} on this CPU" in recipe.source
+    assert describe_recipe(recipe).endswith(f", {precision}")
+    assert all(peer.train.precision == "fp32" for peer in PEER_RECIPES.values())
+    args = argparse.Namespace(figure=None, quick=False, json=None, work=Path("w"))
+    assert figure_path(args, recipe.train.precision).name == figure
