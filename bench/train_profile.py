@@ -303,8 +303,11 @@ def main() -> None:
     report = Report("train_profile", f"Where a training step's time goes (fp32, {args.threads} CPU thread"
                     f"{'s' if args.threads > 1 else ''})",
                     ["shape", "part", "ms / update", "share", "note"], quick=args.quick)
-    if args.threads != THREADS:
-        report.variant = f"{args.threads} thread{'s' if args.threads > 1 else ''}"
+    # a thread count or a subset of the shapes (as train_speed.py's --models, so that a run on another
+    # machine can stand beside the full table) is a section of its own
+    report.variant = ", ".join(filter(None, [
+        f"{args.threads} thread{'s' if args.threads > 1 else ''}" if args.threads != THREADS else "",
+        "models " + ", ".join(names) if args.models else ""]))
     load_before = os.getloadavg()[0]
     if args.threads == 1:  # timed on this process's CPU time, as the rates of the update's own shapes
         peak = max(product_rate((1, *shape), time.process_time) for shape in PEAK_SHAPES)

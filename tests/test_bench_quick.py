@@ -77,7 +77,7 @@ def test_train_speed_quick_reports_our_throughput_and_memory(work: Path) -> None
 
 def test_train_profile_quick_splits_an_update_into_parts_that_add_up(work: Path) -> None:
     report = run_bench("train_profile", work, "--models", "tiny", "--threads", "1")
-    assert report["script"] == "train_profile" and report["variant"] == "1 thread"
+    assert report["script"] == "train_profile" and report["variant"] == "1 thread, models tiny"
     rows = [dict(zip(report["columns"], row)) for row in report["rows"]]
     parts = [row for row in rows if row["share"] and row["part"] != "whole update"
              and not row["part"].startswith("ceiling")]
