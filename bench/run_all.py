@@ -48,7 +48,7 @@ SCRIPTS = ("train_speed", "time_to_quality", "train_profile", "attention_kernels
            "translate_speed", "engine_ratio", "decode_profile",
            "decode_length", "prepare_scale", "align_quality", "align_dev_sweep", "serve_load", "terminology",
            "constrained_stop",
-           "shortlist_speed", "soft_npz_memory")
+           "shortlist_speed", "distill_quality", "soft_npz_memory")
 
 
 @dataclass(frozen=True)
@@ -79,6 +79,7 @@ PASS_THROUGH = (
     PassThrough("--reuse-models", ("align_quality", "align_dev_sweep"), "keep and resume the models under --work",
                 flag=True),
     PassThrough("--models", ("train_speed", "train_profile"), "comma list of the model shapes to train"),
+    PassThrough("--teachers", ("distill_quality",), "comma list of the teachers to distill (multi30k, general)"),
     PassThrough("--peers", ("train_speed", "translate_speed", "time_to_quality"),
                 "all, none, or a comma list of peer toolkits"),
 )

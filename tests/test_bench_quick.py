@@ -41,7 +41,7 @@ def run_bench(script: str, work: Path, *options: str) -> dict:
                           timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert any(f"| {first} |" in done.stdout for first in ("toolkit", "system", "shape", "layout", "heads x d_k",
-                                                           "precision"))  # the table is printed
+                                                           "precision", "teacher"))  # the table is printed
     return json.loads(report.read_text())
 
 
@@ -149,6 +149,37 @@ def test_shortlist_speed_quick_compares_each_engine_with_and_without_its_shortli
             ratio = figure(row["out tok/s (CPU time)"]) / base
             assert figure(row["vs the same engine without"].rstrip("x")) == pytest.approx(ratio, rel=0.1)
     assert any("load average when measured" in note for note in report["notes"])
+
+
+def test_distill_quality_quick_puts_every_student_row_beside_its_teacher(work: Path) -> None:
+    report = run_bench("distill_quality", work)
+    rows = [dict(zip(report["columns"], row)) for row in report["rows"]]
+    assert all(row["teacher"] == "multi30k" for row in rows)
+    teacher = {row["engine"]: row for row in rows if row["model"] == "teacher"}
+    assert set(teacher) == {"torch float32", "CTranslate2 int8"} and {row["beam"] for row in teacher.values()} == {"5"}
+    assert {row["shortlist"] for row in teacher.values()} == {"no"}
+    students = {(row["engine"], row["shortlist"]): row for row in rows if row["model"] == "student"}
+    assert set(students) == {("torch float32", "no"), ("torch int8", "no"), ("torch int8", "yes"),
+                             ("CTranslate2 int8", "no"), ("CTranslate2 int8", "vocabulary map (batch scope)")}
+    assert {row["beam"] for row in students.values()} == {"1"}  # --quick: the student greedy only
+    base = figure(teacher["torch float32"]["out tok/s"])
+    for row in rows:
+        assert figure(row["out tok/s"]) > 0 and figure(row["sent/s"]) > 0
+        assert 0 <= figure(row["BLEU"]) <= 100 and 0 <= figure(row["chrF"]) <= 100
+        assert 0 <= figure(row["dev BLEU"]) <= 100 and 0 <= figure(row["at limit"].rstrip("%")) <= 100
+        if row is not teacher["torch float32"]:  # by output tokens/s, the sentence rate's ratio in brackets
+            assert figure(row["vs teacher torch fp32"].split("x")[0]) == pytest.approx(
+                figure(row["out tok/s"]) / base, rel=0.05, abs=0.01)
+    # the int8 export is smaller than the float32 checkpoint it came from, for the teacher and the student
+    assert figure(teacher["CTranslate2 int8"]["size MB"]) < figure(teacher["torch float32"]["size MB"])
+    student_sizes = [figure(students[key]["size MB"]) for key in (("CTranslate2 int8", "no"), ("torch float32", "no"))]
+    assert student_sizes[0] < student_sizes[1]
+    notes = "\n".join(report["notes"])
+    assert "multi30k: teacher = recipes/multi30k-transformer.yaml's averaged model" in notes
+    assert all(f"{stage} " in notes for stage in ("translate", "filter", "shortlist", "prepare", "train", "average",
+                                                  "export"))
+    # the best setting is chosen on dev, or the note says none came within the budget
+    assert "fastest setting within 1.0 BLEU of the teacher on dev" in notes or "no student setting came" in notes
 
 
 def test_soft_npz_memory_quick_shows_the_blocks_memory_bounded_and_the_per_pair_index_growing(work: Path) -> None:

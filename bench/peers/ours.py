@@ -111,10 +111,15 @@ class Engine:
     workers: int = 1
     #: decode with the checkpoint's own length rule and batch budget (beam and alpha still the table's)
     shipped_defaults: bool = False
+    #: a lexical shortlist file; ``none``: no shortlist at all; None: the engine's default (an
+    #: export's own vocabulary map for ctranslate2, none for torch)
+    shortlist: str | None = None
 
     def tag(self) -> str:
+        listed = "" if self.shortlist is None else "noshortlist" if self.shortlist == "none" else "shortlist"
         parts = [self.name, self.quantize or "fp32", "" if self.use_cache else "nocache",
-                 "" if self.workers == 1 else f"workers{self.workers}", "shipped" if self.shipped_defaults else ""]
+                 "" if self.workers == 1 else f"workers{self.workers}", "shipped" if self.shipped_defaults else "",
+                 listed]
         return ".".join(part for part in parts if part)
 
 
@@ -138,7 +143,8 @@ def translate(checkpoint: Path, source_text: Path, decode: DecodeSpec, out_dir: 
                "--max-length", decode.max_length, "--threads", threads, "--workers", engine.workers,
                "--engine", engine.name, *(["--quantize", engine.quantize] if engine.quantize else []),
                *([] if engine.use_cache else ["--no-cache"]),
-               *(["--shipped-defaults"] if engine.shipped_defaults else [])]
+               *(["--shipped-defaults"] if engine.shipped_defaults else []),
+               *(["--shortlist", engine.shortlist] if engine.shortlist is not None else [])]
     measured = check(label, run_measured(command, out_dir / f"translate.{tag}.log", env=thread_env(threads),
                                          stdout=timing, cwd=BENCH_DIR))
     seconds = json.loads(timing.read_text().splitlines()[-1])["seconds"]
@@ -166,8 +172,10 @@ def _translate_worker(args: argparse.Namespace) -> None:
 
     torch.set_num_threads(args.threads)
     decode = DecodeSpec(beam=args.beam, batch_sentences=args.batch, max_length=args.max_length, alpha=args.alpha)
+    shortlist = None if args.shortlist is None else False if args.shortlist == "none" else args.shortlist
     translator = load_translator(args.checkpoint, engine=args.engine, quantize=args.quantize,
-                                 overrides=decode_overrides(decode, args.workers, args.shipped_defaults))
+                                 overrides=decode_overrides(decode, args.workers, args.shipped_defaults),
+                                 shortlist=shortlist)
     if args.no_cache:
         translator.model.use_cache = False
     texts = args.source.read_text(encoding="utf-8").splitlines()
@@ -198,6 +206,9 @@ def main() -> None:
                         help="the checkpoint's own length rule and batch budget (beam and alpha as given)")
     worker.add_argument("--engine", default="torch", choices=("torch", "ctranslate2"))
     worker.add_argument("--quantize", default=None, help="torch: int8; ctranslate2: a compute type")
+    worker.add_argument("--shortlist", default=None,
+                        help="a lexical shortlist file, or none (default: the engine's: an export's own vocabulary "
+                             "map for ctranslate2, none for torch)")
     _translate_worker(parser.parse_args())
 
 
