@@ -31,12 +31,11 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from common import (BENCH_DIR, REPO, THREADS, UNBUFFERED, Report, bench_arguments, fmt, run_measured,
-                    save_png, thread_env)
+from common import (BENCH_DIR, REPO, THREADS, UNBUFFERED, Report, bench_arguments, fmt, nmt_command,
+                    run_measured, save_png, thread_env)
 from peers import ours
 from peers.arch import DecodeSpec
 from peers.corpus import export_pieces, prepare_multi30k
@@ -90,8 +89,8 @@ def train(prepared: Path, run: Path, precision: str, seed: int, steps: int, vali
                  "train.valid_every": valid_every, "train.save_every": valid_every, "train.patience": 0,
                  "train.valid_max_sentences": VALID_SENTENCES, "train.average_last": 0, "train.num_threads": threads,
                  **(QUICK_OVERRIDES if quick else {})}
-    command = [sys.executable, "-m", "nmt_cli", "train", "--config", RECIPE, "--data", prepared, "--out", run,
-               "--device", "cpu", *[part for key, value in overrides.items() for part in ("--set", f"{key}={value}")]]
+    command = nmt_command("train", "--config", RECIPE, "--data", prepared, "--out", run, "--device", "cpu",
+                          *[part for key, value in overrides.items() for part in ("--set", f"{key}={value}")])
     measured = check("nmt-cli", run_measured(command, run.parent / f"{run.name}.log", env=thread_env(threads, UNBUFFERED),
                                              cwd=REPO))
     return measured.seconds, resumed

@@ -206,6 +206,16 @@ def fresh_dir(path: Path) -> Path:
     return path
 
 
+def nmt_command(*args: object) -> list[str]:
+    """``nmt ARGS`` with this interpreter (the project as the bench sees it)."""
+    return [sys.executable, "-m", "nmt_cli", *map(str, args)]
+
+
+def disk_mb(path: Path) -> float:
+    """MiB of the files under ``path`` (a prepared corpus, a model directory)."""
+    return sum(file.stat().st_size for file in path.rglob("*") if file.is_file()) / 2**20
+
+
 def tail(path: Path, lines: int = 15) -> str:
     """The last lines of a log, to quote when a run fails."""
     if not path.is_file():

@@ -34,12 +34,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from common import REPO, THREADS, Report, bench_arguments, fmt, median, project_version, repeats_of
+from common import (REPO, THREADS, Report, bench_arguments, disk_mb, fmt, median, nmt_command, project_version,
+                    repeats_of, run_measured, tail)
 from peers import ours
 from peers.arch import DecodeSpec
 from peers.ours import Engine
@@ -108,17 +108,11 @@ class Row:
 
 
 def run_logged(command: list, log: Path) -> None:
-    """Run ``command`` from the repository root, its output appended to ``log``; a failure ends the
-    bench with the log named."""
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "a", encoding="utf-8") as handle:
-        result = subprocess.run([str(part) for part in command], stdout=handle, stderr=subprocess.STDOUT, cwd=REPO)
-    if result.returncode != 0:
-        sys.exit(f"error: {' '.join(map(str, command[:4]))} ... failed with exit code {result.returncode} (see {log})")
-
-
-def nmt_command(*args) -> list:
-    return [sys.executable, "-m", "nmt_cli", *args]
+    """Run ``command`` from the repository root, its output in ``log``; a failure ends the bench
+    with the log's tail."""
+    measured = run_measured(command, log, cwd=REPO)
+    if measured.returncode != 0:
+        sys.exit(f"{' '.join(map(str, command[2:5]))} failed (exit {measured.returncode}; {log}):\n{tail(log)}")
 
 
 def train_teacher(name: str, teacher: Teacher, root: Path, quick: bool) -> dict:
@@ -179,13 +173,8 @@ def rows_of(teacher: dict, student: dict, teacher_export: Path | None, beams: tu
     return rows
 
 
-def size_mb(path: Path) -> float:
-    """Megabytes of the files of a model directory (weights, config, SentencePiece models)."""
-    return sum(item.stat().st_size for item in path.rglob("*") if item.is_file()) / 1e6
-
-
 @dataclass
-class Measured:
+class RowFigures:
     """A row's figures: its timed test runs, their quality, and its dev BLEU."""
 
     row: Row
@@ -230,10 +219,10 @@ def split_of(data: PreparedData, split: str, decode: DecodeConfig, out: Path, se
 
 
 def measure(rows: list[Row], test: Split, dev: Split, data: PreparedData, alpha: float, repeats: int,
-            out: Path) -> list[Measured]:
+            out: Path) -> list[RowFigures]:
     """Each row's dev BLEU (untimed, kept), then ``repeats`` interleaved timed runs on the test split
     on one core, scored from the first."""
-    measured = [Measured(row, []) for row in rows]
+    measured = [RowFigures(row, []) for row in rows]
     for entry in measured:
         decode = DecodeSpec(beam=entry.row.beam, alpha=alpha)
         folder = out / "dev" / entry.row.folder
@@ -257,7 +246,7 @@ def measure(rows: list[Row], test: Split, dev: Split, data: PreparedData, alpha:
     return measured
 
 
-def best_student(measured: list[Measured]) -> Measured | None:
+def best_student(measured: list[RowFigures]) -> RowFigures | None:
     """The fastest student row (output tokens/s on test) whose dev BLEU is within :data:`BLEU_BUDGET`
     of the teacher's in torch float32 at beam 5 on dev; None when none is."""
     teacher = base_row(measured, "torch")
@@ -268,13 +257,13 @@ def best_student(measured: list[Measured]) -> Measured | None:
     return max(within, key=lambda entry: entry.tokens_per_second, default=None)
 
 
-def base_row(measured: list[Measured], engine: str) -> Measured | None:
+def base_row(measured: list[RowFigures], engine: str) -> RowFigures | None:
     """The teacher's row in ``engine`` (torch: float32; ctranslate2: int8), when it ran."""
     return next((entry for entry in measured if entry.row.model == "teacher" and entry.row.engine.name == engine
                  and not entry.failed), None)
 
 
-def ratio(entry: Measured, base: Measured | None) -> str:
+def ratio(entry: RowFigures, base: RowFigures | None) -> str:
     """Output tokens/s against ``base``'s, with the sentence rate's ratio in brackets."""
     if base is None or entry is base or not entry.runs or not base.runs:
         return "-"
@@ -282,7 +271,7 @@ def ratio(entry: Measured, base: Measured | None) -> str:
             f"({entry.sentences_per_second / base.sentences_per_second:.2f}x sent)")
 
 
-def add_rows(report: Report, name: str, measured: list[Measured]) -> None:
+def add_rows(report: Report, name: str, measured: list[RowFigures]) -> None:
     torch_base, ct2_base = base_row(measured, "torch"), base_row(measured, "ctranslate2")
     for entry in measured:
         row = entry.row
@@ -292,11 +281,11 @@ def add_rows(report: Report, name: str, measured: list[Measured]) -> None:
             continue
         report.add_row(*head, fmt(entry.tokens_per_second), fmt(entry.sentences_per_second, 1),
                        f"{entry.test.at_limit:.1%}", fmt(entry.test.bleu, 1), fmt(entry.test.chrf, 1),
-                       fmt(entry.dev_bleu, 1), fmt(size_mb(row.path), 1), ratio(entry, torch_base),
+                       fmt(entry.dev_bleu, 1), fmt(disk_mb(row.path), 1), ratio(entry, torch_base),
                        ratio(entry, ct2_base))
 
 
-def teacher_notes(name: str, teacher: Teacher, trained: dict, student: dict, measured: list[Measured]) -> list[str]:
+def teacher_notes(name: str, teacher: Teacher, trained: dict, student: dict, measured: list[RowFigures]) -> list[str]:
     """What a reader needs beside one teacher's rows: its training, the stages' times, and the targets."""
     stages = student.get("stages", {})
     times = ", ".join(f"{stage} {record['seconds'] / 60:,.1f} min" for stage, record in stages.items())
@@ -373,7 +362,8 @@ def main() -> None:
         "union of its sentences' candidates (decode.shortlist_scope batch, the default)",
         "decoding: every row with the model's own settings (nmt translate's: length limit a * |x| + b, length "
         "penalty, batch budget; the student's are its teacher's), the row's beam; at limit: outputs as long as "
-        "that limit",
+        "that limit (the CTranslate2 engine rescores each such output with score_batch, work the torch engine "
+        "does not do, inside its time: the column says how much of it there is)",
         f"speed: 1 thread, 1 worker, the test split after {ours.WARMUP_SENTENCES} untimed sentences; median of "
         f"{repeats} interleaved run(s); out tok/s counts output pieces; ratios by output tokens/s, by sentences/s "
         "in brackets; quality from the timed outputs; dev BLEU: the same setting on the validation split (on "
@@ -382,7 +372,7 @@ def main() -> None:
         f"{TEACHER_BEAM}) and test speed; what was not held out: the recipes' settings and the student preset were "
         "fixed before this run (by the recipes' validation BLEU and Bergamot's published shapes), and nothing here "
         "was tuned on the test split",
-        "size MB: the model directory's files (weights, config, SentencePiece models); torch int8 rows quantize "
+        "size MB: MiB of the model directory's files (weights, config, SentencePiece models); torch int8 rows quantize "
         "the float32 checkpoint when loaded, so they have its size",
         f"load average (1 minute) at the start and after each teacher's rows: {', '.join(f'{x:.2f}' for x in loads)} "
         "(the timed runs use one of the machine's cores)",

@@ -31,7 +31,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from common import REPO, Report, bench_arguments, fmt, project_version, run_measured, tail, thread_env
+from common import (REPO, Report, bench_arguments, disk_mb, fmt, nmt_command, project_version, run_measured, tail,
+                    thread_env)
 
 from nmt_cli.fileio import atomic_open, atomic_write_json
 
@@ -126,10 +127,6 @@ def generating_seconds_per_million(work: Path) -> float | None:
     return max((record["seconds"] / (record["pairs"] / 1e6) for record in records), default=None)
 
 
-def disk_mb(path: Path) -> float:
-    return sum(file.stat().st_size for file in path.rglob("*") if file.is_file()) / 2**20
-
-
 def children_cpu_seconds() -> float:
     """User + system CPU seconds of the finished subprocesses (and theirs): what a measured
     command cost the CPUs, which a busy machine changes far less than its wall-clock time."""
@@ -146,8 +143,8 @@ def measure_training(prepared: Path, run: Path, log: Path) -> tuple[float | None
     (from the command's start), peak RSS (MB) and exit status."""
     if run.exists():
         shutil.rmtree(run)
-    command = [sys.executable, "-m", "nmt_cli", "train", "--data", str(prepared), "--out", str(run),
-               "--set", f"train.max_steps={TRAIN_STEPS}", *[arg for item in MODEL for arg in ("--set", item)]]
+    command = nmt_command("train", "--data", prepared, "--out", run, "--set", f"train.max_steps={TRAIN_STEPS}",
+                          *[arg for item in MODEL for arg in ("--set", item)])
     result = {}
     started = time.perf_counter()
     runner = threading.Thread(target=lambda: result.update(measured=run_measured(command, log, env=thread_env(),
@@ -195,11 +192,11 @@ def main() -> None:
         write_corpus(corpus, pairs, args.work)
         out = args.work / f"prepared-scale-{pairs}"
         load = load_average()
-        command = [sys.executable, "-m", "nmt_cli", "prepare", "--force",
-                   "--set", "data.source=files", "--set", f"data.path={corpus}",
-                   "--set", "data.valid_split=valid", "--set", f"data.vocab_size={vocab}",
-                   "--set", "data.dedup=true", "--set", "data.spm_input_sentence_size=1000000",
-                   "--out", str(out)]
+        command = nmt_command("prepare", "--force",
+                              "--set", "data.source=files", "--set", f"data.path={corpus}",
+                              "--set", "data.valid_split=valid", "--set", f"data.vocab_size={vocab}",
+                              "--set", "data.dedup=true", "--set", "data.spm_input_sentence_size=1000000",
+                              "--out", out)
         cpu_before = children_cpu_seconds()
         measured = run_measured(command, args.work / f"prepare-scale-{pairs}.log", env=thread_env(), cwd=REPO)
         cpu = children_cpu_seconds() - cpu_before

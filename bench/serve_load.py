@@ -32,13 +32,12 @@ import dataclasses
 import json
 import re
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from common import (REPO, THREADS, Report, bench_arguments, fmt, fmt_ratio, machine_description, measured_at,
-                    median, repeats_of, thread_env)
+                    median, nmt_command, repeats_of, thread_env)
 from peers import ours
 from peers.arch import TINY_TRANSFORMER
 from peers.corpus import prepare_multi30k
@@ -169,8 +168,8 @@ class Server:
         log.parent.mkdir(parents=True, exist_ok=True)
         self.log = log
         self._log_handle = log.open("w")
-        command = [sys.executable, "-m", "nmt_cli", "serve", "--checkpoint", str(checkpoint), "--port", "0",
-                   "--queue-size", str(plan.queue_size), "--max-sentences", "1", *plan.decode_options(), *options]
+        command = nmt_command("serve", "--checkpoint", checkpoint, "--port", 0, "--queue-size", plan.queue_size,
+                              "--max-sentences", 1, *plan.decode_options(), *options)
         self.process = subprocess.Popen(command, cwd=REPO, env=thread_env(THREADS), stdout=subprocess.DEVNULL,
                                         stderr=self._log_handle)
         self.port = self._wait_for_port()

@@ -13,8 +13,9 @@ import numpy as np
 from alignment_bench.corpora import BenchCorpus, PairSet
 from alignment_bench.eflomal import links_counts
 from alignment_bench.settings import Settings
-from alignment_bench.steps import nmt_command, run_step
+from alignment_bench.steps import run_step
 from alignment_bench.systems import NmtSystem
+from common import nmt_command
 
 from nmt_cli.alignment import AlignmentScore, read_alignments, score_files
 from nmt_cli.alignment.symmetrize import describe as describe_symmetrization

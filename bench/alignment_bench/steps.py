@@ -2,16 +2,10 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from alignment_bench.settings import Settings
 from common import REPO, Measured, run_measured, tail, thread_env
-
-
-def nmt_command(*args: object) -> list[str]:
-    """``nmt ARGS`` with this interpreter (the project as the bench sees it)."""
-    return [sys.executable, "-m", "nmt_cli", *map(str, args)]
 
 
 def run_step(command: list, log: Path, settings: Settings, stdout: Path | None = None) -> Measured:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from alignment_bench.corpora import BenchCorpus
 from alignment_bench.settings import Settings
-from alignment_bench.steps import nmt_command, run_step
+from alignment_bench.steps import run_step
+from common import nmt_command
 
 from nmt_cli.bootstrap import RECORD
 from nmt_cli.config import Config, load_config

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import yaml
 
-from common import BENCH_DIR, REPO, THREADS, UNBUFFERED, run_measured, thread_env
+from common import BENCH_DIR, REPO, THREADS, UNBUFFERED, nmt_command, run_measured, thread_env
 from peers.arch import DecodeSpec, RnnSpec, TimedRun, TrainSpec, TransformerSpec
 from peers.results import TrainResult, TranslateResult, check, count_output, progress_lines, stop_after
 
@@ -78,8 +78,8 @@ def train(prepared: Path, spec: TransformerSpec | RnnSpec, train_spec: TrainSpec
     config_path = out_dir / "train.yaml"
     config_path.write_text(yaml.safe_dump(config), encoding="utf-8")
     run = out_dir / "run"
-    command = [sys.executable, "-m", "nmt_cli", "train", "--config", config_path, "--data", prepared,
-               "--out", run, "--restart", "--device", "cpu"]
+    command = nmt_command("train", "--config", config_path, "--data", prepared, "--out", run, "--restart",
+                          "--device", "cpu")
     stamps: list[tuple[float, str]] = []
     stop = stop_after(timed.stop_seconds, PROGRESS_LINE.search) if timed else None
     measured = check(NAME, run_measured(command, out_dir / "train.log", env=thread_env(threads, UNBUFFERED), cwd=REPO,
