@@ -158,6 +158,19 @@ def test_the_oldest_job_waits_for_others_up_to_the_wait_time():
     assert calls == [("e", ["a", "b"])] and sizes == [2]
 
 
+def test_a_decode_call_is_counted_before_any_of_its_requests_is_answered():
+    # a client that reads /metrics as soon as it has its answer must find its batch counted
+    sizes: list[int] = []
+    counted_when_answered: list[list[int]] = []
+    batcher = MicroBatcher(capacity=100, budget_tokens=1000, wait_s=0.0, on_batch=sizes.append)
+    job = Job(["a", "b", "c"], 3, "k", RecordingEngine("e", []))
+    job.future.add_done_callback(lambda _: counted_when_answered.append(list(sizes)))  # runs in the answering thread
+    batcher.submit(job)
+    assert texts_of(job.future) == ["A", "B", "C"]
+    batcher.close()
+    assert counted_when_answered == [[3]] and sizes == [3]
+
+
 def test_the_queue_is_bounded_in_sentences():
     calls: list = []
     batcher = MicroBatcher(capacity=3, budget_tokens=1000, wait_s=0.0)

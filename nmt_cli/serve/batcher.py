@@ -78,8 +78,9 @@ class MicroBatcher:
     longer is decoded alone). ``wait_s``: the longest a batch is held open; ``idle_s``
     (None: no idle rule) closes it sooner once arrivals stop. ``batching=False`` decodes
     every job on its own, the baseline that ``bench/serve_load.py`` compares with.
-    ``on_batch(sentences)`` is called after every decode call (for metrics). ``clock``: where
-    times and waits come from (:class:`Clock`, real time, unless a test brings its own).
+    ``on_batch(sentences)`` is called after every decode call (for metrics), before its jobs
+    are answered. ``clock``: where times and waits come from (:class:`Clock`, real time,
+    unless a test brings its own).
     """
 
     def __init__(self, capacity: int, budget_tokens: int, wait_s: float, batching: bool = True,
@@ -200,8 +201,8 @@ class MicroBatcher:
                 job.future.set_exception(exc)
             return
         self._note_free(len(jobs))  # before any answer: its client may come back at once
+        self.on_batch(len(sentences))  # counted before any answer too: its client may read /metrics at once
         start = 0
         for job in jobs:
             job.future.set_result(hypotheses[start:start + len(job.sentences)])
             start += len(job.sentences)
-        self.on_batch(len(sentences))
