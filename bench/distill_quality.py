@@ -25,6 +25,12 @@ test2016; the general de-en recipe's model, scored on Tatoeba test), under ``--w
 
 Every stage is resumable: a finished recipe run, distillation (``nmt distill``'s own stages),
 export and scored translation under ``--work`` is kept; the timings are made again every run.
+``--stages-only`` runs steps 1-3 and stops before the rows: what the stages write does not
+depend on how busy the machine is where their training has a step budget (the general
+recipe's; the multi30k recipe's is a time budget), what the rows time does, so a shared
+machine can run the first part and an idle one the rest. The 1-minute load average at the
+start and end of each run of a stage is kept (``stage_loads.json``) and the notes give it
+beside the stages' times, which a shared machine lengthens.
 ``--quick``: the multi30k teacher only, through ``run_recipe.py --check`` (300 pairs, 3 steps)
 and a student of a few steps, at most 64 test sentences, the student greedy only.
 """
@@ -38,6 +44,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
 from common import (REPO, THREADS, Report, bench_arguments, disk_mb, fmt, median, nmt_command, project_version,
                     repeats_of, run_measured, tail)
 from peers import ours
@@ -61,6 +68,11 @@ class Teacher:
     recipe: str
     test: str
 
+    def minutes_budget(self) -> float:
+        """The recipe's training time budget in minutes (0: none, a step budget)."""
+        recipe = yaml.safe_load((REPO / "recipes" / f"{self.recipe}.yaml").read_text(encoding="utf-8"))
+        return recipe.get("train", {}).get("max_minutes", 0) or 0
+
 
 TEACHERS = {"multi30k": Teacher("multi30k-transformer", "Multi30k test2016"),
             "general": Teacher("general-deen-transformer", "Tatoeba test")}
@@ -71,6 +83,8 @@ BLEU_BUDGET = 1.0
 #: speed targets of the student's best setting: against the teacher in CTranslate2 int8 and in torch float32
 TARGETS = {"teacher CTranslate2 int8": 5.0, "teacher torch float32": 10.0}
 QUICK_TEST_SENTENCES = 64
+#: the load averages of the stages' runs, in each teacher's folder (:func:`record_load`)
+LOADS_FILE = "stage_loads.json"
 #: what --quick changes in the student: a few steps, and no length-ratio cleaning, since the
 #: quick teacher (3 steps) writes runs of one piece, every one of which that cleaning drops
 QUICK_STUDENT = ("data.max_length_ratio=0", "train.max_steps=4", "train.max_minutes=0", "train.valid_every=4",
@@ -107,12 +121,35 @@ class Row:
         return f"{self.model.replace(' ', '-')}.beam{self.beam}.{self.engine.tag()}"
 
 
-def run_logged(command: list, log: Path) -> None:
-    """Run ``command`` from the repository root, its output in ``log``; a failure ends the bench
+def run_logged(command: list, log: Path, stage: str) -> None:
+    """Run ``command`` from the repository root, its output in ``log``, and keep the load average
+    at its start and end as a run of ``stage`` (:func:`record_load`); a failure ends the bench
     with the log's tail."""
+    started = os.getloadavg()[0]
     measured = run_measured(command, log, cwd=REPO)
+    record_load(log.parent / LOADS_FILE, stage, started, os.getloadavg()[0])
     if measured.returncode != 0:
         sys.exit(f"{' '.join(map(str, command[2:5]))} failed (exit {measured.returncode}; {log}):\n{tail(log)}")
+
+
+def record_load(path: Path, stage: str, start: float, end: float) -> None:
+    """Append one run of ``stage`` to ``path``'s {stage: [[load at start, load at end], ...]}."""
+    loads = json.loads(path.read_text()) if path.is_file() else {}
+    loads.setdefault(stage, []).append([round(start, 2), round(end, 2)])
+    atomic_write_json(path, loads)
+
+
+def stage_loads_note(name: str, root: Path) -> str | None:
+    """The load averages the stages under ``root`` ran at, or None when none was kept."""
+    path = root / LOADS_FILE
+    if not path.is_file():
+        return None
+    loads = json.loads(path.read_text())
+    parts = [f"{stage} {min(min(run) for run in runs):.2f}-{max(max(run) for run in runs):.2f} "
+             f"({len(runs)} run{'s' if len(runs) > 1 else ''})" for stage, runs in loads.items()]
+    return (f"{name}: 1-minute load average at the start and end of the stages' runs: {', '.join(parts)}; the "
+            f"stages use every core, so a load above {THREADS} means they shared the machine and took longer "
+            "than they would alone (their outputs do not depend on it where training has a step budget)")
 
 
 def train_teacher(name: str, teacher: Teacher, root: Path, quick: bool) -> dict:
@@ -122,7 +159,7 @@ def train_teacher(name: str, teacher: Teacher, root: Path, quick: bool) -> dict:
         return json.loads(marker.read_text())
     command = [sys.executable, REPO / "recipes" / "run_recipe.py", teacher.recipe, "--out", root / "recipe",
                *(["--check"] if quick else [])]
-    run_logged(command, root / "recipe.log")
+    run_logged(command, root / "recipe.log", "teacher")
     out = root / "recipe" / teacher.recipe
     summary = json.loads((out / "summary.json").read_text())
     model = out / "averaged" if (out / "averaged").is_dir() else out / "run"
@@ -137,7 +174,7 @@ def distill_student(teacher: dict, out: Path, quick: bool) -> dict:
     sets = [arg for item in (QUICK_STUDENT if quick else ()) for arg in ("--set", item)]
     command = nmt_command("distill", "--teacher", teacher["model"], "--data", teacher["data"], "--out", out,
                           *(["--chunk-lines", 100] if quick else []), *sets)
-    run_logged(command, out.parent / "distill.log")
+    run_logged(command, out.parent / "distill.log", "distill")
     return PipelineRecord(out / "distill.json").to_json()
 
 
@@ -148,7 +185,7 @@ def export_teacher(teacher: dict, out: Path) -> Path | None:
     if not (out / "model.bin").is_file():
         shutil.rmtree(out, ignore_errors=True)
         run_logged(nmt_command("export", "--checkpoint", teacher["model"], "--out", out, "--quantization", "int8"),
-                   out.parent / "export.log")
+                   out.parent / "export.log", "teacher export")
     return out
 
 
@@ -327,6 +364,9 @@ def main() -> None:
     parser = bench_arguments(__doc__.splitlines()[0])
     parser.add_argument("--teachers", default=None,
                         help=f"comma list of {', '.join(TEACHERS)} (default: all; --quick: multi30k)")
+    parser.add_argument("--stages-only", action="store_true",
+                        help="run the teachers' recipes, nmt distill and the teachers' exports, then stop before "
+                             "the timed rows (no report): for a machine that is busy with other work")
     args = parser.parse_args()
     names = args.teachers.split(",") if args.teachers else (["multi30k"] if args.quick else list(TEACHERS))
     unknown = [name for name in names if name not in TEACHERS]
@@ -342,17 +382,27 @@ def main() -> None:
     loads = [os.getloadavg()[0]]
     for name in names:
         teacher, root = TEACHERS[name], work / name
+        if args.stages_only and teacher.minutes_budget() and not args.quick:
+            print(f"{name}: recipes/{teacher.recipe}.yaml trains for {teacher.minutes_budget()} minutes, not a "
+                  "number of steps: on a busy machine its teacher and student train fewer steps", file=sys.stderr)
         trained = train_teacher(name, teacher, root, args.quick)
         student = distill_student(trained, root / "distill", args.quick)
+        teacher_export = export_teacher(trained, root / "teacher-ct2")
+        if args.stages_only:
+            print(f"{name}: stages done under {root}; the timed rows are left for a run without --stages-only")
+            continue
         data = PreparedData(trained["data"])
         sentences = QUICK_TEST_SENTENCES if args.quick else None
         decode = load_checkpoint_config(trained["model"]).decode  # the student's too
         test, dev = (split_of(data, split, decode, root, sentences) for split in ("test", "valid"))
-        rows = rows_of(trained, student, export_teacher(trained, root / "teacher-ct2"), beams)
+        rows = rows_of(trained, student, teacher_export, beams)
         measured = measure(rows, test, dev, data, decode.alpha, repeats, root / "translations")
         add_rows(report, name, measured)
         report.notes += teacher_notes(name, teacher, trained, student, measured)
+        report.notes += [note for note in [stage_loads_note(name, root)] if note]
         loads.append(os.getloadavg()[0])
+    if args.stages_only:
+        return
     report.notes += [
         "student: nmt distill's defaults: the tiny preset (6 encoder / 2 decoder layers, d 256, FFN 1536, 8 heads), "
         "the teacher's beam and decoding settings, the chrF-closest hypothesis of the n-best list, the worst 5% "

@@ -152,7 +152,22 @@ def test_shortlist_speed_quick_compares_each_engine_with_and_without_its_shortli
 
 
 def test_distill_quality_quick_puts_every_student_row_beside_its_teacher(work: Path) -> None:
+    # --stages-only: the teacher, the distillation and the export, no timed rows and no report
+    json_path = work / "distill_quality-stages.json"
+    done = subprocess.run([sys.executable, str(BENCH / "distill_quality.py"), "--quick", "--stages-only", "--work",
+                           str(work), "--json", str(json_path)], capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    root = work / "distill_quality-quick" / "multi30k"
+    assert "multi30k: stages done under" in done.stdout and not json_path.exists()
+    assert not (root / "translations").exists()  # nothing timed or scored
+    loads = json.loads((root / "stage_loads.json").read_text())
+    assert set(loads) == {"teacher", "distill", "teacher export"}
+    assert all(len(runs) == 1 and len(runs[0]) == 2 for runs in loads.values())
+    teacher_marker = (root / "teacher.json").stat().st_mtime_ns
     report = run_bench("distill_quality", work)
+    # the second run reuses every stage: the teacher is not trained again, no stage runs again
+    assert (root / "teacher.json").stat().st_mtime_ns == teacher_marker
+    assert json.loads((root / "stage_loads.json").read_text())["teacher"] == loads["teacher"]
     rows = [dict(zip(report["columns"], row)) for row in report["rows"]]
     assert all(row["teacher"] == "multi30k" for row in rows)
     teacher = {row["engine"]: row for row in rows if row["model"] == "teacher"}
@@ -180,6 +195,7 @@ def test_distill_quality_quick_puts_every_student_row_beside_its_teacher(work: P
                                                   "export"))
     # the best setting is chosen on dev, or the note says none came within the budget
     assert "fastest setting within 1.0 BLEU of the teacher on dev" in notes or "no student setting came" in notes
+    assert "multi30k: 1-minute load average at the start and end of the stages' runs: teacher " in notes
 
 
 def test_soft_npz_memory_quick_shows_the_blocks_memory_bounded_and_the_per_pair_index_growing(work: Path) -> None:
