@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from nmt_cli.models.attention import multihead
+from nmt_cli.models.attention.common import masked_softmax
 from nmt_cli.models.attention.multihead import (
     MultiHeadAttention,
     SoftmaxAttention,
@@ -238,3 +239,37 @@ def test_short_softmax_equals_softmax_below_and_above_the_short_row_length(lengt
         scores[0, 0, 0, 0] = 0.0
     torch.testing.assert_close(short_softmax(scores), scores.softmax(dim=-1), rtol=1e-6, atol=1e-7)
 
+
+
+@pytest.mark.parametrize("length", [1, 5, 15, 16, 40])
+def test_short_softmax_gradient_equals_softmax_gradient(length):
+    torch.manual_seed(length)
+    scores = torch.randn(3, 4, 7, length, dtype=torch.float64) * 3
+    if length > 1:
+        scores[0, 0, :, 0] = float("-inf")  # a masked key: no weight and no gradient
+    ours, theirs = scores.clone().requires_grad_(), scores.clone().requires_grad_()
+    upstream = torch.randn_like(scores)
+    short_softmax(ours).backward(upstream)
+    theirs.softmax(dim=-1).backward(upstream)
+    torch.testing.assert_close(short_softmax(ours.detach()), theirs.detach().softmax(dim=-1))
+    torch.testing.assert_close(ours.grad, theirs.grad, rtol=1e-12, atol=1e-12)
+    finite = torch.randn(2, 3, 4, length, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(short_softmax, (finite,))
+
+
+@pytest.mark.parametrize("length", [6, 20])
+def test_masked_softmax_gives_masked_keys_and_keyless_rows_no_weight_and_no_gradient(length):
+    torch.manual_seed(length)
+    scores = torch.randn(2, 3, length, dtype=torch.float64, requires_grad=True)
+    mask = torch.rand(2, 1, length) > 0.3
+    mask[0, 0, 0] = True  # a row with a real key
+    mask[1] = False  # rows with none (a fully padded sentence)
+    weights = masked_softmax(scores, mask)
+    expected = scores.detach().masked_fill(~mask, float("-inf")).softmax(dim=-1)
+    torch.testing.assert_close(weights[0], expected[0])
+    assert torch.equal(weights[1], torch.zeros_like(weights[1]))
+    upstream = torch.randn_like(weights)
+    (grad,) = torch.autograd.grad(weights, scores, upstream)
+    assert torch.isfinite(grad).all() and torch.equal(grad[1], torch.zeros_like(grad[1]))
+    assert torch.equal(grad[0].masked_select(~mask[0].expand(3, length)), torch.zeros(int((~mask[0]).sum()) * 3,
+                                                                                    dtype=torch.float64))

@@ -121,19 +121,40 @@ def causal_bias(length: int, like: Tensor) -> Tensor:
 
 
 #: torch's CPU softmax over a last dimension shorter than this takes a scalar path (a row of
-#: 8 costs as much as a row of 100); the first steps of decoding attend to so few positions
+#: 8 costs as much as a row of 100), forward and backward; the first steps of decoding attend
+#: to so few positions, and so do the self-attention rows of short training sentences
 SHORT_ROW = 16
+
+
+class _ShortRowSoftmax(torch.autograd.Function):
+    """``y = exp(x - max) / sum`` over the last dimension, with the softmax gradient
+    ``dx = y * (dy - sum_j dy_j y_j)`` written out: both as a few vectorised operations over
+    the whole tensor instead of torch's per-row scalar kernels."""
+
+    @staticmethod
+    def forward(ctx, scores: Tensor) -> Tensor:
+        exp = (scores - scores.amax(dim=-1, keepdim=True)).exp_()
+        weights = exp.div_(exp.sum(dim=-1, keepdim=True))
+        ctx.save_for_backward(weights)
+        return weights
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> Tensor:
+        (weights,) = ctx.saved_tensors
+        return (grad - (grad * weights).sum(dim=-1, keepdim=True)).mul_(weights)
 
 
 def short_softmax(scores: Tensor) -> Tensor:
     """``softmax`` over the last dimension, as ``exp(x - max) / sum`` for rows shorter than :data:`SHORT_ROW`.
 
-    The same values; on CPU four vectorised operations beat the one scalar kernel for short
-    rows (``bench/decode_profile.py`` times both). Scores that need a gradient take
-    ``softmax`` (the in-place form cannot be differentiated).
+    The same values and gradient; on CPU a few vectorised operations beat torch's scalar kernels
+    for short rows (``bench/decode_profile.py`` times the forward, ``bench/attention_kernels.py``
+    forward and backward). Longer rows and other devices take ``softmax``.
     """
-    if scores.size(-1) >= SHORT_ROW or scores.device.type != "cpu" or scores.requires_grad:
+    if scores.size(-1) >= SHORT_ROW or scores.device.type != "cpu":
         return scores.softmax(dim=-1)
+    if scores.requires_grad:
+        return _ShortRowSoftmax.apply(scores)
     exp = (scores - scores.amax(dim=-1, keepdim=True)).exp_()
     return exp.div_(exp.sum(dim=-1, keepdim=True))
 
