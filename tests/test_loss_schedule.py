@@ -115,6 +115,38 @@ def test_confident_wrong_rows_keep_a_finite_loss_and_gradient():
     assert torch.isfinite(grad).all()
 
 
+def test_padding_rows_whose_target_underflows_leave_the_loss_finite_and_exact():
+    """A padded position's target (the pad piece) gets p_y = 0 in float32: its row weighs 0, so it
+    must neither turn the loss into NaN (0 * inf) nor change the real rows' figures."""
+    features = torch.tensor([[[0.0, 300.0], [0.5, -0.5], [1.0, -1.0]]], requires_grad=True)
+    layer = _identity_layer(2)
+    target, mask = torch.tensor([[0, 0, 1]]), torch.tensor([[False, True, True]])
+    loss, nll = label_smoothed_cross_entropy(features, layer, target, mask, 0.1)
+    expected_loss, expected_nll = reference_smoothed_loss(features.double(), target, mask, 0.1)
+    torch.testing.assert_close(loss.double(), expected_loss.detach(), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(nll.double(), expected_nll.detach(), rtol=1e-6, atol=1e-6)
+    (grad,) = torch.autograd.grad(loss, features)
+    assert torch.isfinite(grad).all() and torch.equal(grad[0, 0], torch.zeros(2))
+
+
+def test_log_partition_from_the_target_equals_the_one_from_the_largest_probability(monkeypatch):
+    """The two ways of taking logsumexp (from p_y, and from max p where p_y could underflow) give
+    the same loss, NLL and gradients in float32."""
+    torch.manual_seed(5)
+    features, layer = torch.randn(4, 9, 16, requires_grad=True), nn.Linear(16, 50)
+    target, mask = torch.randint(0, 50, (4, 9)), torch.rand(4, 9) > 0.2
+
+    def figures():
+        loss, nll = label_smoothed_cross_entropy(features, layer, target, mask, 0.1)
+        return loss, nll, *torch.autograd.grad(loss, [features, layer.weight, layer.bias])
+
+    from_target = figures()
+    monkeypatch.setattr(loss_module, "SMALLEST_TARGET_PROB", 2.0)  # no p_y passes: every block takes max p
+    from_largest = figures()
+    for got, want in zip(from_target, from_largest):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
 def test_without_gradient_the_values_are_the_same_and_nothing_is_kept():
     torch.manual_seed(4)
     features, layer = torch.randn(2, 6, 8), nn.Linear(8, 30)

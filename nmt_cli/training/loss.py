@@ -26,6 +26,29 @@ def _block_rows(device: torch.device, vocab: int) -> int:
     return max(1, (CPU_BLOCK_ELEMENTS if device.type == "cpu" else GPU_BLOCK_ELEMENTS) // vocab)
 
 
+#: the smallest target probability whose ``log`` gives the log-partition exactly enough: far
+#: above float32's smallest normal number (1.2e-38), below which ``softmax`` loses digits
+SMALLEST_TARGET_PROB = 1e-30
+
+
+def _log_partition(logits: Tensor, probs: Tensor, labels: Tensor, weights: Tensor) -> Tensor:
+    """``logsumexp_v z_v`` of each row of a block, from its logits and their softmax.
+
+    ``lse = z_y - log p_y`` for the target ``y``, when every real row's ``p_y`` is at least
+    :data:`SMALLEST_TARGET_PROB`: two gathers instead of two passes over the ``(n, V)``
+    block, which on a CPU are what the loss spends most on apart from its products. Padding
+    rows (weight 0) count as ``p_y = 1``; their loss is multiplied by 0 and must stay finite.
+    Otherwise, and on other devices (where the check would wait for the device), ``lse =
+    max z - log max p``: ``max p >= 1 / V`` cannot underflow.
+    """
+    if logits.device.type == "cpu":
+        real = weights > 0
+        target_probs = torch.where(real, probs.gather(-1, labels).squeeze(-1), 1.0)
+        if bool((target_probs >= SMALLEST_TARGET_PROB).all()):
+            return logits.gather(-1, labels).squeeze(-1) - target_probs.log()
+    return logits.amax(dim=-1) - probs.amax(dim=-1).log()
+
+
 class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
     """Summed smoothed loss and NLL of ``rows @ weight^T + bias``; the gradient is taken in ``forward``.
 
@@ -39,9 +62,9 @@ class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
 
     A block's ``(n, V)`` logits are read as few times as possible, with one ``exp`` each (the
     part of the loss that is not a matrix product): ``softmax`` gives ``p``; the log-partition
-    is ``lse = max z - log max p`` (``max p >= 1 / V`` cannot underflow, as ``p_y`` could);
-    ``-log p_y = lse - z_y``; the mean of the logits over the vocabulary is ``x . mean(W) +
-    mean(b)``, a product of ``F`` numbers a row. The row weights ``w`` scale the ``(n, F)``
+    ``lse`` comes from ``p_y`` where that is safe (:func:`_log_partition`); ``-log p_y = lse -
+    z_y``; the mean of the logits over the vocabulary is ``x . mean(W) + mean(b)``, a product
+    of ``F`` numbers a row. The row weights ``w`` scale the ``(n, F)``
     rows and results of the gradient products instead of the ``(n, V)`` block, and the
     constant ``-eps / V`` is added through the products' sums (``d rows -= (eps / V) sum_v
     W_v``; ``d W_v -= (eps / V) sum_i w_i x_i`` for every ``v``) instead of to each logit.
@@ -74,7 +97,7 @@ class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
                 logits = F.linear(inputs[block], projection, offset).to(exact)  # (n, V)
                 labels, weights = target[block, None], row_weights[block]  # (n, 1), (n,)
                 probs = torch.softmax(logits, dim=-1)
-                log_partition = logits.amax(dim=-1) - probs.amax(dim=-1).log()  # (n,): logsumexp_v z_v
+                log_partition = _log_partition(logits, probs, labels, weights)  # (n,): logsumexp_v z_v
                 nll = log_partition - logits.gather(-1, labels).squeeze(-1)  # (n,)
                 if smoothing:
                     exact_inputs = inputs[block].to(exact)
