@@ -10,8 +10,7 @@ dropout sites. Here one 64-bit draw makes the mask of four elements. It is cut i
 words, and an element is dropped when the low 15 bits of its word, uniform on
 ``0 .. 32767``, fall below ``t = round(p * 32768)``. The drop probability is ``t / 32768``,
 ``p`` rounded to a multiple of 2^-15 (at most 1.6e-5 away), and the kept elements are
-scaled by ``32768 / (32768 - t)``, so the expectation stays exactly ``x`` (float32 inputs are
-multiplied by that mask made float32 once, other dtypes select and scale). The mask comes
+scaled by ``32768 / (32768 - t)``, so the expectation stays exactly ``x``. The mask comes
 from torch's default generator, so ``torch.manual_seed`` and the saved RNG states of a
 checkpoint reproduce it. Other devices, and a ``p`` that rounds to 0 or 1, use torch's own
 dropout.
@@ -40,26 +39,8 @@ def _keep_mask(shape: torch.Size, drop_levels: int) -> Tensor:
     return (words.bitwise_and_(_LOW_BITS) >= drop_levels).view(shape)
 
 
-class _MultiplyByMask(torch.autograd.Function):
-    """``x * mask`` for a float32 ``mask`` of 0 and ``scale``; the gradient is ``grad * mask``.
-
-    One multiplication each way. On a CPU it costs about a third of ``where(keep, x, 0) *
-    scale``, whose ``where`` with a constant is slow, and the mask is made once per call."""
-
-    @staticmethod
-    def forward(ctx, x: Tensor, mask: Tensor) -> Tensor:
-        ctx.save_for_backward(mask)
-        return x * mask
-
-    @staticmethod
-    def backward(ctx, grad: Tensor):
-        (mask,) = ctx.saved_tensors
-        return grad * mask, None
-
-
 class _ScaleKept(torch.autograd.Function):
-    """``where(keep, x, 0) * scale``, for dtypes other than float32 (a bf16 or fp16 mask could
-    not hold ``scale`` exactly); the gradient is the same map of the incoming one."""
+    """``where(keep, x, 0) * scale``; the gradient is the same map of the incoming one."""
 
     @staticmethod
     def forward(ctx, x: Tensor, keep: Tensor, scale: float) -> Tensor:
@@ -80,10 +61,7 @@ def dropout(x: Tensor, p: float, training: bool) -> Tensor:
     drop_levels = round(p * _LEVELS)
     if x.device.type != "cpu" or not 0 < drop_levels < _LEVELS:
         return F.dropout(x, p, training=True)
-    keep, scale = _keep_mask(x.shape, drop_levels), _LEVELS / (_LEVELS - drop_levels)
-    if x.dtype == torch.float32:
-        return _MultiplyByMask.apply(x, torch.mul(keep, scale).to(torch.float32))
-    return _ScaleKept.apply(x, keep, scale)
+    return _ScaleKept.apply(x, _keep_mask(x.shape, drop_levels), _LEVELS / (_LEVELS - drop_levels))
 
 
 class Dropout(nn.Dropout):
