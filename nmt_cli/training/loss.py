@@ -31,7 +31,7 @@ def _block_rows(device: torch.device, vocab: int) -> int:
 SMALLEST_TARGET_PROB = 1e-30
 
 
-def _log_partition(logits: Tensor, probs: Tensor, labels: Tensor, weights: Tensor) -> Tensor:
+def _log_partition(logits: Tensor, probs: Tensor, labels: Tensor, target_logits: Tensor, weights: Tensor) -> Tensor:
     """``logsumexp_v z_v`` of each row of a block, from its logits and their softmax.
 
     ``lse = z_y - log p_y`` for the target ``y``, when every real row's ``p_y`` is at least
@@ -45,7 +45,7 @@ def _log_partition(logits: Tensor, probs: Tensor, labels: Tensor, weights: Tenso
         real = weights > 0
         target_probs = torch.where(real, probs.gather(-1, labels).squeeze(-1), 1.0)
         if bool((target_probs >= SMALLEST_TARGET_PROB).all()):
-            return logits.gather(-1, labels).squeeze(-1) - target_probs.log()
+            return target_logits - target_probs.log()
     return logits.amax(dim=-1) - probs.amax(dim=-1).log()
 
 
@@ -97,8 +97,9 @@ class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
                 logits = F.linear(inputs[block], projection, offset).to(exact)  # (n, V)
                 labels, weights = target[block, None], row_weights[block]  # (n, 1), (n,)
                 probs = torch.softmax(logits, dim=-1)
-                log_partition = _log_partition(logits, probs, labels, weights)  # (n,): logsumexp_v z_v
-                nll = log_partition - logits.gather(-1, labels).squeeze(-1)  # (n,)
+                target_logits = logits.gather(-1, labels).squeeze(-1)  # (n,): z_y
+                log_partition = _log_partition(logits, probs, labels, target_logits, weights)  # (n,): logsumexp_v z_v
+                nll = log_partition - target_logits  # (n,)
                 if smoothing:
                     exact_inputs = inputs[block].to(exact)
                     mean_logits = exact_inputs @ mean_weight + mean_offset  # (n,)

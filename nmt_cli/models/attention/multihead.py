@@ -126,6 +126,12 @@ def causal_bias(length: int, like: Tensor) -> Tensor:
 SHORT_ROW = 16
 
 
+def _written_out_softmax(scores: Tensor) -> Tensor:
+    """``exp(x - max) / sum`` over the last dimension, in a new tensor."""
+    exp = (scores - scores.amax(dim=-1, keepdim=True)).exp_()
+    return exp.div_(exp.sum(dim=-1, keepdim=True))
+
+
 class _ShortRowSoftmax(torch.autograd.Function):
     """``y = exp(x - max) / sum`` over the last dimension, with the softmax gradient
     ``dx = y * (dy - sum_j dy_j y_j)`` written out: both as a few vectorised operations over
@@ -133,8 +139,7 @@ class _ShortRowSoftmax(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, scores: Tensor) -> Tensor:
-        exp = (scores - scores.amax(dim=-1, keepdim=True)).exp_()
-        weights = exp.div_(exp.sum(dim=-1, keepdim=True))
+        weights = _written_out_softmax(scores)
         ctx.save_for_backward(weights)
         return weights
 
@@ -155,8 +160,7 @@ def short_softmax(scores: Tensor) -> Tensor:
         return scores.softmax(dim=-1)
     if scores.requires_grad:
         return _ShortRowSoftmax.apply(scores)
-    exp = (scores - scores.amax(dim=-1, keepdim=True)).exp_()
-    return exp.div_(exp.sum(dim=-1, keepdim=True))
+    return _written_out_softmax(scores)
 
 
 @ATTENTION_KERNELS.register("softmax")
