@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from nmt_cli.models.dropout import Dropout, dropout
+from nmt_cli.models.dropout import Dropout, add_dropout, dropout
 
 N = 1 << 20
 
@@ -77,3 +77,44 @@ def test_keeps_dtype_and_shape_of_non_contiguous_input():
 def test_rejects_a_probability_outside_0_1():
     with pytest.raises(ValueError, match="dropout probability"):
         Dropout(1.5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_fused_residual_equals_the_sum_with_dropout(dtype):
+    """``add_dropout(x, y)`` draws the mask ``dropout(y)`` would and gives ``x + dropout(y)`` and its gradients."""
+    x = torch.randn(24, 7, 16, dtype=dtype, requires_grad=True)
+    y = torch.randn(24, 7, 16, dtype=dtype, requires_grad=True)
+    upstream = torch.randn(24, 7, 16, dtype=dtype)
+    torch.manual_seed(4)
+    fused = add_dropout(x, y, 0.3, training=True)
+    fused.backward(upstream)
+    fused_grads = x.grad.clone(), y.grad.clone()
+    x.grad = y.grad = None
+    torch.manual_seed(4)
+    reference = x + dropout(y, 0.3, training=True)
+    reference.backward(upstream)
+    assert torch.equal(fused, reference)
+    assert torch.equal(fused_grads[0], x.grad) and torch.equal(fused_grads[1], y.grad)
+    assert torch.equal(fused_grads[0], upstream)  # x's gradient passes through
+
+
+def test_fused_residual_of_mixed_precision_rounds_once():
+    """A bf16 sublayer output added to a float32 stream: float32 result, bf16 gradient of the sublayer."""
+    x = torch.randn(32, 64, requires_grad=True)
+    y = torch.randn(32, 64).bfloat16().requires_grad_()
+    torch.manual_seed(5)
+    out = add_dropout(x, y, 0.1, training=True)
+    assert out.dtype == torch.float32
+    kept = (out - x) != 0
+    assert 0 < kept.sum() < kept.numel()
+    scale = 32768 / (32768 - round(0.1 * 32768))
+    torch.testing.assert_close(out, x + torch.where(kept, y.float() * scale, 0.0))
+    out.backward(torch.ones_like(out))
+    assert y.grad.dtype == torch.bfloat16
+    torch.testing.assert_close(y.grad.float(), torch.where(kept, scale, 0.0).bfloat16().float())
+
+
+def test_fused_residual_is_a_plain_sum_outside_training():
+    x, y = torch.randn(5, 3), torch.randn(5, 3)
+    assert torch.equal(add_dropout(x, y, 0.3, training=False), x + y)
+    assert torch.equal(Dropout(0.3).eval().add_to(x, y), x + y)

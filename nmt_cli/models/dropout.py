@@ -12,8 +12,9 @@ words, and an element is dropped when the low 15 bits of its word, uniform on
 ``p`` rounded to a multiple of 2^-15 (at most 1.6e-5 away), and the kept elements are
 scaled by ``32768 / (32768 - t)``, so the expectation stays exactly ``x``. The mask comes
 from torch's default generator, so ``torch.manual_seed`` and the saved RNG states of a
-checkpoint reproduce it. Other devices, and a ``p`` that rounds to 0 or 1, use torch's own
-dropout.
+checkpoint reproduce it. The mask is applied as a product with its bytes, and a residual
+connection's ``x + dropout(y)`` is one ``addcmul`` (:func:`add_dropout`). Other devices, and a
+``p`` that rounds to 0 or 1, use torch's own dropout.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["Dropout", "dropout"]
+__all__ = ["Dropout", "dropout", "add_dropout"]
 
 _LEVELS = 1 << 15  # values of the 15 random bits of a 16-bit word
 _LOW_BITS = _LEVELS - 1
@@ -39,6 +40,12 @@ def _keep_mask(shape: torch.Size, drop_levels: int) -> Tensor:
     return (words.bitwise_and_(_LOW_BITS) >= drop_levels).view(shape)
 
 
+def _scale_kept(x: Tensor, keep: Tensor, scale: float) -> Tensor:
+    """``where(keep, x, 0) * scale`` for finite ``x``, as a product with the mask's bytes, which a
+    CPU runs faster than ``where`` with a scalar; like torch's dropout, a dropped inf or NaN gives NaN."""
+    return (x * keep.view(torch.uint8)).mul_(scale)
+
+
 class _ScaleKept(torch.autograd.Function):
     """``where(keep, x, 0) * scale``; the gradient is the same map of the incoming one."""
 
@@ -46,22 +53,57 @@ class _ScaleKept(torch.autograd.Function):
     def forward(ctx, x: Tensor, keep: Tensor, scale: float) -> Tensor:
         ctx.save_for_backward(keep)
         ctx.scale = scale
-        return torch.where(keep, x, 0.0).mul_(scale)
+        return _scale_kept(x, keep, scale)
 
     @staticmethod
     def backward(ctx, grad: Tensor):
         (keep,) = ctx.saved_tensors
-        return torch.where(keep, grad, 0.0).mul_(ctx.scale), None, None
+        return _scale_kept(grad, keep, ctx.scale), None, None
+
+
+class _AddScaledKept(torch.autograd.Function):
+    """``x + where(keep, y, 0) * scale`` in one pass (``addcmul``), the residual connection's
+    ``x + dropout(y)``; the gradient of ``x`` is the incoming one, that of ``y`` its dropout map."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, y: Tensor, keep: Tensor, scale: float) -> Tensor:
+        ctx.save_for_backward(keep)
+        ctx.scale, ctx.y_dtype = scale, y.dtype
+        return torch.addcmul(x, y, keep.view(torch.uint8), value=scale)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        (keep,) = ctx.saved_tensors
+        return grad, _scale_kept(grad, keep, ctx.scale).to(ctx.y_dtype), None, None
+
+
+def _drop_levels(x: Tensor, p: float) -> int | None:
+    """``round(p * 2^15)`` where the cheap mask applies (CPU, ``0 < p < 1`` after rounding); None elsewhere."""
+    drop_levels = round(p * _LEVELS)
+    return drop_levels if x.device.type == "cpu" and 0 < drop_levels < _LEVELS else None
 
 
 def dropout(x: Tensor, p: float, training: bool) -> Tensor:
     """Inverted dropout of ``x`` with drop probability ``p`` while ``training``; ``x`` itself otherwise."""
     if not training or p == 0:
         return x
-    drop_levels = round(p * _LEVELS)
-    if x.device.type != "cpu" or not 0 < drop_levels < _LEVELS:
+    drop_levels = _drop_levels(x, p)
+    if drop_levels is None:
         return F.dropout(x, p, training=True)
     return _ScaleKept.apply(x, _keep_mask(x.shape, drop_levels), _LEVELS / (_LEVELS - drop_levels))
+
+
+def add_dropout(x: Tensor, y: Tensor, p: float, training: bool) -> Tensor:
+    """``x + dropout(y, p, training)``, one ``addcmul`` on a CPU (a residual connection).
+
+    The same mask as :func:`dropout` draws; ``x`` and ``y`` of the same shape.
+    """
+    if not training or p == 0:
+        return x + y
+    drop_levels = _drop_levels(y, p)
+    if drop_levels is None or x.shape != y.shape:
+        return x + dropout(y, p, training)
+    return _AddScaledKept.apply(x, y, _keep_mask(y.shape, drop_levels), _LEVELS / (_LEVELS - drop_levels))
 
 
 class Dropout(nn.Dropout):
@@ -69,3 +111,7 @@ class Dropout(nn.Dropout):
 
     def forward(self, x: Tensor) -> Tensor:
         return dropout(x, self.p, self.training)
+
+    def add_to(self, x: Tensor, y: Tensor) -> Tensor:
+        """``x + self(y)``, fused where :func:`add_dropout` can."""
+        return add_dropout(x, y, self.p, self.training)

@@ -88,7 +88,7 @@ class Residual(nn.Module):
         return self.norm(x) if self.pre_norm else x
 
     def add(self, x: Tensor, sublayer_output: Tensor) -> Tensor:
-        x = x + self.dropout(sublayer_output)
+        x = self.dropout.add_to(x, sublayer_output)
         return x if self.pre_norm else self.norm(x)
 
 
