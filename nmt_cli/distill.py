@@ -32,6 +32,10 @@
    its vocabulary map, or recorded as skipped when CTranslate2 is not installed or the
    student is not a softmax Transformer.
 
+Another student of the same corpus (another preset, decoder or config) need not translate
+it again: ``corpus_from`` (``--corpus-from DIR0``) takes stages 1-3 from a distillation in
+DIR0 made with the same teachers, data and corpus settings, and runs stages 4-7 in DIR.
+
 Every stage is recorded in ``DIR/distill.json`` (:mod:`nmt_cli.stages`: inputs, outputs,
 details, seconds) and skipped on a rerun once finished; the settings of the distillation
 are recorded there too, and a rerun with other settings is refused rather than mixed into
@@ -80,7 +84,7 @@ from nmt_cli.textio import CHUNK_LINES, iter_chunks, iter_lines, iter_parallel, 
 from nmt_cli.tokenization import Tokenizer
 from nmt_cli.training import train
 
-__all__ = ["DEFAULT_AVERAGE_LAST", "DEFAULT_DROP_SHARE", "EXPORT_QUANTIZATION", "KEEP_CHOICES", "RECORD",
+__all__ = ["CORPUS_SETTINGS", "DEFAULT_AVERAGE_LAST", "DEFAULT_DROP_SHARE", "EXPORT_QUANTIZATION", "KEEP_CHOICES", "RECORD",
            "STUDENT_DECODERS", "STUDENT_PRESETS", "DistillOptions", "closest_by_chrf", "distill", "distill_check",
            "export_skip_reason", "machine_cores", "student_config", "WorstShare", "worst_share"]
 
@@ -281,14 +285,25 @@ def student_config(teacher: Config, data: PreparedData, corpus: Path, options: D
     return config
 
 
+#: the settings that decide the distilled corpus (stages 1-3): a corpus taken from another
+#: distillation (``corpus_from``) must have been made with the same
+CORPUS_SETTINGS = ("teachers", "data", "keep", "beam", "drop_share", "shortlist")
+#: the stages whose outputs are the distilled corpus
+CORPUS_STAGES = ("translate", "filter", "shortlist")
+
+
 def distill(teachers: Sequence[str | os.PathLike], data: str | os.PathLike, out_dir: str | os.PathLike,
             options: DistillOptions = DistillOptions(), device: str = "auto", workers: int | None = None,
-            progress: bool = True, stream: TextIO | None = None) -> dict:
+            progress: bool = True, stream: TextIO | None = None,
+            corpus_from: str | os.PathLike | None = None) -> dict:
     """Run (or resume) every stage into ``out_dir``; returns the record of ``distill.json``.
 
     ``workers``: CPU decoding processes of the translation (None: :func:`machine_cores`; one
     process on a GPU). ``progress``: data preparation's progress on stderr; ``stream``: each
-    stage's progress lines (none without one).
+    stage's progress lines (none without one). ``corpus_from``: a distillation directory
+    whose corpus stages (translate, filter, shortlist) finished with the same teachers, data
+    and corpus settings (:data:`CORPUS_SETTINGS`); its corpus is read from there, and only
+    the student's stages run here.
     """
     if not teachers:
         raise NmtError("distill: name at least one teacher (a run or checkpoint directory)")
@@ -296,14 +311,20 @@ def distill(teachers: Sequence[str | os.PathLike], data: str | os.PathLike, out_
     prepared = PreparedData(Path(data).expanduser().resolve())
     _check_tokenizers(teachers, prepared)
     root = Path(out_dir).expanduser().resolve()
+    source = None if corpus_from is None else Path(corpus_from).expanduser().resolve()
+    if source == root:
+        raise NmtError(f"distill: --corpus-from {source} is the --out directory itself")
+    corpus_root = source or root  # where the distilled corpus (filter/, shortlist/) is
     teacher_config = load_checkpoint_config(teachers[0])
-    config = student_config(teacher_config, prepared, root / FILTERED, options)
+    config = student_config(teacher_config, prepared, corpus_root / FILTERED, options)
     beam = options.beam or teacher_config.decode.beam_size
     settings = {"teachers": teachers, "data": str(prepared.path), "keep": options.keep, "beam": beam,
                 "drop_share": options.drop_share, "chunk_lines": options.chunk_lines,
                 "student": options.student or "tiny", "student_decoder": options.student_decoder,
                 "average_last": options.average_last, "student_config": config.to_dict(),
-                "shortlist": None if options.shortlist is None else list(options.shortlist)}
+                "shortlist": None if options.shortlist is None else list(options.shortlist),
+                "corpus_from": None if source is None else str(source)}
+    source_record = None if source is None else _corpus_source(source, settings)
     root.mkdir(parents=True, exist_ok=True)
     record = PipelineRecord(root / RECORD)
     _check_same_settings(record, settings)
@@ -322,30 +343,67 @@ def distill(teachers: Sequence[str | os.PathLike], data: str | os.PathLike, out_
         recorded = record.finish(stage, time.perf_counter() - started if seconds is None else seconds, details)
         say(f"distill: {stage.name} done in {format_duration(recorded.seconds)}")
 
-    tgt = f"train.{prepared.tgt_lang}"
-    translate_stage = Stage("translate", sources, (f"{TRANSLATED}/{tgt}", f"{TRANSLATED}/train.scores"))
-    run_stage(translate_stage, lambda: _translate(teachers, prepared, root / TRANSLATED, beam, options, device,
-                                                  workers, stream))
-    _translation_chunks(root / TRANSLATED).remove()  # once recorded, the stage's files hold them
-    filter_stage = Stage("filter", (f"data: {prepared.path}", *translate_stage.outputs),
-                         (f"{FILTERED}/train.{prepared.src_lang}", f"{FILTERED}/{tgt}"))
-    run_stage(filter_stage, lambda: _filter(prepared, root, options.drop_share, options.chunk_lines, stream))
-    if options.shortlist is not None:
-        shortlist_stage = Stage("shortlist", (*filter_stage.outputs, *sources[:-1]), (SHORTLISTED,))
-        run_stage(shortlist_stage, lambda: _shortlist(teachers, prepared, root, options, device, stream))
-    prepare_stage = Stage("prepare", (FILTERED, f"teacher: {teachers[0]}"), (PREPARED,))
+    if source_record is None:
+        tgt = f"train.{prepared.tgt_lang}"
+        translate_stage = Stage("translate", sources, (f"{TRANSLATED}/{tgt}", f"{TRANSLATED}/train.scores"))
+        run_stage(translate_stage, lambda: _translate(teachers, prepared, root / TRANSLATED, beam, options, device,
+                                                      workers, stream))
+        _translation_chunks(root / TRANSLATED).remove()  # once recorded, the stage's files hold them
+        filter_stage = Stage("filter", (f"data: {prepared.path}", *translate_stage.outputs),
+                             (f"{FILTERED}/train.{prepared.src_lang}", f"{FILTERED}/{tgt}"))
+        run_stage(filter_stage, lambda: _filter(prepared, root, options.drop_share, options.chunk_lines, stream))
+        if options.shortlist is not None:
+            shortlist_stage = Stage("shortlist", (*filter_stage.outputs, *sources[:-1]), (SHORTLISTED,))
+            run_stage(shortlist_stage, lambda: _shortlist(teachers, prepared, root, options, device, stream))
+    else:
+        for name in CORPUS_STAGES if options.shortlist is not None else CORPUS_STAGES[:-1]:
+            seconds_there = source_record.stages[name].seconds
+            run_stage(_reused_stage(source_record, name),
+                      lambda: (0.0, {"reused_from": str(source), "seconds_there": seconds_there}))
+    prepare_stage = Stage("prepare", (str(corpus_root / FILTERED) if source else FILTERED,
+                                      f"teacher: {teachers[0]}"), (PREPARED,))
     run_stage(prepare_stage, lambda: _prepare(config, root, teachers[0], progress))
     train_stage = Stage("train", (PREPARED,), (STUDENT_RUN,))
     run_stage(train_stage, lambda: _train(config, root, device, stream))
     average_stage = Stage("average", (STUDENT_RUN,), (AVERAGED,))
     run_stage(average_stage, lambda: _average(root, options.average_last))
     skipped = export_skip_reason(config)
-    shortlist = None if options.shortlist is None else root / SHORTLISTED
-    export_stage = Stage("export", (AVERAGED, *([SHORTLISTED] if shortlist else [])), () if skipped else (EXPORTED,))
+    shortlist = None if options.shortlist is None else corpus_root / SHORTLISTED
+    listed = [] if shortlist is None else [str(shortlist) if source else SHORTLISTED]
+    export_stage = Stage("export", (AVERAGED, *listed), () if skipped else (EXPORTED,))
     run_stage(export_stage, lambda: _export(root, skipped, shortlist))
     record.save_results(student=str(root / AVERAGED), export=None if skipped else str(root / EXPORTED),
                         shortlist=None if shortlist is None else str(shortlist))
     return record.to_json()
+
+
+def _corpus_source(source: Path, settings: dict) -> PipelineRecord:
+    """The record of the distillation in ``source`` whose corpus a new student takes: it must
+    have made its corpus stages with these corpus settings (a one-line error names what differs
+    or what has not finished)."""
+    record = PipelineRecord(source / RECORD)  # a student without a shortlist may take a corpus with one
+    recorded = record.results.get("settings")
+    if recorded is None:
+        raise NmtError(f"--corpus-from {source}: no {RECORD} with settings there (not an nmt distill directory)")
+    if recorded.get("corpus_from"):
+        raise NmtError(f"--corpus-from {source}: its corpus came from {recorded['corpus_from']}; name that directory")
+    for key in (key for key in CORPUS_SETTINGS if key != "shortlist" or settings[key] is not None):
+        if json.loads(json.dumps(recorded.get(key))) != json.loads(json.dumps(settings[key])):
+            raise NmtError(f"--corpus-from {source}: its corpus was distilled with {key} {recorded.get(key)!r}, "
+                           f"not {settings[key]!r}")
+    needed = [name for name in CORPUS_STAGES if name != "shortlist" or settings["shortlist"] is not None]
+    for name in needed:
+        stage = record.stages.get(name)
+        if stage is None or not record.finished(stage.stage):
+            raise NmtError(f"--corpus-from {source}: its {name} stage has not finished; finish that distillation "
+                           "first (rerun its nmt distill)")
+    return record
+
+
+def _reused_stage(source: PipelineRecord, name: str) -> Stage:
+    """Stage ``name`` of the distillation ``source``, its paths made absolute (they are there, not here)."""
+    stage = source.stages[name].stage
+    return Stage(name, (f"distillation: {source.root}",), tuple(str(source.root / output) for output in stage.outputs))
 
 
 def _teller(stream: TextIO | None) -> Callable[[str], None]:
@@ -373,6 +431,8 @@ def _check_same_settings(record: PipelineRecord, settings: dict) -> None:
         recorded = {**recorded, "student_config": Config.from_dict(recorded["student_config"]).to_dict()}
     if recorded is not None and "shortlist" not in recorded:  # recorded before the shortlist stage existed
         recorded = {**recorded, "shortlist": settings["shortlist"]}
+    if recorded is not None and "corpus_from" not in recorded:  # recorded before a corpus could be taken
+        recorded = {**recorded, "corpus_from": None}
     recorded, current = json.loads(json.dumps(recorded)), json.loads(json.dumps(settings))
     if recorded is not None and recorded != current:
         key, old, new = _first_difference(recorded, current)

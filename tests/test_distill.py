@@ -416,3 +416,58 @@ def test_nmt_distill_needs_a_teacher_and_data_or_check(tmp_path):
     assert result.exit_code == 2 and "nmt distill needs --teacher and --data (or --check)" in result.output
     result = CliRunner().invoke(cli, ["distill", "--check", "--data", str(tmp_path), "--out", str(tmp_path / "out")])
     assert result.exit_code == 2 and "--check trains its own teacher" in result.output
+    result = CliRunner().invoke(cli, ["distill", "--check", "--corpus-from", str(tmp_path), "--out",
+                                      str(tmp_path / "out")])
+    assert result.exit_code == 2 and "leave out --corpus-from" in result.output
+
+
+@pytest.mark.slow  # two distillations, one of them with its whole corpus
+def test_a_second_student_takes_the_corpus_of_a_finished_distillation_without_translating_it(
+        tiny_trained_run, distill_data, tmp_path, monkeypatch):
+    import nmt_cli.distill as distill_module
+
+    student = _student_file(tmp_path)
+    options = DistillOptions(student=str(student), average_last=2, chunk_lines=40)
+    first = distill([tiny_trained_run], distill_data, tmp_path / "first", options, device="cpu", workers=1,
+                    progress=False)
+
+    def never(*args, **kwargs):
+        raise AssertionError("the corpus stages ran again")
+
+    monkeypatch.setattr(distill_module, "_translate", never)
+    monkeypatch.setattr(distill_module, "_filter", never)
+    monkeypatch.setattr(distill_module, "_shortlist", never)
+    linear = DistillOptions(student=str(student), student_decoder="linear", average_last=2, chunk_lines=40)
+    second = distill([tiny_trained_run], distill_data, tmp_path / "second", linear, device="cpu", workers=1,
+                     progress=False, corpus_from=tmp_path / "first")
+    assert list(second["stages"]) == list(first["stages"])
+    for name in ("translate", "filter", "shortlist"):
+        stage = second["stages"][name]
+        assert stage["seconds"] == 0.0 and stage["reused_from"] == str(tmp_path / "first")
+        assert stage["seconds_there"] == first["stages"][name]["seconds"]
+        assert stage["outputs"] == [str(tmp_path / "first" / output) for output in first["stages"][name]["outputs"]]
+    assert not (tmp_path / "second" / "translate").exists() and not (tmp_path / "second" / "filter").exists()
+    # the same pairs, prepared here, train a student of another decoder; the shortlist is the first's
+    assert (read_lines(PreparedData(tmp_path / "second" / "prepared").text_path("train", "tgt"))
+            == read_lines(PreparedData(tmp_path / "first" / "prepared").text_path("train", "tgt")))
+    assert second["stages"]["train"]["arch"] == "linear_transformer" and "skipped" in second["stages"]["export"]
+    assert second["shortlist"] == first["shortlist"] and second["export"] is None
+    # a rerun runs nothing again and keeps the record
+    assert distill([tiny_trained_run], distill_data, tmp_path / "second", linear, device="cpu", workers=1,
+                   progress=False, corpus_from=tmp_path / "first")["stages"] == second["stages"]
+
+    # a corpus made with other corpus settings, a folder that is no distillation, an unfinished one
+    other = DistillOptions(student=str(student), average_last=2, chunk_lines=40, drop_share=0.1)
+    with pytest.raises(NmtError, match=r"first: its corpus was distilled with drop_share 0.05, not 0.1$"):
+        distill([tiny_trained_run], distill_data, tmp_path / "third", other, device="cpu", corpus_from=tmp_path / "first")
+    with pytest.raises(NmtError, match=r"no distill.json with settings there"):
+        distill([tiny_trained_run], distill_data, tmp_path / "third", options, device="cpu", corpus_from=tmp_path)
+    record = json.loads((tmp_path / "first" / "distill.json").read_text(encoding="utf-8"))
+    record["stages"]["filter"]["finished"] = False
+    (tmp_path / "first" / "distill.json").write_text(json.dumps(record), encoding="utf-8")
+    with pytest.raises(NmtError, match=r"its filter stage has not finished"):
+        distill([tiny_trained_run], distill_data, tmp_path / "third", options, device="cpu",
+                corpus_from=tmp_path / "first")
+    with pytest.raises(NmtError, match=r"is the --out directory itself"):
+        distill([tiny_trained_run], distill_data, tmp_path / "first", options, device="cpu",
+                corpus_from=tmp_path / "first")

@@ -44,6 +44,10 @@ from nmt_cli.textio import CHUNK_LINES
 @click.option("--shortlist-frequent", type=click.IntRange(min=0), default=DEFAULT_FREQUENT,
               help="The lexical shortlist's most frequent target pieces, candidates of every sentence.")
 @click.option("--no-shortlist", is_flag=True, help="No shortlist stage (and no vocabulary map in the export).")
+@click.option("--corpus-from", type=click.Path(file_okay=False), default=None,
+              help="Another student of a corpus already distilled: take the translate, filter and shortlist "
+                   "stages from this nmt distill directory (same teachers, data and corpus options) and run only "
+                   "the student's stages in OUT.")
 @click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE",
               help="Override a setting of the student's config, e.g. --set train.max_steps=20000 (repeatable).")
 @click.option("--chunk-lines", type=click.IntRange(min=1), default=CHUNK_LINES,
@@ -56,8 +60,8 @@ from nmt_cli.textio import CHUNK_LINES
                    "their BLEU on its test split (no --teacher or --data).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output from data preparation.")
 def distill_command(teachers, data, out_dir, student, student_decoder, keep, drop_share, beam, average_last,
-                    shortlist_k, shortlist_frequent, no_shortlist, overrides, chunk_lines, workers, device, check,
-                    quiet) -> None:
+                    shortlist_k, shortlist_frequent, no_shortlist, corpus_from, overrides, chunk_lines, workers,
+                    device, check, quiet) -> None:
     """Distill a teacher (or an ensemble) into a small student: translate the training source,
     drop the worst pairs, prepare them with the teacher's pieces, train, average, export.
 
@@ -70,13 +74,15 @@ def distill_command(teachers, data, out_dir, student, student_decoder, keep, dro
         raise click.UsageError("--check trains its own teacher on the synthetic corpus: leave out --teacher and --data")
     if not check and (not teachers or not data):
         raise click.UsageError("nmt distill needs --teacher and --data (or --check)")
+    if check and corpus_from:
+        raise click.UsageError("--check distills its own teacher's corpus: leave out --corpus-from")
     options = DistillOptions(keep=keep, drop_share=drop_share, beam=beam, student=student,
                              student_decoder=student_decoder, average_last=average_last,
                              overrides=parse_overrides(overrides), chunk_lines=chunk_lines,
                              shortlist=None if no_shortlist else (shortlist_k, shortlist_frequent))
     settings = {"device": device, "workers": workers, "progress": not quiet, "stream": sys.stderr}
     record = (distill_check(out_dir, options, **settings) if check
-              else distill(teachers, data, out_dir, options, **settings))
+              else distill(teachers, data, out_dir, options, corpus_from=corpus_from, **settings))
     for name, stage in record["stages"].items():
         click.echo(f"{name:<10} {stage['seconds']:>9,.1f} s" + (f"  {stage['skipped']}" if "skipped" in stage else ""))
     click.echo(f"student: {record['student']}" + (f"  export: {record['export']}" if record["export"] else "")
