@@ -34,7 +34,7 @@ RECORD_KEYS = ("inputs", "outputs", "finished", "seconds")
 @dataclass(frozen=True)
 class Stage:
     """A stage as its pipeline declares it: a name, and the paths (relative to the
-    pipeline's directory) that it reads and writes."""
+    pipeline's directory; absolute where another run of it made them) that it reads and writes."""
 
     name: str
     inputs: tuple[str, ...] = ()
