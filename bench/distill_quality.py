@@ -11,6 +11,10 @@ test2016; the general de-en recipe's model, scored on Tatoeba test), under ``--w
    the shortlist as its vocabulary map); the student trains with the teacher's training
    settings;
 3. **teacher export**: the teacher as an int8 CTranslate2 model, for its fastest engine's row;
+   and for the teachers of ``--linear-students`` (default: the general teacher; --quick:
+   multi30k), a second student of the same distilled corpus (``nmt distill --corpus-from``)
+   whose decoder self-attention is the seeds' linear attention, measured against the
+   softmax decoder (torch rows only: CTranslate2 runs softmax Transformers);
 4. **rows**: every model and engine translates the test split with the model's own decoding
    settings (``nmt translate``'s: the length limit ``a * |x| + b``, the length penalty, the
    batch budget; the student's are the teacher's, so every row has the same rule) and the beam
@@ -178,6 +182,17 @@ def distill_student(teacher: dict, out: Path, quick: bool) -> dict:
     return PipelineRecord(out / "distill.json").to_json()
 
 
+def distill_linear_student(teacher: dict, out: Path, corpus_from: Path, quick: bool) -> dict:
+    """A student with a linear-attention decoder, of the corpus distilled in ``corpus_from``
+    (``nmt distill --corpus-from``: no corpus stage runs again); its record (distill.json)."""
+    sets = [arg for item in (QUICK_STUDENT if quick else ()) for arg in ("--set", item)]
+    command = nmt_command("distill", "--teacher", teacher["model"], "--data", teacher["data"], "--out", out,
+                          "--corpus-from", corpus_from, "--student-decoder", "linear",
+                          *(["--chunk-lines", 100] if quick else []), *sets)
+    run_logged(command, out.parent / "distill-linear.log", "distill linear")
+    return PipelineRecord(out / "distill.json").to_json()
+
+
 def export_teacher(teacher: dict, out: Path) -> Path | None:
     """The teacher as an int8 CTranslate2 model (once); None without CTranslate2."""
     if not ctranslate2_version().startswith("ctranslate2 "):
@@ -189,24 +204,42 @@ def export_teacher(teacher: dict, out: Path) -> Path | None:
     return out
 
 
-def rows_of(teacher: dict, student: dict, teacher_export: Path | None, beams: tuple[int, ...]) -> list[Row]:
+#: the model label of the student with a linear-attention decoder
+LINEAR_STUDENT = "student, linear decoder"
+
+
+def rows_of(teacher: dict, student: dict, teacher_export: Path | None, beams: tuple[int, ...],
+            linear: dict | None = None) -> list[Row]:
     """The table's rows for one teacher: the teacher at beam 5 in torch float32 and CTranslate2
     int8; the student (``student``: its distill.json) at every beam in torch float32, torch int8
-    and CTranslate2 int8, the int8 rows with and without the shortlist."""
-    average, shortlist, export = (student.get(key) for key in ("student", "shortlist", "export"))
+    and CTranslate2 int8, the int8 rows with and without the shortlist; the linear-decoder
+    student (``linear``: its distill.json) at every beam in torch float32 and torch int8."""
+    rows = _teacher_rows(teacher, teacher_export) + _student_rows("student", student, beams)
+    return rows + (_student_rows(LINEAR_STUDENT, linear, beams) if linear else [])
+
+
+def _teacher_rows(teacher: dict, teacher_export: Path | None) -> list[Row]:
     rows = [Row("teacher", Path(teacher["model"]), Engine(shipped_defaults=True), TEACHER_BEAM)]
     if teacher_export is not None:
         exported = Engine("ctranslate2", "int8", shipped_defaults=True, shortlist="none")  # it has no map
         rows.append(Row("teacher", teacher_export, exported, TEACHER_BEAM))
+    return rows
+
+
+def _student_rows(model: str, student: dict, beams: tuple[int, ...]) -> list[Row]:
+    """A student's rows (``student``: its distill.json): every beam in torch float32 and int8,
+    and in CTranslate2 int8 where it was exported; the int8 rows with and without its shortlist."""
+    average, shortlist, export = (student.get(key) for key in ("student", "shortlist", "export"))
     torch_lists = [None, shortlist] if shortlist else [None]
     export_lists = ["none", None] if shortlist else ["none"]  # None: the export's own vocabulary map
+    rows = []
     for beam in beams:
-        rows.append(Row("student", Path(average), Engine(shipped_defaults=True), beam))
-        rows += [Row("student", Path(average), Engine(quantize="int8", shipped_defaults=True, shortlist=listed), beam)
+        rows.append(Row(model, Path(average), Engine(shipped_defaults=True), beam))
+        rows += [Row(model, Path(average), Engine(quantize="int8", shipped_defaults=True, shortlist=listed), beam)
                  for listed in torch_lists]
         if export:
-            rows += [Row("student", Path(export), Engine("ctranslate2", "int8", shipped_defaults=True,
-                                                         shortlist=listed), beam) for listed in export_lists]
+            rows += [Row(model, Path(export), Engine("ctranslate2", "int8", shipped_defaults=True,
+                                                     shortlist=listed), beam) for listed in export_lists]
     return rows
 
 
@@ -284,8 +317,8 @@ def measure(rows: list[Row], test: Split, dev: Split, data: PreparedData, alpha:
 
 
 def best_student(measured: list[RowFigures]) -> RowFigures | None:
-    """The fastest student row (output tokens/s on test) whose dev BLEU is within :data:`BLEU_BUDGET`
-    of the teacher's in torch float32 at beam 5 on dev; None when none is."""
+    """The fastest row of the (softmax) student (output tokens/s on test) whose dev BLEU is within
+    :data:`BLEU_BUDGET` of the teacher's in torch float32 at beam 5 on dev; None when none is."""
     teacher = base_row(measured, "torch")
     if teacher is None or teacher.dev_bleu is None:
         return None
@@ -320,6 +353,28 @@ def add_rows(report: Report, name: str, measured: list[RowFigures]) -> None:
                        f"{entry.test.at_limit:.1%}", fmt(entry.test.bleu, 1), fmt(entry.test.chrf, 1),
                        fmt(entry.dev_bleu, 1), fmt(disk_mb(row.path), 1), ratio(entry, torch_base),
                        ratio(entry, ct2_base))
+
+
+def linear_notes(name: str, linear: dict, measured: list[RowFigures]) -> list[str]:
+    """The linear-decoder student against the softmax one: its own stages, and per beam its BLEU
+    and torch output tokens/s (float32 and int8, no shortlist) beside the softmax student's."""
+    stages = ", ".join(f"{stage} {record['seconds'] / 60:,.1f} min" + (" (reused)" if "reused_from" in record else "")
+                       for stage, record in linear.get("stages", {}).items())
+    notes = [f"{name}: {LINEAR_STUDENT} = the tiny preset with model.arch linear_transformer and linear attention "
+             f"in the decoder's self-attention only (model.linear_sites [decoder_self]), trained on the softmax "
+             f"student's distilled corpus (nmt distill --corpus-from; the corpus stages reused, 0 min here); its "
+             f"stages: {stages}"]
+    figures = {(entry.row.model, entry.row.engine_label, entry.row.beam): entry for entry in measured
+               if not entry.failed and entry.row.engine.shortlist is None and entry.row.engine.name == "torch"}
+    pairs = []
+    for (model, engine, beam), entry in figures.items():
+        softmax = figures.get(("student", engine, beam))
+        if model == LINEAR_STUDENT and softmax is not None:
+            pairs.append(f"{engine} beam {beam}: BLEU {entry.test.bleu:.1f} against {softmax.test.bleu:.1f}, "
+                         f"{entry.tokens_per_second / softmax.tokens_per_second:.2f}x the output tokens/s")
+    if pairs:
+        notes.append(f"{name}: {LINEAR_STUDENT} against the softmax student, on test: {'; '.join(pairs)}")
+    return notes
 
 
 def teacher_notes(name: str, teacher: Teacher, trained: dict, student: dict, measured: list[RowFigures]) -> list[str]:
@@ -364,6 +419,9 @@ def main() -> None:
     parser = bench_arguments(__doc__.splitlines()[0])
     parser.add_argument("--teachers", default=None,
                         help=f"comma list of {', '.join(TEACHERS)} (default: all; --quick: multi30k)")
+    parser.add_argument("--linear-students", default=None,
+                        help="comma list of the teachers that also get a student with a linear-attention decoder "
+                             "(of the same distilled corpus), or none (default: general; --quick: multi30k)")
     parser.add_argument("--stages-only", action="store_true",
                         help="run the teachers' recipes, nmt distill and the teachers' exports, then stop before "
                              "the timed rows (no report): for a machine that is busy with other work")
@@ -372,6 +430,11 @@ def main() -> None:
     unknown = [name for name in names if name not in TEACHERS]
     if unknown:
         parser.error(f"--teachers: unknown teacher {unknown[0]!r} (choose from {', '.join(TEACHERS)})")
+    linear_names = ((args.linear_students or ("multi30k" if args.quick else "general")).split(",")
+                    if args.linear_students != "none" else [])
+    unknown = [name for name in linear_names if name not in TEACHERS]
+    if unknown:
+        parser.error(f"--linear-students: unknown teacher {unknown[0]!r} (choose from {', '.join(TEACHERS)}, or none)")
     repeats, beams = repeats_of(args), QUICK_BEAMS if args.quick else BEAMS
     work = args.work / ("distill_quality-quick" if args.quick else "distill_quality")
     report = Report("distill_quality", "Distilled students against their teachers (BLEU; output tokens/s on one core)",
@@ -388,6 +451,8 @@ def main() -> None:
         trained = train_teacher(name, teacher, root, args.quick)
         student = distill_student(trained, root / "distill", args.quick)
         teacher_export = export_teacher(trained, root / "teacher-ct2")
+        linear = (distill_linear_student(trained, root / "distill-linear", root / "distill", args.quick)
+                  if name in linear_names else None)
         if args.stages_only:
             print(f"{name}: stages done under {root}; the timed rows are left for a run without --stages-only")
             continue
@@ -395,10 +460,11 @@ def main() -> None:
         sentences = QUICK_TEST_SENTENCES if args.quick else None
         decode = load_checkpoint_config(trained["model"]).decode  # the student's too
         test, dev = (split_of(data, split, decode, root, sentences) for split in ("test", "valid"))
-        rows = rows_of(trained, student, teacher_export, beams)
+        rows = rows_of(trained, student, teacher_export, beams, linear)
         measured = measure(rows, test, dev, data, decode.alpha, repeats, root / "translations")
         add_rows(report, name, measured)
         report.notes += teacher_notes(name, teacher, trained, student, measured)
+        report.notes += linear_notes(name, linear, measured) if linear else []
         report.notes += [note for note in [stage_loads_note(name, root)] if note]
         loads.append(os.getloadavg()[0])
     if args.stages_only:

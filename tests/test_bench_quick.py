@@ -161,7 +161,7 @@ def test_distill_quality_quick_puts_every_student_row_beside_its_teacher(work: P
     assert "multi30k: stages done under" in done.stdout and not json_path.exists()
     assert not (root / "translations").exists()  # nothing timed or scored
     loads = json.loads((root / "stage_loads.json").read_text())
-    assert set(loads) == {"teacher", "distill", "teacher export"}
+    assert set(loads) == {"teacher", "distill", "teacher export", "distill linear"}
     assert all(len(runs) == 1 and len(runs[0]) == 2 for runs in loads.values())
     teacher_marker = (root / "teacher.json").stat().st_mtime_ns
     report = run_bench("distill_quality", work)
@@ -177,6 +177,13 @@ def test_distill_quality_quick_puts_every_student_row_beside_its_teacher(work: P
     assert set(students) == {("torch float32", "no"), ("torch int8", "no"), ("torch int8", "yes"),
                              ("CTranslate2 int8", "no"), ("CTranslate2 int8", "vocabulary map (batch scope)")}
     assert {row["beam"] for row in students.values()} == {"1"}  # --quick: the student greedy only
+    # the linear-decoder student of the same corpus: torch rows only (CTranslate2 runs softmax Transformers)
+    linear = {(row["engine"], row["shortlist"]): row for row in rows if row["model"] == "student, linear decoder"}
+    assert set(linear) == {("torch float32", "no"), ("torch int8", "no"), ("torch int8", "yes")}
+    linear_record = json.loads((root / "distill-linear" / "distill.json").read_text())
+    assert {name: "reused_from" in stage for name, stage in linear_record["stages"].items()} == {
+        "translate": True, "filter": True, "shortlist": True, "prepare": False, "train": False, "average": False,
+        "export": False}
     base = figure(teacher["torch float32"]["out tok/s"])
     for row in rows:
         assert figure(row["out tok/s"]) > 0 and figure(row["sent/s"]) > 0
@@ -196,6 +203,7 @@ def test_distill_quality_quick_puts_every_student_row_beside_its_teacher(work: P
     # the best setting is chosen on dev, or the note says none came within the budget
     assert "fastest setting within 1.0 BLEU of the teacher on dev" in notes or "no student setting came" in notes
     assert "multi30k: 1-minute load average at the start and end of the stages' runs: teacher " in notes
+    assert "multi30k: student, linear decoder against the softmax student, on test: torch float32 beam 1: BLEU" in notes
 
 
 def test_soft_npz_memory_quick_shows_the_blocks_memory_bounded_and_the_per_pair_index_growing(work: Path) -> None:
