@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 from dataclasses import dataclass
@@ -122,7 +123,7 @@ class Row:
 
     @property
     def folder(self) -> str:
-        return f"{self.model.replace(' ', '-')}.beam{self.beam}.{self.engine.tag()}"
+        return f"{re.sub(r'[^A-Za-z0-9]+', '-', self.model)}.beam{self.beam}.{self.engine.tag()}"
 
 
 def run_logged(command: list, log: Path, stage: str) -> None:
@@ -360,8 +361,11 @@ def linear_notes(name: str, linear: dict, measured: list[RowFigures]) -> list[st
     and torch output tokens/s (float32 and int8, no shortlist) beside the softmax student's."""
     stages = ", ".join(f"{stage} {record['seconds'] / 60:,.1f} min" + (" (reused)" if "reused_from" in record else "")
                        for stage, record in linear.get("stages", {}).items())
-    notes = [f"{name}: {LINEAR_STUDENT} = the tiny preset with model.arch linear_transformer and linear attention "
-             f"in the decoder's self-attention only (model.linear_sites [decoder_self]), trained on the softmax "
+    settings = linear.get("settings", {})
+    model = settings.get("student_config", {}).get("model", {})
+    sites = ", ".join(model.get("linear_sites") or [])
+    notes = [f"{name}: {LINEAR_STUDENT} = the {settings.get('student')} preset with model.arch {model.get('arch')} "
+             f"and linear attention at model.linear_sites [{sites}], trained on the softmax "
              f"student's distilled corpus (nmt distill --corpus-from; the corpus stages reused, 0 min here); its "
              f"stages: {stages}"]
     figures = {(entry.row.model, entry.row.engine_label, entry.row.beam): entry for entry in measured
@@ -423,18 +427,22 @@ def main() -> None:
                         help="comma list of the teachers that also get a student with a linear-attention decoder "
                              "(of the same distilled corpus), or none (default: general; --quick: multi30k)")
     parser.add_argument("--stages-only", action="store_true",
-                        help="run the teachers' recipes, nmt distill and the teachers' exports, then stop before "
-                             "the timed rows (no report): for a machine that is busy with other work")
+                        help="run the teachers' recipes, nmt distill (the linear-decoder students too) and the "
+                             "teachers' exports, then stop before the timed rows (no report): for a machine that is "
+                             "busy with other work")
     args = parser.parse_args()
     names = args.teachers.split(",") if args.teachers else (["multi30k"] if args.quick else list(TEACHERS))
     unknown = [name for name in names if name not in TEACHERS]
     if unknown:
         parser.error(f"--teachers: unknown teacher {unknown[0]!r} (choose from {', '.join(TEACHERS)})")
-    linear_names = ((args.linear_students or ("multi30k" if args.quick else "general")).split(",")
-                    if args.linear_students != "none" else [])
-    unknown = [name for name in linear_names if name not in TEACHERS]
-    if unknown:
-        parser.error(f"--linear-students: unknown teacher {unknown[0]!r} (choose from {', '.join(TEACHERS)}, or none)")
+    if args.linear_students is None:  # the default's teacher, when this run has it
+        linear_names = [name for name in (["multi30k"] if args.quick else ["general"]) if name in names]
+    else:
+        linear_names = [] if args.linear_students == "none" else args.linear_students.split(",")
+        unknown = [name for name in linear_names if name not in names]
+        if unknown:
+            parser.error(f"--linear-students: {unknown[0]!r} is not a teacher of this run ({', '.join(names)}); "
+                         "name those, or none")
     repeats, beams = repeats_of(args), QUICK_BEAMS if args.quick else BEAMS
     work = args.work / ("distill_quality-quick" if args.quick else "distill_quality")
     report = Report("distill_quality", "Distilled students against their teachers (BLEU; output tokens/s on one core)",

@@ -84,7 +84,7 @@ from nmt_cli.textio import CHUNK_LINES, iter_chunks, iter_lines, iter_parallel, 
 from nmt_cli.tokenization import Tokenizer
 from nmt_cli.training import train
 
-__all__ = ["CORPUS_SETTINGS", "DEFAULT_AVERAGE_LAST", "DEFAULT_DROP_SHARE", "EXPORT_QUANTIZATION", "KEEP_CHOICES", "RECORD",
+__all__ = ["DEFAULT_AVERAGE_LAST", "DEFAULT_DROP_SHARE", "EXPORT_QUANTIZATION", "KEEP_CHOICES", "RECORD",
            "STUDENT_DECODERS", "STUDENT_PRESETS", "DistillOptions", "closest_by_chrf", "distill", "distill_check",
            "export_skip_reason", "machine_cores", "student_config", "WorstShare", "worst_share"]
 
@@ -318,12 +318,12 @@ def distill(teachers: Sequence[str | os.PathLike], data: str | os.PathLike, out_
     teacher_config = load_checkpoint_config(teachers[0])
     config = student_config(teacher_config, prepared, corpus_root / FILTERED, options)
     beam = options.beam or teacher_config.decode.beam_size
-    settings = {"teachers": teachers, "data": str(prepared.path), "keep": options.keep, "beam": beam,
+    settings = {"teachers": teachers, "data": str(prepared.path),
+                "corpus_from": None if source is None else str(source), "keep": options.keep, "beam": beam,
                 "drop_share": options.drop_share, "chunk_lines": options.chunk_lines,
                 "student": options.student or "tiny", "student_decoder": options.student_decoder,
                 "average_last": options.average_last, "student_config": config.to_dict(),
-                "shortlist": None if options.shortlist is None else list(options.shortlist),
-                "corpus_from": None if source is None else str(source)}
+                "shortlist": None if options.shortlist is None else list(options.shortlist)}
     source_record = None if source is None else _corpus_source(source, settings)
     root.mkdir(parents=True, exist_ok=True)
     record = PipelineRecord(root / RECORD)
@@ -389,8 +389,9 @@ def _corpus_source(source: Path, settings: dict) -> PipelineRecord:
         raise NmtError(f"--corpus-from {source}: its corpus came from {recorded['corpus_from']}; name that directory")
     for key in (key for key in CORPUS_SETTINGS if key != "shortlist" or settings[key] is not None):
         if json.loads(json.dumps(recorded.get(key))) != json.loads(json.dumps(settings[key])):
+            hint = "; --no-shortlist takes a corpus without one" if key == "shortlist" else ""
             raise NmtError(f"--corpus-from {source}: its corpus was distilled with {key} {recorded.get(key)!r}, "
-                           f"not {settings[key]!r}")
+                           f"not {settings[key]!r}{hint}")
     needed = [name for name in CORPUS_STAGES if name != "shortlist" or settings["shortlist"] is not None]
     for name in needed:
         stage = record.stages.get(name)

@@ -317,6 +317,7 @@ def test_a_killed_distillation_resumes_line_exact_and_a_finished_one_retrains_no
     # a record written before a config key existed resumes: the key counts as its default
     record = json.loads((tmp_path / "killed" / "distill.json").read_text(encoding="utf-8"))
     del record["settings"]["student_config"]["data"]["spm_seed"]
+    del record["settings"]["corpus_from"]  # and one written before --corpus-from
     (tmp_path / "killed" / "distill.json").write_text(json.dumps(record), encoding="utf-8")
     assert distill([tiny_trained_run], distill_data, tmp_path / "killed", options, device="cpu", workers=1,
                    progress=False)["stages"] == resumed["stages"]
@@ -450,18 +451,28 @@ def test_a_second_student_takes_the_corpus_of_a_finished_distillation_without_tr
     # the same pairs, prepared here, train a student of another decoder; the shortlist is the first's
     assert (read_lines(PreparedData(tmp_path / "second" / "prepared").text_path("train", "tgt"))
             == read_lines(PreparedData(tmp_path / "first" / "prepared").text_path("train", "tgt")))
-    assert second["stages"]["train"]["arch"] == "linear_transformer" and "skipped" in second["stages"]["export"]
+    assert second["stages"]["train"]["arch"] == "linear_transformer"
+    assert "softmax Transformers alone" in second["stages"]["export"]["skipped"]  # the linear decoder is why
     assert second["shortlist"] == first["shortlist"] and second["export"] is None
     # a rerun runs nothing again and keeps the record
+    for stage in ("_prepare", "_train", "_average", "_export"):
+        monkeypatch.setattr(distill_module, stage, never)
     assert distill([tiny_trained_run], distill_data, tmp_path / "second", linear, device="cpu", workers=1,
                    progress=False, corpus_from=tmp_path / "first")["stages"] == second["stages"]
+    # a rerun without --corpus-from is refused, naming it
+    with pytest.raises(NmtError, match=r"second: was distilled with corpus_from '.*first', not None"):
+        distill([tiny_trained_run], distill_data, tmp_path / "second", linear, device="cpu", workers=1)
 
     # a corpus made with other corpus settings, a folder that is no distillation, an unfinished one
     other = DistillOptions(student=str(student), average_last=2, chunk_lines=40, drop_share=0.1)
     with pytest.raises(NmtError, match=r"first: its corpus was distilled with drop_share 0.05, not 0.1$"):
-        distill([tiny_trained_run], distill_data, tmp_path / "third", other, device="cpu", corpus_from=tmp_path / "first")
+        distill([tiny_trained_run], distill_data, tmp_path / "third", other, device="cpu",
+                corpus_from=tmp_path / "first")
     with pytest.raises(NmtError, match=r"no distill.json with settings there"):
         distill([tiny_trained_run], distill_data, tmp_path / "third", options, device="cpu", corpus_from=tmp_path)
+    with pytest.raises(NmtError, match=r"second: its corpus came from .*first; name that directory"):
+        distill([tiny_trained_run], distill_data, tmp_path / "third", linear, device="cpu",
+                corpus_from=tmp_path / "second")
     record = json.loads((tmp_path / "first" / "distill.json").read_text(encoding="utf-8"))
     record["stages"]["filter"]["finished"] = False
     (tmp_path / "first" / "distill.json").write_text(json.dumps(record), encoding="utf-8")

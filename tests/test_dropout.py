@@ -118,3 +118,23 @@ def test_fused_residual_is_a_plain_sum_outside_training():
     x, y = torch.randn(5, 3), torch.randn(5, 3)
     assert torch.equal(add_dropout(x, y, 0.3, training=False), x + y)
     assert torch.equal(Dropout(0.3).eval().add_to(x, y), x + y)
+
+
+def test_fused_residual_of_a_broadcast_stream_is_the_sum_with_dropout():
+    """``x`` broadcast against ``y`` (shapes differ): the sum with :func:`dropout`, gradients of each shape."""
+    x = torch.randn(1, 7, 16, dtype=torch.float64, requires_grad=True)
+    y = torch.randn(24, 7, 16, dtype=torch.float64, requires_grad=True)
+    torch.manual_seed(6)
+    out = add_dropout(x, y, 0.3, training=True)
+    torch.manual_seed(6)
+    assert torch.equal(out, x + dropout(y, 0.3, training=True))
+    out.sum().backward()
+    assert x.grad.shape == x.shape and y.grad.shape == y.shape
+    assert torch.equal(x.grad, torch.full_like(x, 24.0))
+
+
+def test_fused_residual_gives_no_gradient_to_a_sublayer_that_needs_none():
+    x = torch.randn(8, 16, requires_grad=True)
+    y = torch.randn(8, 16)  # no gradient wanted
+    add_dropout(x, y, 0.2, training=True).sum().backward()
+    assert torch.equal(x.grad, torch.ones_like(x)) and y.grad is None

@@ -84,7 +84,8 @@ def distill_command(teachers, data, out_dir, student, student_decoder, keep, dro
     record = (distill_check(out_dir, options, **settings) if check
               else distill(teachers, data, out_dir, options, corpus_from=corpus_from, **settings))
     for name, stage in record["stages"].items():
-        click.echo(f"{name:<10} {stage['seconds']:>9,.1f} s" + (f"  {stage['skipped']}" if "skipped" in stage else ""))
+        click.echo(f"{name:<10} {stage['seconds']:>9,.1f} s" + (f"  {stage['skipped']}" if "skipped" in stage else "")
+                   + (f"  taken from {stage['reused_from']}" if "reused_from" in stage else ""))
     click.echo(f"student: {record['student']}" + (f"  export: {record['export']}" if record["export"] else "")
                + (f"  shortlist: {record['shortlist']}" if record.get("shortlist") else ""))
     for name, score in record.get("check", {}).items():

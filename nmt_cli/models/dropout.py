@@ -47,7 +47,7 @@ def _scale_kept(x: Tensor, keep: Tensor, scale: float) -> Tensor:
 
 
 class _ScaleKept(torch.autograd.Function):
-    """``where(keep, x, 0) * scale``; the gradient is the same map of the incoming one."""
+    """:func:`_scale_kept` of ``x``; the gradient is the same map of the incoming one."""
 
     @staticmethod
     def forward(ctx, x: Tensor, keep: Tensor, scale: float) -> Tensor:
@@ -62,8 +62,8 @@ class _ScaleKept(torch.autograd.Function):
 
 
 class _AddScaledKept(torch.autograd.Function):
-    """``x + where(keep, y, 0) * scale`` in one pass (``addcmul``), the residual connection's
-    ``x + dropout(y)``; the gradient of ``x`` is the incoming one, that of ``y`` its dropout map."""
+    """``x + y * keep * scale`` in one ``addcmul``, the residual connection's ``x + dropout(y)``;
+    the gradient of ``x`` is the incoming one, that of ``y`` its dropout map (:func:`_scale_kept`)."""
 
     @staticmethod
     def forward(ctx, x: Tensor, y: Tensor, keep: Tensor, scale: float) -> Tensor:
@@ -74,7 +74,8 @@ class _AddScaledKept(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor):
         (keep,) = ctx.saved_tensors
-        return grad, _scale_kept(grad, keep, ctx.scale).to(ctx.y_dtype), None, None
+        grad_y = _scale_kept(grad, keep, ctx.scale).to(ctx.y_dtype) if ctx.needs_input_grad[1] else None
+        return grad, grad_y, None, None
 
 
 def _drop_levels(x: Tensor, p: float) -> int | None:
@@ -96,7 +97,10 @@ def dropout(x: Tensor, p: float, training: bool) -> Tensor:
 def add_dropout(x: Tensor, y: Tensor, p: float, training: bool) -> Tensor:
     """``x + dropout(y, p, training)``, one ``addcmul`` on a CPU (a residual connection).
 
-    The same mask as :func:`dropout` draws; ``x`` and ``y`` of the same shape.
+    The same mask as :func:`dropout` draws. ``y * scale`` is rounded once, in the result's
+    dtype: the same values as the sum for a float32 or float64 ``x``, while a bf16 or fp16 ``x``
+    with ``y`` of its dtype skips the rounding of ``dropout(y)`` before the sum. Shapes that
+    differ (a broadcast ``x``) take the sum with :func:`dropout`.
     """
     if not training or p == 0:
         return x + y
