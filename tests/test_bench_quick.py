@@ -80,7 +80,7 @@ def test_train_profile_quick_splits_an_update_into_parts_that_add_up(work: Path)
     assert report["script"] == "train_profile" and report["variant"] == "1 thread, models tiny"
     rows = [dict(zip(report["columns"], row)) for row in report["rows"]]
     parts = [row for row in rows if row["share"] and row["part"] != "whole update"
-             and not row["part"].startswith("ceiling")]
+             and not row["part"].startswith(("ceiling", "target"))]
     names = {row["part"] for row in parts}
     assert {"matrix products (mm, addmm, bmm)", "Python and dispatch (wall time outside every operator)"} <= names
     assert any(name.startswith("attention") for name in names) and any(name.startswith("loss") for name in names)
@@ -92,6 +92,11 @@ def test_train_profile_quick_splits_an_update_into_parts_that_add_up(work: Path)
     assert "tgt tok/s" in whole["note"] and figure(whole["ms / update"]) > 0
     (rate,) = [row for row in rows if row["part"] == "products in training: rate reached"]
     assert "% of peak" in rate["note"]
+    # issue 57's 70% target: the update it allows, and what that leaves beside the products
+    (target,) = [row for row in rows if row["part"] == "target: products at 70% of peak over the whole update"]
+    at_peak = figure(next(row for row in rows if row["part"].startswith("ceiling: products at the peak"))["ms / update"])
+    assert figure(target["ms / update"]) == pytest.approx(at_peak / 0.7, rel=0.01, abs=0.1)
+    assert "out of reach at these shapes" in target["note"] or "for everything else, which takes" in target["note"]
 
 
 def test_translate_speed_quick_reports_equal_work_rows(work: Path) -> None:
