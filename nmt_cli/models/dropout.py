@@ -98,9 +98,11 @@ def add_dropout(x: Tensor, y: Tensor, p: float, training: bool) -> Tensor:
     """``x + dropout(y, p, training)``, one ``addcmul`` on a CPU (a residual connection).
 
     The same mask as :func:`dropout` draws. ``y * scale`` is rounded once, in the result's
-    dtype: the same values as the sum for a float32 or float64 ``x``, while a bf16 or fp16 ``x``
-    with ``y`` of its dtype skips the rounding of ``dropout(y)`` before the sum. Shapes that
-    differ (a broadcast ``x``) take the sum with :func:`dropout`.
+    dtype: the same values as the sum where ``x`` and ``y`` are both float32 (or float64); where
+    the sum would first round ``dropout(y)`` to ``y``'s lower precision (a bf16 sublayer output
+    added to autocast's float32 stream, or both bf16) that rounding is skipped, so bf16
+    training differs from the unfused sum in the last bits. Shapes that differ (a broadcast
+    ``x``) take the sum with :func:`dropout`.
     """
     if not training or p == 0:
         return x + y
