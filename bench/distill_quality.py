@@ -177,23 +177,13 @@ def train_teacher(name: str, teacher: Teacher, root: Path, quick: bool) -> dict:
     return record
 
 
-def distill_student(teacher: dict, out: Path, quick: bool) -> dict:
-    """``nmt distill`` of ``teacher`` into ``out`` (resumes by itself); its record (distill.json)."""
+def distill_student(teacher: dict, out: Path, quick: bool, stage: str = "distill", options: tuple = ()) -> dict:
+    """``nmt distill`` of ``teacher`` into ``out`` with ``options`` (resumes by itself), its load kept
+    as a run of ``stage`` and its output in ``<out>.log``; its record (distill.json)."""
     sets = [arg for item in (QUICK_STUDENT if quick else ()) for arg in ("--set", item)]
     command = nmt_command("distill", "--teacher", teacher["model"], "--data", teacher["data"], "--out", out,
-                          *(["--chunk-lines", 100] if quick else []), *sets)
-    run_logged(command, out.parent / "distill.log", "distill")
-    return PipelineRecord(out / "distill.json").to_json()
-
-
-def distill_linear_student(teacher: dict, out: Path, corpus_from: Path, quick: bool) -> dict:
-    """A student with a linear-attention decoder, of the corpus distilled in ``corpus_from``
-    (``nmt distill --corpus-from``: no corpus stage runs again); its record (distill.json)."""
-    sets = [arg for item in (QUICK_STUDENT if quick else ()) for arg in ("--set", item)]
-    command = nmt_command("distill", "--teacher", teacher["model"], "--data", teacher["data"], "--out", out,
-                          "--corpus-from", corpus_from, "--student-decoder", "linear",
-                          *(["--chunk-lines", 100] if quick else []), *sets)
-    run_logged(command, out.parent / "distill-linear.log", "distill linear")
+                          *options, *(["--chunk-lines", 100] if quick else []), *sets)
+    run_logged(command, out.parent / f"{out.name}.log", stage)
     return PipelineRecord(out / "distill.json").to_json()
 
 
@@ -464,7 +454,8 @@ def main() -> None:
         trained = train_teacher(name, teacher, root, args.quick)
         student = distill_student(trained, root / "distill", args.quick)
         teacher_export = export_teacher(trained, root / "teacher-ct2")
-        linear = (distill_linear_student(trained, root / "distill-linear", root / "distill", args.quick)
+        linear = (distill_student(trained, root / "distill-linear", args.quick, "distill linear",
+                                  ("--corpus-from", root / "distill", "--student-decoder", "linear"))
                   if name in linear_names else None)
         if args.stages_only:
             print(f"{name}: stages done under {root}; the timed rows are left for a run without --stages-only")

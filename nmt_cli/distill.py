@@ -292,6 +292,14 @@ CORPUS_SETTINGS = ("teachers", "data", "keep", "beam", "drop_share", "shortlist"
 CORPUS_STAGES = ("translate", "filter", "shortlist")
 
 
+def _corpus_parts(shortlist: bool) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The corpus settings and stages a student takes from another distillation: without a
+    shortlist of its own, neither the shortlist setting nor its stage (a corpus with one will do)."""
+    if shortlist:
+        return CORPUS_SETTINGS, CORPUS_STAGES
+    return tuple(key for key in CORPUS_SETTINGS if key != "shortlist"), CORPUS_STAGES[:-1]
+
+
 def distill(teachers: Sequence[str | os.PathLike], data: str | os.PathLike, out_dir: str | os.PathLike,
             options: DistillOptions = DistillOptions(), device: str = "auto", workers: int | None = None,
             progress: bool = True, stream: TextIO | None = None,
@@ -356,7 +364,7 @@ def distill(teachers: Sequence[str | os.PathLike], data: str | os.PathLike, out_
             shortlist_stage = Stage("shortlist", (*filter_stage.outputs, *sources[:-1]), (SHORTLISTED,))
             run_stage(shortlist_stage, lambda: _shortlist(teachers, prepared, root, options, device, stream))
     else:
-        for name in CORPUS_STAGES if options.shortlist is not None else CORPUS_STAGES[:-1]:
+        for name in _corpus_parts(options.shortlist is not None)[1]:
             seconds_there = source_record.stages[name].seconds
             run_stage(_reused_stage(source_record, name),
                       lambda: (0.0, {"reused_from": str(source), "seconds_there": seconds_there}))
@@ -381,19 +389,19 @@ def _corpus_source(source: Path, settings: dict) -> PipelineRecord:
     """The record of the distillation in ``source`` whose corpus a new student takes: it must
     have made its corpus stages with these corpus settings (a one-line error names what differs
     or what has not finished)."""
-    record = PipelineRecord(source / RECORD)  # a student without a shortlist may take a corpus with one
+    record = PipelineRecord(source / RECORD)
     recorded = record.results.get("settings")
     if recorded is None:
         raise NmtError(f"--corpus-from {source}: no {RECORD} with settings there (not an nmt distill directory)")
     if recorded.get("corpus_from"):
         raise NmtError(f"--corpus-from {source}: its corpus came from {recorded['corpus_from']}; name that directory")
-    for key in (key for key in CORPUS_SETTINGS if key != "shortlist" or settings[key] is not None):
+    keys, stages = _corpus_parts(settings["shortlist"] is not None)
+    for key in keys:
         if json.loads(json.dumps(recorded.get(key))) != json.loads(json.dumps(settings[key])):
             hint = "; --no-shortlist takes a corpus without one" if key == "shortlist" else ""
             raise NmtError(f"--corpus-from {source}: its corpus was distilled with {key} {recorded.get(key)!r}, "
                            f"not {settings[key]!r}{hint}")
-    needed = [name for name in CORPUS_STAGES if name != "shortlist" or settings["shortlist"] is not None]
-    for name in needed:
+    for name in stages:
         stage = record.stages.get(name)
         if stage is None or not record.finished(stage.stage):
             raise NmtError(f"--corpus-from {source}: its {name} stage has not finished; finish that distillation "
