@@ -36,7 +36,7 @@ from pathlib import Path
 
 import yaml
 
-from run_recipe import CHECK_OVERRIDES, RECIPES, nmt, recipe_path, run as run_recipe, stage_minutes
+from run_recipe import CHECK_OVERRIDES, RECIPES, nmt, recipe_path, run as run_recipe, stage_minutes, with_shared_data
 
 ADAPTATIONS = RECIPES / "adaptation"
 BEGIN, END = "<!-- adaptation:begin -->", "<!-- adaptation:end -->"
@@ -87,7 +87,7 @@ def trained(run_dir: Path) -> Path:
 
 def run(name: str, out_root: Path, check: bool, models: tuple[str, ...] = MODELS) -> Path:
     """Train and score ``models`` (of ``MODELS``) for the adaptation recipe ``name``."""
-    spec = yaml.safe_load((ADAPTATIONS / f"{name}.yaml").read_text(encoding="utf-8"))
+    spec = with_shared_data(yaml.safe_load((ADAPTATIONS / f"{name}.yaml").read_text(encoding="utf-8")))
     info = spec["adaptation"]
     out = out_root / info["name"]
     if check and out.exists():

@@ -55,6 +55,9 @@ CHECK_OVERRIDES = {
     "decode.max_len_b": 5,
 }
 
+#: the recipes name their local corpora under this folder, relative to the checkout's parent
+RECIPE_SHARED_DATA = "../shared/data"
+
 #: GPU-sized recipes keep their layout but shrink widths and depths in ``--check`` so the
 #: whole check stays within CI's time on 2 CPU cores (documented in recipes/README.md)
 CHECK_SHRINK = {
@@ -75,6 +78,22 @@ def recipe_path(name: str) -> Path:
         names = ", ".join(sorted(p.stem for p in RECIPES.glob("*.yaml")))
         sys.exit(f"error: unknown recipe {name!r}; available: {names}")
     return path
+
+
+def with_shared_data(settings):
+    """``settings`` (a recipe's YAML, loaded) with every path under ``../shared/data`` moved to
+    ``$NMT_SHARED_DATA`` when that is set: a checkout away from ``../shared`` then runs the recipes
+    on the same copy of the data that its tests and benches read."""
+    root = os.environ.get("NMT_SHARED_DATA")
+    if not root:
+        return settings
+    if isinstance(settings, dict):
+        return {key: with_shared_data(value) for key, value in settings.items()}
+    if isinstance(settings, list):
+        return [with_shared_data(value) for value in settings]
+    if isinstance(settings, str) and (settings == RECIPE_SHARED_DATA or settings.startswith(RECIPE_SHARED_DATA + "/")):
+        return root.rstrip("/") + settings[len(RECIPE_SHARED_DATA):]
+    return settings
 
 
 def list_recipes() -> None:
@@ -113,6 +132,10 @@ def run(name: str, out_root: Path, check: bool, extra: list[str], hub_root: str 
     if check and out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
+    resolved = with_shared_data(raw)
+    if resolved != raw:  # the stages read a copy of the recipe that names $NMT_SHARED_DATA
+        config = out / "recipe.yaml"
+        config.write_text(yaml.safe_dump(resolved, sort_keys=False), encoding="utf-8")
     log = out / "stages.log"
     overrides: dict[str, object] = {}
     if check:

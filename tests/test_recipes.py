@@ -3,7 +3,7 @@
 Hub datasets named by recipes (``wmt/wmt14``, ``bbaaaa/iwslt14-de-en``) are replaced by
 local copies in the hub's own layout (a README with ``configs`` and parquet files with a
 ``translation`` column), loaded by the same ``load_dataset(path, config)`` call.
-Multi30k recipes read ``../shared/data/multi30k`` and skip when it is absent.
+Multi30k recipes read ``../shared/data/multi30k`` (or ``$NMT_SHARED_DATA/multi30k``) and skip when it is absent.
 """
 
 from __future__ import annotations
@@ -105,6 +105,20 @@ def recipe_script(name: str):
         return importlib.import_module(name)
     finally:
         sys.path.pop(0)
+
+
+def test_recipes_read_nmt_shared_data_when_it_is_set(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The data tests skip by ``$NMT_SHARED_DATA``; the recipes they run must then read the same copy."""
+    run_recipe = recipe_script("run_recipe")
+    raw = yaml.safe_load((REPO / "recipes" / "general-deen-transformer.yaml").read_text(encoding="utf-8"))
+    monkeypatch.delenv("NMT_SHARED_DATA", raising=False)
+    assert run_recipe.with_shared_data(raw) == raw
+    monkeypatch.setenv("NMT_SHARED_DATA", f"{tmp_path}/data/")
+    resolved = run_recipe.with_shared_data(raw)
+    assert resolved["data"]["path"] == f"{tmp_path}/data/tatoeba-deen"
+    assert resolved["data"]["corpora"][0]["path"] == f"{tmp_path}/data/multi30k"
+    assert "../shared" not in yaml.safe_dump(resolved) and resolved["model"] == raw["model"]
+    assert run_recipe.with_shared_data("../shared/database") == "../shared/database"  # a prefix of a name is not the folder
 
 
 @pytest.fixture(scope="module")
