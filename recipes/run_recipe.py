@@ -55,7 +55,7 @@ CHECK_OVERRIDES = {
     "decode.max_len_b": 5,
 }
 
-#: the recipes name their local corpora under this folder, relative to the checkout's parent
+#: where the recipes name their local corpora: a path relative to the checkout, which they run from
 RECIPE_SHARED_DATA = "../shared/data"
 
 #: GPU-sized recipes keep their layout but shrink widths and depths in ``--check`` so the
