@@ -20,7 +20,8 @@ loss, backward, clip, Adam) runs ``--steps`` times after a warm-up.
   time; the profiler's own cost (the profiled less the plain wall time, in the whole-update
   row) falls mostly on this part and on the small operators.
 - **Ceiling**: the matrix-product FLOPs of an update (counted as ``model_flops.py`` counts
-  them) at the best ``torch.mm`` rate of this machine (``model_flops.matmul_peak_gflops``),
+  them) at the best ``torch.mm`` rate of this machine (``model_flops.matmul_peak_gflops``,
+  timed just before and just after each shape's runs: a shared host's speed drifts),
   and at the rates ``torch.mm`` / ``torch.bmm`` reach on the update's own product shapes,
   timed alone (the LSTM layers at the peak rate): the time of an update that did nothing
   but its products. The rate the products reach inside training is their FLOPs over their
@@ -292,6 +293,14 @@ def _profile_trainer(trainer, steps: int, warmup: int, threads: int) -> ShapePro
                         counter.get_total_flops() * scale, lstm_flops * scale, shape_seconds * scale)
 
 
+def peak_rate(threads: int) -> float:
+    """This machine's best ``torch.mm`` rate now (GFLOP/s); on one thread timed by this process's CPU
+    time, as the rates of the update's own shapes are."""
+    if threads == 1:
+        return max(product_rate((1, *shape), time.process_time) for shape in PEAK_SHAPES)
+    return matmul_peak_gflops(threads=threads)
+
+
 def target_row(at_peak: float, at_shapes: float, wall: float, parts_ms: dict[str, float],
                profiled_wall: float) -> tuple[str, str, str]:
     """ms / update, share and note of the update that would run its products at
@@ -333,16 +342,15 @@ def main() -> None:
         f"{args.threads} thread{'s' if args.threads > 1 else ''}" if args.threads != THREADS else "",
         "models " + ", ".join(names) if args.models else ""]))
     load_before = os.getloadavg()[0]
-    if args.threads == 1:  # timed on this process's CPU time, as the rates of the update's own shapes
-        peak = max(product_rate((1, *shape), time.process_time) for shape in PEAK_SHAPES)
-    else:
-        peak = matmul_peak_gflops(threads=args.threads)
+    peaks = {}
     torch.set_num_threads(args.threads)
     for name in names:
         spec = SHAPES[name]
         steps = args.steps or (QUICK_STEPS if args.quick else STEPS[name])
         shape = f"{name}: {spec.describe()}"
+        peak_before = peak_rate(args.threads)
         runs = [profile_shape(prepared, spec, steps, 1 if args.quick else WARMUP, args.threads) for _ in range(repeats_of(args))]
+        peak = peaks[name] = max(peak_before, peak_rate(args.threads))
         measured = runs[len(runs) // 2] if len(runs) > 1 else runs[0]
         walls = [statistics.median(run.wall_ms) for run in runs]
         wall = statistics.median(walls)
@@ -380,7 +388,9 @@ def main() -> None:
         f"timed updates after {1 if args.quick else WARMUP} warm-up ones, median of {repeats_of(args)} run(s); "
         "parts: one more pass of as many updates under torch.profiler (each operator's own time; "
         "Python and dispatch: the profiled wall time less every operator's time; shares of the profiled wall time)",
-        f"peak: the best torch.mm rate on {args.threads} thread(s) over model_flops.PEAK_SHAPES ({fmt(peak)} GFLOP/s)"
+        f"peak: the best torch.mm rate on {args.threads} thread(s) over model_flops.PEAK_SHAPES, timed just before and "
+        f"just after each shape's runs, as the machine's speed drifts ({', '.join(f'{n} {fmt(v)}' for n, v in peaks.items())} "
+        "GFLOP/s)"
         + (", kernels timed by this process's CPU time (one thread: not slowed by other processes)"
            if args.threads == 1 else "") + "; FLOPs of matrix products only, counted as model_flops.py counts them",
         f"the machine is shared: 1-minute load average {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} "
