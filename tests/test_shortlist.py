@@ -361,10 +361,16 @@ def test_batch_scope_changes_few_outputs_and_sentence_scope_none(model_and_data,
 def test_the_int8_export_with_its_map_agrees_with_the_torch_shortlist_as_int8_agrees_without(
         model_and_data, gold_shortlist, vmap_exports, beam, record_property):
     """int8 alone changes many outputs of this small model (on AVX2 without VNNI most:
-    tests/test_ctranslate2_engine.py). The stated tolerance: with its map (either scope) the
-    int8 export's outputs equal the torch engine's shortlisted float32 outputs at most 5 points
-    less often, and its BLEU is at most 1 point further from theirs, than without the map
-    against the full float32 model: the map adds no disagreement of its own beyond that."""
+    tests/test_ctranslate2_engine.py). The stated tolerance: with its map the int8 export's
+    outputs equal the float32 outputs with the same candidates at most 5 points less often, and
+    its BLEU is at most 1 point further from theirs, than without the map against the full
+    float32 model: the map adds no disagreement of its own beyond that. The float32 outputs with
+    the same candidates are the torch engine's shortlisted ones at sentence scope (which the
+    float32 export with its map equals), and the float32 export's own at batch scope, whose
+    union of a batch's candidates changes some outputs by itself (counted against each sentence
+    alone in test_batch_scope_changes_few_outputs_and_sentence_scope_none): on an AMD EPYC with
+    AVX-512 VNNI that union and int8 together took the beam-4 agreement with torch's shortlisted
+    outputs 7.5 points below int8's without the map, int8 alone 4."""
     run, _, sources = model_and_data
     exported = vmap_exports[("int8", "gold")]
     torch_full = _translator(run, beam_size=beam).translate(sources)
@@ -375,12 +381,14 @@ def test_the_int8_export_with_its_map_agrees_with_the_torch_shortlist_as_int8_ag
     bleu_gap_without = abs(_bleu(without, model_and_data) - _bleu(torch_full, model_and_data))
     for scope in ("batch", "sentence"):
         listed = _ct2(exported, scope, beam).translate(sources)
-        agreement = _agreement(listed, torch_listed)
+        float32_listed = torch_listed if scope == "sentence" else _ct2(
+            vmap_exports[("float32", "gold")], scope, beam).translate(sources)
+        agreement = _agreement(listed, float32_listed)
         record_property(f"int8_{scope}_agreement", agreement)
-        print(f"\nbeam {beam}, int8 {scope} scope: {agreement:.3f} of outputs equal torch's shortlisted ones; "
+        print(f"\nbeam {beam}, int8 {scope} scope: {agreement:.3f} of outputs equal float32's with the same candidates; "
               f"without the map {agreement_without:.3f} equal torch's full ones")
         assert agreement >= agreement_without - 0.05
-        assert abs(_bleu(listed, model_and_data) - _bleu(torch_listed, model_and_data)) <= bleu_gap_without + 1.0
+        assert abs(_bleu(listed, model_and_data) - _bleu(float32_listed, model_and_data)) <= bleu_gap_without + 1.0
 
 
 def _agreement(first, second) -> float:
