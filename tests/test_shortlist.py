@@ -251,12 +251,11 @@ def test_on_a_tiny_model_every_piece_changes_nothing_and_a_batch_changes_nothing
 @pytest.mark.slow  # the 800-step trained_transformer
 @pytest.mark.parametrize("beam", [1, 4])
 def test_the_export_with_its_vocabulary_map_translates_as_the_torch_shortlist(model_and_data, gold_shortlist,
-                                                                              tmp_path, beam):
-    pytest.importorskip("ctranslate2")
-    from nmt_cli.export import export_ctranslate2, read_export_record
+                                                                              vmap_exports, tmp_path, beam):
+    from nmt_cli.export import read_export_record
 
     run, _, sources = model_and_data
-    exported = export_ctranslate2(run, tmp_path / "export", "float32", shortlist=gold_shortlist)
+    exported = vmap_exports[("float32", "gold")]
     assert read_export_record(exported).shortlist["fingerprint"] == gold_shortlist.fingerprint
     vmap = (exported / "vmap.txt").read_text(encoding="utf-8").splitlines()
     assert vmap[0].startswith("\t") and len(vmap) == 1 + len(gold_shortlist.translations)
