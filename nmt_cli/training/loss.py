@@ -10,6 +10,9 @@ al. 2024 ("Cut Your Losses in Large-Vocabulary Language Models").
 
 from __future__ import annotations
 
+import functools
+from typing import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -31,22 +34,41 @@ def _block_rows(device: torch.device, vocab: int) -> int:
 SMALLEST_TARGET_PROB = 1e-30
 
 
-def _log_partition(logits: Tensor, probs: Tensor, labels: Tensor, target_logits: Tensor, weights: Tensor) -> Tensor:
-    """``logsumexp_v z_v`` of each row of a block, from its logits and their softmax.
+def _log_partition(probs: Tensor, labels: Tensor, target_logits: Tensor, weights: Tensor,
+                   row_max: Tensor | Callable[[], Tensor]) -> Tensor:
+    """``logsumexp_v z_v`` of each row of a block, from the softmax ``probs`` of its logits.
 
     ``lse = z_y - log p_y`` for the target ``y``, when every real row's ``p_y`` is at least
-    :data:`SMALLEST_TARGET_PROB`: two gathers instead of two passes over the ``(n, V)``
-    block, which on a CPU are what the loss spends most on apart from its products. Padding
-    rows (weight 0) count as ``p_y = 1``; their loss is multiplied by 0 and must stay finite.
-    Otherwise, and on other devices (where the check would wait for the device), ``lse =
-    max z - log max p``: ``max p >= 1 / V`` cannot underflow.
+    :data:`SMALLEST_TARGET_PROB`: a gather instead of a pass over the ``(n, V)`` block, which
+    on a CPU is what the loss spends most on apart from its products. Padding rows (weight
+    0) count as ``p_y = 1``; their loss is multiplied by 0 and must stay finite. Otherwise,
+    and on other devices (where the check would wait for the device), ``lse = max z - log
+    max p``: ``max p >= 1 / V`` cannot underflow. ``row_max`` is ``max z`` (n,), or a function
+    that computes it (the logits themselves are gone: the softmax overwrote them).
     """
-    if logits.device.type == "cpu":
+    if probs.device.type == "cpu":
         real = weights > 0
         target_probs = torch.where(real, probs.gather(-1, labels).squeeze(-1), 1.0)
         if bool((target_probs >= SMALLEST_TARGET_PROB).all()):
             return target_logits - target_probs.log()
-    return logits.amax(dim=-1) - probs.amax(dim=-1).log()
+    return (row_max() if callable(row_max) else row_max) - probs.amax(dim=-1).log()
+
+
+def _block_logits(inputs: Tensor, projection: Tensor, offset: Tensor | None, exact: torch.dtype,
+                  buffer: Tensor | None) -> Tensor:
+    """``inputs @ projection^T + offset`` (n, V) in ``exact``; into ``buffer``'s first rows where given
+    (the products' dtype is ``exact``), so every block reuses the same memory."""
+    if buffer is None:
+        return F.linear(inputs, projection, offset).to(exact)
+    out = buffer[: inputs.size(0)]
+    if offset is None:
+        return torch.mm(inputs, projection.t(), out=out)
+    return torch.addmm(offset, inputs, projection.t(), out=out)
+
+
+def _row_max(inputs: Tensor, projection: Tensor, offset: Tensor | None, exact: torch.dtype) -> Tensor:
+    """The largest logit of each row (n,), the block's product taken again."""
+    return F.linear(inputs, projection, offset).to(exact).amax(dim=-1)
 
 
 class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
@@ -61,7 +83,9 @@ class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
     differentiated.
 
     A block's ``(n, V)`` logits are read as few times as possible, with one ``exp`` each (the
-    part of the loss that is not a matrix product): ``softmax`` gives ``p``; the log-partition
+    part of the loss that is not a matrix product), and kept in cache: each block's product
+    writes into the same buffer (float32 and float64) and ``softmax`` overwrites the logits
+    with ``p``, so a block needs one ``(n, V)`` array, not two fresh ones; the log-partition
     ``lse`` comes from ``p_y`` where that is safe (:func:`_log_partition`); ``-log p_y = lse -
     z_y``; the mean of the logits over the vocabulary is ``x . mean(W) + mean(b)``, a product
     of ``F`` numbers a row. The row weights ``w`` scale the ``(n, F)``
@@ -92,13 +116,18 @@ class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
                 grad_bias = None if bias is None else torch.zeros(vocab, dtype=exact, device=device)
                 weighted_input_sum = torch.zeros(rows.size(1), dtype=exact, device=device)  # sum_i w_i x_i
             step = _block_rows(device, vocab)
+            # float32 / float64 products write each block's logits into one buffer, in cache
+            buffer = (torch.empty((min(step, rows.size(0)), vocab), dtype=exact, device=device)
+                      if compute_dtype == exact else None)
             for start in range(0, rows.size(0), step):
                 block = slice(start, start + step)
-                logits = F.linear(inputs[block], projection, offset).to(exact)  # (n, V)
+                logits = _block_logits(inputs[block], projection, offset, exact, buffer)  # (n, V)
                 labels, weights = target[block, None], row_weights[block]  # (n, 1), (n,)
-                probs = torch.softmax(logits, dim=-1)
                 target_logits = logits.gather(-1, labels).squeeze(-1)  # (n,): z_y
-                log_partition = _log_partition(logits, probs, labels, target_logits, weights)  # (n,): logsumexp_v z_v
+                row_max = (functools.partial(_row_max, inputs[block], projection, offset, exact)
+                           if device.type == "cpu" else logits.amax(dim=-1))  # (n,): max z, on a CPU only if needed
+                probs = torch.ops.aten._softmax.out(logits, -1, False, out=logits)  # in place: the logits are gone
+                log_partition = _log_partition(probs, labels, target_logits, weights, row_max)  # (n,): logsumexp_v z_v
                 nll = log_partition - target_logits  # (n,)
                 if smoothing:
                     exact_inputs = inputs[block].to(exact)
@@ -106,7 +135,6 @@ class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
                     loss = (1.0 - smoothing) * nll + smoothing * (log_partition - mean_logits)
                 else:
                     loss = nll
-                del logits
                 loss_sum += (loss * weights).sum()
                 nll_sum += (nll * weights).sum()
                 if not with_gradient:
