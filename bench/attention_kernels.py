@@ -32,7 +32,7 @@ from nmt_cli.models.attention.multihead import MultiHeadAttention, SoftmaxAttent
 TOKENS = 2048  # a batch's tokens, train_speed.py's max_tokens
 HEAD_SHAPES = ((4, 32, "tiny"), (8, 64, "base"))  # heads, d_k, the model they come from
 LENGTHS = (8, 16, 24, 32, 48, 64, 96, 128)
-QUICK_LENGTHS = (16, 96)
+QUICK_LENGTHS = (16, 128)  # one on each side of EXPLICIT_MAX_KEYS
 CALLS = 30  # forward + backward passes timed per repeat, after 5 untimed ones
 
 
