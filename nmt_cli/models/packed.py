@@ -14,7 +14,9 @@ many sizes holds more than it would with MKL, bounded by that cache (peak RSS in
 BENCHMARKS.md). Rounding rows up to a few sizes bounded it further but cost speed.
 
 :func:`pack_linear_layers` replaces every ``nn.Linear`` of a model in place. Training never
-sees a packed model: only :class:`~nmt_cli.decoding.Translator` packs, after loading.
+sees a packed model: only :class:`~nmt_cli.decoding.Translator` packs, after loading. The
+training loss packs the output layer's weight itself, once per batch, for its blocks'
+products with it (:func:`pack_weight`, :func:`packed_linear`; ``training/loss.py``).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from torch import Tensor, nn
 
 from nmt_cli.models.attention.multihead import MultiHeadAttention
 
-__all__ = ["PackedLinear", "can_pack", "pack_linear_layers"]
+__all__ = ["PackedLinear", "can_pack", "pack_linear_layers", "pack_weight", "packed_linear"]
 
 #: rows the reordered layout is tuned for; decoding steps have tens to hundreds (the layout
 #: works for any number of rows, and the rate hardly depends on this hint)
@@ -37,6 +39,16 @@ def can_pack(device: torch.device) -> bool:
             and hasattr(torch.ops.mkldnn, "_reorder_linear_weight") and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
 
 
+def pack_weight(weight: Tensor, rows_hint: int = ROWS_HINT) -> Tensor:
+    """A float32 ``weight`` (out, in) reordered into oneDNN's blocked layout, for :func:`packed_linear`."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), rows_hint)
+
+
+def packed_linear(x: Tensor, packed_weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """``x W^T + b`` (..., out) with ``W`` reordered by :func:`pack_weight`."""
+    return torch.ops.mkldnn._linear_pointwise(x, packed_weight, bias, "none", [], "")
+
+
 class PackedLinear(nn.Module):
     """``y = x W^T + b`` with ``W`` reordered once for oneDNN (inference only, float32 CPU)."""
 
@@ -46,13 +58,12 @@ class PackedLinear(nn.Module):
         weight = linear.weight.detach().float().contiguous()
         if keep_float:  # the output layer: a lexical shortlist gathers its rows (models/output_rows.py)
             self.float_weight = weight
-        self.register_buffer("packed_weight", torch.ops.mkldnn._reorder_linear_weight(weight, ROWS_HINT),
-                             persistent=False)
+        self.register_buffer("packed_weight", pack_weight(weight), persistent=False)
         bias = None if linear.bias is None else linear.bias.detach().float().clone()
         self.register_buffer("bias", bias, persistent=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        return torch.ops.mkldnn._linear_pointwise(x, self.packed_weight, self.bias, "none", [], "")
+        return packed_linear(x, self.packed_weight, self.bias)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"

@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from nmt_cli.models.packed import can_pack, pack_weight, packed_linear
+
 __all__ = ["label_smoothed_cross_entropy"]
 
 #: logits per block: 2M float32 values (8 MiB) on CPU, where the block should stay in cache;
@@ -54,21 +56,40 @@ def _log_partition(probs: Tensor, labels: Tensor, target_logits: Tensor, weights
     return (row_max() if callable(row_max) else row_max) - probs.amax(dim=-1).log()
 
 
-def _block_logits(inputs: Tensor, projection: Tensor, offset: Tensor | None, exact: torch.dtype,
-                  buffer: Tensor | None) -> Tensor:
-    """``inputs @ projection^T + offset`` (n, V) in ``exact``; into ``buffer``'s first rows where given
-    (the products' dtype is ``exact``), so every block reuses the same memory."""
-    if buffer is None:
-        return F.linear(inputs, projection, offset).to(exact)
-    out = buffer[: inputs.size(0)]
-    if offset is None:
-        return torch.mm(inputs, projection.t(), out=out)
-    return torch.addmm(offset, inputs, projection.t(), out=out)
+class _OutputProducts:
+    """A block's two products with the output layer's weight ``W`` (V, F): the logits ``x W^T + b``
+    (in ``exact``) and the rows' gradient ``dz W``.
 
+    On a CPU in float32 both run through oneDNN with ``W`` reordered once per loss call
+    (:func:`~nmt_cli.models.packed.pack_weight`): torch's own float32 products go through MKL,
+    which on AMD CPUs takes a slower code path (:mod:`nmt_cli.models.packed`), and ``W`` is
+    the largest operand of the update. Elsewhere, torch's products.
+    """
 
-def _row_max(inputs: Tensor, projection: Tensor, offset: Tensor | None, exact: torch.dtype) -> Tensor:
-    """The largest logit of each row (n,), the block's product taken again."""
-    return F.linear(inputs, projection, offset).to(exact).amax(dim=-1)
+    def __init__(self, projection: Tensor, offset: Tensor | None, exact: torch.dtype, rows_hint: int,
+                 with_gradient: bool):
+        self.projection, self.offset, self.exact = projection, offset, exact
+        self.onednn = projection.dtype == torch.float32 and can_pack(projection.device)
+        if self.onednn:
+            self.logits_weight = pack_weight(projection, rows_hint)  # z = x W^T
+            self.gradient_weight = pack_weight(projection.t(), rows_hint) if with_gradient else None  # dz W
+
+    def logits(self, inputs: Tensor) -> Tensor:
+        """(n, V) logits of ``inputs`` (n, F)."""
+        if self.onednn:
+            return packed_linear(inputs, self.logits_weight, self.offset)
+        return F.linear(inputs, self.projection, self.offset).to(self.exact)
+
+    def row_max(self, inputs: Tensor) -> Tensor:
+        """(n,) the largest logit of each row, the product taken again."""
+        return self.logits(inputs).amax(dim=-1)
+
+    def rows_gradient(self, grad: Tensor, out: Tensor) -> None:
+        """``out = grad W``: (n, V) -> (n, F), for products in ``exact``."""
+        if self.onednn:
+            out.copy_(packed_linear(grad, self.gradient_weight))
+        else:
+            torch.mm(grad, self.projection, out=out)
 
 
 class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
@@ -83,9 +104,8 @@ class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
     differentiated.
 
     A block's ``(n, V)`` logits are read as few times as possible, with one ``exp`` each (the
-    part of the loss that is not a matrix product), and kept in cache: each block's product
-    writes into the same buffer (float32 and float64) and ``softmax`` overwrites the logits
-    with ``p``, so a block needs one ``(n, V)`` array, not two fresh ones; the log-partition
+    part of the loss that is not a matrix product): ``softmax`` overwrites the logits with ``p``
+    (in place, so a block needs one ``(n, V)`` array, not two); the log-partition
     ``lse`` comes from ``p_y`` where that is safe (:func:`_log_partition`); ``-log p_y = lse -
     z_y``; the mean of the logits over the vocabulary is ``x . mean(W) + mean(b)``, a product
     of ``F`` numbers a row. The row weights ``w`` scale the ``(n, F)``
@@ -116,15 +136,13 @@ class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
                 grad_bias = None if bias is None else torch.zeros(vocab, dtype=exact, device=device)
                 weighted_input_sum = torch.zeros(rows.size(1), dtype=exact, device=device)  # sum_i w_i x_i
             step = _block_rows(device, vocab)
-            # float32 / float64 products write each block's logits into one buffer, in cache
-            buffer = (torch.empty((min(step, rows.size(0)), vocab), dtype=exact, device=device)
-                      if compute_dtype == exact else None)
+            products = _OutputProducts(projection, offset, exact, step, with_gradient)
             for start in range(0, rows.size(0), step):
                 block = slice(start, start + step)
-                logits = _block_logits(inputs[block], projection, offset, exact, buffer)  # (n, V)
+                logits = products.logits(inputs[block])  # (n, V)
                 labels, weights = target[block, None], row_weights[block]  # (n, 1), (n,)
                 target_logits = logits.gather(-1, labels).squeeze(-1)  # (n,): z_y
-                row_max = (functools.partial(_row_max, inputs[block], projection, offset, exact)
+                row_max = (functools.partial(products.row_max, inputs[block])
                            if device.type == "cpu" else logits.amax(dim=-1))  # (n,): max z, on a CPU only if needed
                 probs = torch.ops.aten._softmax.out(logits, -1, False, out=logits)  # in place: the logits are gone
                 log_partition = _log_partition(probs, labels, target_logits, weights, row_max)  # (n,): logsumexp_v z_v
@@ -142,7 +160,7 @@ class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
                 grad = probs.scatter_add_(-1, labels, probs.new_full(labels.shape, -(1.0 - smoothing)))
                 weighted_inputs = inputs[block] * weights[:, None].to(compute_dtype)  # (n, F): w_i x_i
                 if compute_dtype == exact:  # float32 / float64: straight into the gradient buffers
-                    torch.mm(grad, projection, out=grad_rows[block])  # (n, F), rows not yet weighted
+                    products.rows_gradient(grad, grad_rows[block])  # (n, F), rows not yet weighted
                     grad_weight.addmm_(grad.t(), weighted_inputs)  # (V, F)
                 else:  # bf16 / fp16 matrix products, summed in float32
                     grad_low = grad.to(compute_dtype)
