@@ -29,6 +29,7 @@ from peers.ours import model_section
 from nmt_cli.config import Config
 from nmt_cli.data.prepared import PreparedData
 from nmt_cli.models import build_model
+from nmt_cli.models.packed import can_pack, pack_weight, packed_linear
 from nmt_cli.training.batching import collate, make_batches
 from nmt_cli.training.loss import label_smoothed_cross_entropy
 
@@ -66,6 +67,15 @@ def _cpu_attention_backward_flops(grad_out, query, key, value, *args, **kwargs) 
     return sdpa_backward_flop_count(grad_out, query, key, value)
 
 
+def _packed_product_flops(input_shape, weight_shape, *args, **kwargs) -> int:
+    """oneDNN's product with a packed weight (``mkldnn._linear_pointwise``: the float32 loss's products
+    with the output layer on a CPU): ``x W^T``, the weight (out, in)."""
+    return 2 * int(np.prod(input_shape[:-1])) * int(np.prod(weight_shape))
+
+
+#: whether this torch has oneDNN's packed products, which the float32 loss takes on a CPU
+ONEDNN = can_pack(torch.device("cpu"))
+
 #: products torch's counter has no formula for (it knows mm, bmm, addmm and the GPU attentions)
 EXTRA_FORMULAS = {
     torch.ops.aten.addmm_: _accumulating_product_flops,
@@ -73,6 +83,7 @@ EXTRA_FORMULAS = {
     torch.ops.aten.mkldnn_rnn_layer_backward: _rnn_layer_backward_flops,
     torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _cpu_attention_flops,
     torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward: _cpu_attention_backward_flops,
+    **({torch.ops.mkldnn._linear_pointwise: _packed_product_flops} if ONEDNN else {}),
 }
 
 
@@ -101,19 +112,31 @@ def flops_per_target_token(prepared: Path, spec: TransformerSpec | RnnSpec, max_
     return flops / tokens
 
 
+def product_runs(left: torch.Tensor, right: torch.Tensor) -> list:
+    """``left @ right`` as each library nmt-cli trains with runs it: ``torch.mm`` (MKL on a CPU)
+    and, in float32 where this torch has it, oneDNN with ``right`` packed (the loss's products)."""
+    runs = [lambda: torch.mm(left, right)]
+    if ONEDNN and left.dtype == torch.float32 and left.dim() == 2:
+        packed = pack_weight(right.t())
+        runs.append(lambda: packed_linear(left, packed))
+    return runs
+
+
 def matmul_peak_gflops(dtype: torch.dtype = torch.float32, threads: int = THREADS, repeats: int = 5) -> float:
-    """The best rate of ``torch.mm`` over :data:`PEAK_SHAPES` in ``dtype`` on ``threads`` threads (GFLOP/s)."""
+    """The best rate over :data:`PEAK_SHAPES` in ``dtype`` on ``threads`` threads (GFLOP/s), of ``torch.mm``
+    and of oneDNN's packed product (:func:`product_runs`): on AMD CPUs MKL's is the lower."""
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         best = 0.0
         for rows, inner, columns in PEAK_SHAPES:
             left, right = torch.randn(rows, inner, dtype=dtype), torch.randn(inner, columns, dtype=dtype)
-            torch.mm(left, right)  # warm-up: thread pool and packed buffers
-            for _ in range(repeats):
-                start = time.perf_counter()
-                torch.mm(left, right)
-                best = max(best, 2 * rows * inner * columns / (time.perf_counter() - start) / 1e9)
+            for run in product_runs(left, right):
+                run()  # warm-up: thread pool and packed buffers
+                for _ in range(repeats):
+                    start = time.perf_counter()
+                    run()
+                    best = max(best, 2 * rows * inner * columns / (time.perf_counter() - start) / 1e9)
         return best
     finally:
         torch.set_num_threads(previous)

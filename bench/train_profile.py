@@ -20,9 +20,11 @@ loss, backward, clip, Adam) runs ``--steps`` times after a warm-up.
   time; the profiler's own cost (the profiled less the plain wall time, in the whole-update
   row) falls mostly on this part and on the small operators.
 - **Ceiling**: the matrix-product FLOPs of an update (counted as ``model_flops.py`` counts
-  them) at the best ``torch.mm`` rate of this machine (``model_flops.matmul_peak_gflops``,
+  them) at the best product rate of this machine (``model_flops.matmul_peak_gflops``: ``torch.mm``
+  and, in float32, oneDNN with a packed weight, which the loss uses;
   timed just before and just after each shape's runs: a shared host's speed drifts),
-  and at the rates ``torch.mm`` / ``torch.bmm`` reach on the update's own product shapes,
+  and at the rates ``torch.mm`` / ``torch.bmm`` (or oneDNN, for the loss's products) reach on the
+  update's own product shapes,
   timed alone (the LSTM layers at the peak rate): the time of an update that did nothing
   but its products. The rate the products reach inside training is their FLOPs over their
   profiled time. **Target**: the update that would run its products at 70% of the peak
@@ -56,7 +58,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
 from common import THREADS, Report, bench_arguments, fmt, repeats_of
-from model_flops import EXTRA_FORMULAS, PEAK_SHAPES, matmul_peak_gflops
+from model_flops import EXTRA_FORMULAS, ONEDNN, PEAK_SHAPES, matmul_peak_gflops
 from peers.arch import BASE_TRANSFORMER, TINY_RNN, TINY_TRANSFORMER, RnnSpec, TrainSpec, TransformerSpec
 from peers.corpus import prepare_multi30k
 from peers.ours import model_section, train_section
@@ -65,6 +67,7 @@ from nmt_cli.config import Config
 from nmt_cli.data.prepared import PreparedData
 from nmt_cli.models import dropout as dropout_module
 from nmt_cli.models.attention.multihead import MultiHeadAttention
+from nmt_cli.models.packed import pack_weight, packed_linear
 from nmt_cli.models.rnn import AttentionalRNN
 from nmt_cli.training import trainer as trainer_module
 from nmt_cli.training.batching import Batch
@@ -95,7 +98,8 @@ FRAMEWORK = "framework operators (views, autograd bookkeeping)"
 PYTHON = "Python and dispatch (wall time outside every operator)"
 PARTS = (PRODUCTS, LSTM, ATTENTION, LOSS, DROPOUT, OPTIMIZER, DATA, OTHER, FRAMEWORK, PYTHON)
 
-PRODUCT_OPS = {"aten::mm", "aten::addmm", "aten::addmm_", "aten::bmm", "aten::baddbmm", "aten::addbmm"}
+PRODUCT_OPS = {"aten::mm", "aten::addmm", "aten::addmm_", "aten::bmm", "aten::baddbmm", "aten::addbmm",
+               "mkldnn::_linear_pointwise"}
 LSTM_OPS = {"aten::mkldnn_rnn_layer", "aten::mkldnn_rnn_layer_backward"}
 VIEW_OPS = {"aten::view", "aten::t", "aten::transpose", "aten::as_strided", "aten::expand", "aten::permute",
             "aten::unsqueeze", "aten::squeeze", "aten::reshape", "aten::_unsafe_view", "aten::slice",
@@ -180,8 +184,12 @@ def part_microseconds(events) -> tuple[Counter, int]:
     return parts, operators
 
 
+#: a product's library: torch's own (MKL on a CPU), or oneDNN with a packed weight (the float32 loss)
+TORCH, ONEDNN_PACKED = "torch", "onednn"
+
+
 class ProductShapes(TorchDispatchMode):
-    """Records the (batch, rows, inner, columns) shape of every matrix product it sees."""
+    """Records the (batch, rows, inner, columns, library) of every matrix product it sees."""
 
     def __init__(self):
         super().__init__()
@@ -197,14 +205,21 @@ class ProductShapes(TorchDispatchMode):
             left = None
         if left is not None:
             batch = left.size(0) if left.dim() == 3 else 1
-            self.calls[(batch, left.size(-2), left.size(-1), right.size(-1))] += 1
+            self.calls[(batch, left.size(-2), left.size(-1), right.size(-1), TORCH)] += 1
+        elif ONEDNN and packet is torch.ops.mkldnn._linear_pointwise:  # x (..., in), packed weight (out, in)
+            inputs, weight = args[0], args[1]
+            self.calls[(1, inputs.numel() // inputs.size(-1), inputs.size(-1), weight.size(0), ONEDNN_PACKED)] += 1
         return func(*args, **(kwargs or {}))
 
 
-def product_rate(shape: tuple[int, int, int, int], clock=time.perf_counter, repeats: int = 5) -> float:
-    """Best GFLOP/s of ``torch.mm`` (``torch.bmm`` for a batch) on one shape, at the current thread count."""
-    batch, rows, inner, columns = shape
-    if batch == 1:
+def product_rate(shape: tuple[int, int, int, int, str], clock=time.perf_counter, repeats: int = 5) -> float:
+    """Best GFLOP/s of a product of one shape in its library (:data:`TORCH`: ``torch.mm``, ``torch.bmm``
+    for a batch; :data:`ONEDNN_PACKED`: oneDNN with the right factor packed), at the current thread count."""
+    batch, rows, inner, columns, library = shape
+    if library == ONEDNN_PACKED:
+        left, packed = torch.randn(rows, inner), pack_weight(torch.randn(columns, inner))
+        run = lambda: packed_linear(left, packed)  # noqa: E731
+    elif batch == 1:
         left, right = torch.randn(rows, inner), torch.randn(inner, columns)
         run = lambda: torch.mm(left, right)  # noqa: E731
     else:
@@ -287,17 +302,20 @@ def _profile_trainer(trainer, steps: int, warmup: int, threads: int) -> ShapePro
     by_op = counter.get_flop_counts().get("Global", {})
     lstm_flops = sum(v for op, v in by_op.items() if "rnn_layer" in str(op))
     scale = tokens / max(counted_tokens, 1)  # FLOPs of that update, at the timed updates' mean tokens
-    shape_seconds = sum(count * 2 * b * m * k * n / (product_rate((b, m, k, n), kernel_clock(threads)) * 1e9)
-                        for (b, m, k, n), count in shapes.calls.items())
+    shape_seconds = sum(count * 2 * shape[0] * shape[1] * shape[2] * shape[3]
+                        / (product_rate(shape, kernel_clock(threads)) * 1e9)
+                        for shape, count in shapes.calls.items())
     return ShapeProfile(wall, cpu, tokens, parts_ms, operators / steps, profiled_wall,
                         counter.get_total_flops() * scale, lstm_flops * scale, shape_seconds * scale)
 
 
 def peak_rate(threads: int) -> float:
-    """This machine's best ``torch.mm`` rate now (GFLOP/s); on one thread timed by this process's CPU
-    time, as the rates of the update's own shapes are."""
+    """This machine's best product rate now (GFLOP/s; ``model_flops.matmul_peak_gflops``); on one thread
+    timed by this process's CPU time, as the rates of the update's own shapes are."""
     if threads == 1:
-        return max(product_rate((1, *shape), time.process_time) for shape in PEAK_SHAPES)
+        libraries = (TORCH, ONEDNN_PACKED) if ONEDNN else (TORCH,)
+        return max(product_rate((1, *shape, library), time.process_time) for shape in PEAK_SHAPES
+                   for library in libraries)
     return matmul_peak_gflops(threads=threads)
 
 
@@ -388,7 +406,8 @@ def main() -> None:
         f"timed updates after {1 if args.quick else WARMUP} warm-up ones, median of {repeats_of(args)} run(s); "
         "parts: one more pass of as many updates under torch.profiler (each operator's own time; "
         "Python and dispatch: the profiled wall time less every operator's time; shares of the profiled wall time)",
-        f"peak: the best torch.mm rate on {args.threads} thread(s) over model_flops.PEAK_SHAPES, timed just before and "
+        f"peak: the best rate of torch.mm and of oneDNN's packed product on {args.threads} thread(s) over "
+        f"model_flops.PEAK_SHAPES, timed just before and "
         f"just after each shape's runs, as the machine's speed drifts ({', '.join(f'{n} {fmt(v)}' for n, v in peaks.items())} "
         "GFLOP/s)"
         + (", kernels timed by this process's CPU time (one thread: not slowed by other processes)"

@@ -24,7 +24,7 @@ so a change of machine load hits all of them.
 
 Each figure is also shown as matrix-product GFLOP/s and as a share of this machine's
 matrix-product peak (``model_flops.py``: FLOPs counted on our model, peak timed with
-``torch.mm`` on 2 threads), and each model gets a ceiling: the tokens/s of a trainer that
+``torch.mm`` and oneDNN's packed product on 2 threads), and each model gets a ceiling: the tokens/s of a trainer that
 did nothing but its matrix products at that peak, as a multiple of the peer. It says how
 far a target ratio is from what the hardware allows.
 
@@ -232,7 +232,7 @@ def main() -> None:
         "tgt tok/s: this script's clock over every update after the first progress line (target tokens as each "
         "toolkit counts its batches'); tgt tok/update: mean over the run; peak RSS: the training process (wait4 "
         "maxrss); matmul GFLOP/s: tok/s x the FLOPs counted on nmt-cli's model (FlopCounterMode), peak: best "
-        "torch.mm rate on 2 threads")
+        "rate of torch.mm and of oneDNN's packed product (the float32 loss's) on 2 threads")
     report.emit(args.json)
 
 
