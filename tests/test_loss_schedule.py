@@ -147,6 +147,33 @@ def test_log_partition_from_the_target_equals_the_one_from_the_largest_probabili
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.skipif(not loss_module.can_pack(torch.device("cpu")), reason="this torch has no oneDNN packed products")
+@pytest.mark.parametrize("bias", [False, True])
+def test_onednn_products_give_the_loss_and_gradients_of_torchs_products(bias, monkeypatch):
+    """In float32 on a CPU the loss multiplies by the output weight through oneDNN, packed once per
+    call; torch's own products (a build without oneDNN) give the same figures to rounding, over
+    several blocks and a short last one."""
+    torch.manual_seed(6)
+    features, layer = torch.randn(3, 37, 16, requires_grad=True), nn.Linear(16, 300, bias=bias)
+    target, mask = torch.randint(0, 300, (3, 37)), torch.rand(3, 37) > 0.2
+    monkeypatch.setattr(loss_module, "CPU_BLOCK_ELEMENTS", 25 * 300)  # blocks of 25 rows: 4 and a short one
+
+    def figures():
+        loss, nll = label_smoothed_cross_entropy(features, layer, target, mask, 0.1)
+        return loss, nll, *torch.autograd.grad(loss, [features, *layer.parameters()])
+
+    calls = []
+    packed_linear = loss_module.packed_linear
+    monkeypatch.setattr(loss_module, "packed_linear", lambda *args: calls.append(1) or packed_linear(*args))
+    onednn = figures()
+    assert len(calls) == 2 * 5  # each block's logits and rows' gradient
+    monkeypatch.setattr(loss_module, "can_pack", lambda device: False)
+    with_torch = figures()
+    assert len(calls) == 2 * 5
+    for got, want in zip(onednn, with_torch):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
 def test_without_gradient_the_values_are_the_same_and_nothing_is_kept():
     torch.manual_seed(4)
     features, layer = torch.randn(2, 6, 8), nn.Linear(8, 30)
