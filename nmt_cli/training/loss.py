@@ -41,9 +41,10 @@ def _log_partition(probs: Tensor, labels: Tensor, target_logits: Tensor, weights
     """``logsumexp_v z_v`` of each row of a block, from the softmax ``probs`` of its logits.
 
     ``lse = z_y - log p_y`` for the target ``y``, when every real row's ``p_y`` is at least
-    :data:`SMALLEST_TARGET_PROB`: a gather instead of a pass over the ``(n, V)`` block, which
-    on a CPU is what the loss spends most on apart from its products. Padding rows (weight
-    0) count as ``p_y = 1``; their loss is multiplied by 0 and must stay finite. Otherwise,
+    :data:`SMALLEST_TARGET_PROB`: two gathers (``z_y``, ``p_y``) instead of two passes over the
+    ``(n, V)`` block (``max z``, ``max p``), which on a CPU are what the loss spends most on apart
+    from its products. Padding rows (weight 0) count as ``p_y = 1``; their loss is multiplied by 0
+    and must stay finite. Otherwise,
     and on other devices (where the check would wait for the device), ``lse = max z - log
     max p``: ``max p >= 1 / V`` cannot underflow. ``row_max`` is ``max z`` (n,), or a function
     that computes it (the logits themselves are gone: the softmax overwrote them).
