@@ -129,6 +129,12 @@ def test_padding_rows_whose_target_underflows_leave_the_loss_finite_and_exact():
     assert torch.isfinite(grad).all() and torch.equal(grad[0, 0], torch.zeros(2))
 
 
+def _loss_figures(features, layer, target, mask) -> tuple[torch.Tensor, ...]:
+    """Smoothed loss (eps 0.1), NLL, and the loss's gradients by the features and every parameter of ``layer``."""
+    loss, nll = label_smoothed_cross_entropy(features, layer, target, mask, 0.1)
+    return loss, nll, *torch.autograd.grad(loss, [features, *layer.parameters()])
+
+
 def test_log_partition_from_the_target_equals_the_one_from_the_largest_probability(monkeypatch):
     """The two ways of taking logsumexp (from p_y, and from max p where p_y could underflow) give
     the same loss, NLL and gradients in float32."""
@@ -136,13 +142,9 @@ def test_log_partition_from_the_target_equals_the_one_from_the_largest_probabili
     features, layer = torch.randn(4, 9, 16, requires_grad=True), nn.Linear(16, 50)
     target, mask = torch.randint(0, 50, (4, 9)), torch.rand(4, 9) > 0.2
 
-    def figures():
-        loss, nll = label_smoothed_cross_entropy(features, layer, target, mask, 0.1)
-        return loss, nll, *torch.autograd.grad(loss, [features, layer.weight, layer.bias])
-
-    from_target = figures()
+    from_target = _loss_figures(features, layer, target, mask)
     monkeypatch.setattr(loss_module, "SMALLEST_TARGET_PROB", 2.0)  # no p_y passes: every block takes max p
-    from_largest = figures()
+    from_largest = _loss_figures(features, layer, target, mask)
     for got, want in zip(from_target, from_largest):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 
@@ -158,17 +160,13 @@ def test_onednn_products_give_the_loss_and_gradients_of_torchs_products(bias, mo
     target, mask = torch.randint(0, 300, (3, 37)), torch.rand(3, 37) > 0.2
     monkeypatch.setattr(loss_module, "CPU_BLOCK_ELEMENTS", 25 * 300)  # blocks of 25 rows: 4 and a short one
 
-    def figures():
-        loss, nll = label_smoothed_cross_entropy(features, layer, target, mask, 0.1)
-        return loss, nll, *torch.autograd.grad(loss, [features, *layer.parameters()])
-
     calls = []
     packed_linear = loss_module.packed_linear
     monkeypatch.setattr(loss_module, "packed_linear", lambda *args: calls.append(1) or packed_linear(*args))
-    onednn = figures()
+    onednn = _loss_figures(features, layer, target, mask)
     assert len(calls) == 2 * 5  # each block's logits and rows' gradient
     monkeypatch.setattr(loss_module, "can_pack", lambda device: False)
-    with_torch = figures()
+    with_torch = _loss_figures(features, layer, target, mask)
     assert len(calls) == 2 * 5
     for got, want in zip(onednn, with_torch):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
