@@ -112,13 +112,17 @@ def flops_per_target_token(prepared: Path, spec: TransformerSpec | RnnSpec, max_
     return flops / tokens
 
 
-def product_runs(left: torch.Tensor, right: torch.Tensor) -> list:
-    """``left @ right`` as each library nmt-cli trains with runs it: ``torch.mm`` (MKL on a CPU)
-    and, in float32 where this torch has it, oneDNN with ``right`` packed (the loss's products)."""
-    runs = [lambda: torch.mm(left, right)]
-    if ONEDNN and left.dtype == torch.float32 and left.dim() == 2:
+#: a product's library: torch's own (MKL on a CPU), or oneDNN with a packed weight (the float32 loss)
+TORCH, ONEDNN_PACKED = "torch", "onednn"
+
+
+def product_runs(left: torch.Tensor, right: torch.Tensor) -> dict:
+    """``{library: run}``: ``left @ right`` (2-d) as each library nmt-cli trains with runs it: ``torch.mm``
+    (MKL on a CPU) and, in float32 where this torch has it, oneDNN with ``right`` packed (the loss's products)."""
+    runs = {TORCH: lambda: torch.mm(left, right)}
+    if ONEDNN and left.dtype == torch.float32:
         packed = pack_weight(right.t())
-        runs.append(lambda: packed_linear(left, packed))
+        runs[ONEDNN_PACKED] = lambda: packed_linear(left, packed)
     return runs
 
 
@@ -131,7 +135,7 @@ def matmul_peak_gflops(dtype: torch.dtype = torch.float32, threads: int = THREAD
         best = 0.0
         for rows, inner, columns in PEAK_SHAPES:
             left, right = torch.randn(rows, inner, dtype=dtype), torch.randn(inner, columns, dtype=dtype)
-            for run in product_runs(left, right):
+            for run in product_runs(left, right).values():
                 run()  # warm-up: thread pool and packed buffers
                 for _ in range(repeats):
                     start = time.perf_counter()

@@ -58,7 +58,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
 from common import THREADS, Report, bench_arguments, fmt, repeats_of
-from model_flops import EXTRA_FORMULAS, ONEDNN, PEAK_SHAPES, matmul_peak_gflops
+from model_flops import EXTRA_FORMULAS, ONEDNN, ONEDNN_PACKED, PEAK_SHAPES, TORCH, matmul_peak_gflops, product_runs
 from peers.arch import BASE_TRANSFORMER, TINY_RNN, TINY_TRANSFORMER, RnnSpec, TrainSpec, TransformerSpec
 from peers.corpus import prepare_multi30k
 from peers.ours import model_section, train_section
@@ -67,7 +67,6 @@ from nmt_cli.config import Config
 from nmt_cli.data.prepared import PreparedData
 from nmt_cli.models import dropout as dropout_module
 from nmt_cli.models.attention.multihead import MultiHeadAttention
-from nmt_cli.models.packed import pack_weight, packed_linear
 from nmt_cli.models.rnn import AttentionalRNN
 from nmt_cli.training import trainer as trainer_module
 from nmt_cli.training.batching import Batch
@@ -184,10 +183,6 @@ def part_microseconds(events) -> tuple[Counter, int]:
     return parts, operators
 
 
-#: a product's library: torch's own (MKL on a CPU), or oneDNN with a packed weight (the float32 loss)
-TORCH, ONEDNN_PACKED = "torch", "onednn"
-
-
 class ProductShapes(TorchDispatchMode):
     """Records the (batch, rows, inner, columns, library) of every matrix product it sees."""
 
@@ -216,12 +211,8 @@ def product_rate(shape: tuple[int, int, int, int, str], clock=time.perf_counter,
     """Best GFLOP/s of a product of one shape in its library (:data:`TORCH`: ``torch.mm``, ``torch.bmm``
     for a batch; :data:`ONEDNN_PACKED`: oneDNN with the right factor packed), at the current thread count."""
     batch, rows, inner, columns, library = shape
-    if library == ONEDNN_PACKED:
-        left, packed = torch.randn(rows, inner), pack_weight(torch.randn(columns, inner))
-        run = lambda: packed_linear(left, packed)  # noqa: E731
-    elif batch == 1:
-        left, right = torch.randn(rows, inner), torch.randn(inner, columns)
-        run = lambda: torch.mm(left, right)  # noqa: E731
+    if batch == 1:
+        run = product_runs(torch.randn(rows, inner), torch.randn(inner, columns))[library]
     else:
         left, right = torch.randn(batch, rows, inner), torch.randn(batch, inner, columns)
         run = lambda: torch.bmm(left, right)  # noqa: E731
