@@ -72,11 +72,10 @@ class PackedLinear(nn.Module):
 def pack_linear_layers(model: nn.Module) -> nn.Module:
     """Replace every ``nn.Linear`` of ``model`` (in place) with a :class:`PackedLinear`; returns it.
 
-The output layer keeps its float weight as well (no copy when it is tied to the target
-embeddings), whose rows a lexical shortlist gathers.
-
-    Attention layers first split their fused input projection (``split_in_proj``), because
-    cross-attention applies the query rows and the key/value rows of that matrix apart.
+    The output layer keeps its float weight as well (no copy when it is tied to the target
+    embeddings), whose rows a lexical shortlist gathers. Attention layers first split their fused
+    input projection (``split_in_proj``), because cross-attention applies the query rows and the
+    key/value rows of that matrix apart.
     """
     for module in model.modules():
         if isinstance(module, MultiHeadAttention) and module.q_proj is None:
