@@ -36,19 +36,22 @@ def _block_rows(device: torch.device, vocab: int) -> int:
 SMALLEST_TARGET_PROB = 1e-30
 
 
-def _log_partition(probs: Tensor, labels: Tensor, target_logits: Tensor,
+def _log_partition(probs: Tensor, labels: Tensor, target_logits: Tensor, weights: Tensor,
                    row_max: Tensor | Callable[[], Tensor]) -> Tensor:
     """``logsumexp_v z_v`` of each row of a block, from the softmax ``probs`` of its logits.
 
     ``lse = z_y - log p_y`` for the target ``y``, when every real row's ``p_y`` is at least
     :data:`SMALLEST_TARGET_PROB`: two gathers (``z_y``, ``p_y``) instead of two passes over the
     ``(n, V)`` block (``max z``, ``max p``), which on a CPU are what the loss spends most on apart
-    from its products. Otherwise, and on other devices (where the check would wait for the
-    device), ``lse = max z - log max p``: ``max p >= 1 / V`` cannot underflow. ``row_max`` is ``max z`` (n,), or a function
+    from its products. Padding rows (weight 0) count as ``p_y = 1``; their loss is multiplied by 0
+    and must stay finite. Otherwise,
+    and on other devices (where the check would wait for the device), ``lse = max z - log
+    max p``: ``max p >= 1 / V`` cannot underflow. ``row_max`` is ``max z`` (n,), or a function
     that computes it (the logits themselves are gone: the softmax overwrote them).
     """
     if probs.device.type == "cpu":
-        target_probs = probs.gather(-1, labels).squeeze(-1)
+        real = weights > 0
+        target_probs = torch.where(real, probs.gather(-1, labels).squeeze(-1), 1.0)
         if bool((target_probs >= SMALLEST_TARGET_PROB).all()):
             return target_logits - target_probs.log()
     return (row_max() if callable(row_max) else row_max) - probs.amax(dim=-1).log()
@@ -143,7 +146,7 @@ class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
                 row_max = (functools.partial(products.row_max, inputs[block])
                            if device.type == "cpu" else logits.amax(dim=-1))  # (n,): max z, on a CPU only if needed
                 probs = torch.ops.aten._softmax.out(logits, -1, False, out=logits)  # in place: the logits are gone
-                log_partition = _log_partition(probs, labels, target_logits, row_max)  # (n,): logsumexp_v z_v
+                log_partition = _log_partition(probs, labels, target_logits, weights, row_max)  # (n,): logsumexp_v z_v
                 nll = log_partition - target_logits  # (n,)
                 if smoothing:
                     exact_inputs = inputs[block].to(exact)
@@ -190,18 +193,6 @@ class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
                 None if grad_bias is None else (grad_bias * grad_loss).to(bias_dtype), None, None, None, None)
 
 
-def _without_padding(rows: Tensor, target: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """On a CPU, the rows, targets and mask of the real positions (``mask``) alone: a padded one
-    weighs 0 but would cost the output layer's products as much as a real one. Elsewhere all of
-    them, weighted by the mask, as finding the real ones would wait for the device."""
-    if rows.device.type != "cpu":
-        return rows, target, mask
-    real = mask.nonzero().squeeze(1)
-    if real.numel() == mask.numel():
-        return rows, target, mask
-    return rows.index_select(0, real), target[real], mask[real]
-
-
 def label_smoothed_cross_entropy(
     features: Tensor, output_layer: nn.Linear, target: Tensor, mask: Tensor, smoothing: float
 ) -> tuple[Tensor, Tensor]:
@@ -213,15 +204,15 @@ def label_smoothed_cross_entropy(
     (the definition of ``torch.nn.functional.cross_entropy(label_smoothing=eps)``).
     Sums, not means: the caller divides by the number of target tokens of the whole
     update (all accumulated batches and processes), so every token weighs the same.
-    Only the loss carries a gradient. Padded positions are left out on a CPU and weighted by 0
-    elsewhere (:func:`_without_padding`).
+    Only the loss carries a gradient. No boolean indexing, hence no device synchronisation.
 
     features (B, T, F), target (B, T) long, mask (B, T) bool -> (loss_sum, nll_sum) scalars
     (float32; float64 for float64 inputs).
     """
-    rows, target, mask = _without_padding(features.reshape(-1, features.size(-1)), target.reshape(-1), mask.reshape(-1))
+    rows = features.reshape(-1, features.size(-1))  # (B*T, F)
     weight, bias = output_layer.weight, output_layer.bias
     with_gradient = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (rows, weight, bias)
     )
-    return _ProjectedSmoothedCrossEntropy.apply(rows, weight, bias, target, mask, float(smoothing), with_gradient)
+    return _ProjectedSmoothedCrossEntropy.apply(rows, weight, bias, target.reshape(-1), mask.reshape(-1),
+                                                float(smoothing), with_gradient)
