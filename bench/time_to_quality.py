@@ -1,15 +1,17 @@
 """Time to quality: test2016 BLEU of nmt-cli, fairseq and OpenNMT-py after equal wall-clock training budgets.
 
-Each toolkit trains the same tiny Transformer (2+2 layers, d 128, 4 heads, ffn 512, tied
-embeddings) on the same Multi30k de->en pieces, on 2 threads, with its own documented recipe
-for that shape (:func:`nmt_cli_recipe`, :data:`PEER_RECIPES`, stated in the notes) and the same
-target tokens per update:
-nmt-cli at its default ``train.max_tokens``, each peer at the ``max_tokens`` that gives the
-same mean target tokens per update (``train_speed.calibrated_max_tokens``). Pairs as in
-``train_speed.py``: fairseq with nmt-cli post-norm, OpenNMT-py (pre-norm only) with nmt-cli
-pre-norm. nmt-cli trains at its default precision for this CPU (bf16 for the Transformer where
-the CPU has bf16 units, fp32 elsewhere); the peers train in fp32, having no bf16 training on a
-CPU. A run with nmt-cli in bf16 is a variant with a section and a figure of its own.
+Each toolkit trains the same model (``--models``: ``tiny``, the Transformer of 2+2 layers, d 128,
+4 heads, ffn 512; ``rnn``, the attentional LSTM of 256 units; embeddings tied) on the same
+Multi30k de->en pieces, on 2 threads, with its own documented recipe for that shape
+(:func:`nmt_cli_recipe`, :data:`PEER_RECIPES`, stated in the notes) and the same target tokens
+per update: nmt-cli at its default ``train.max_tokens``, each peer at the ``max_tokens`` that
+gives the same mean target tokens per update (``train_speed.calibrated_max_tokens``). Pairs as
+in ``train_speed.py``: fairseq with nmt-cli post-norm and with nmt-cli's Luong RNN (fairseq's
+LSTM has Luong's general attention), OpenNMT-py (pre-norm only) with nmt-cli pre-norm and with
+nmt-cli's Bahdanau RNN. nmt-cli trains at its default precision for this CPU (bf16 for the
+Transformer where the CPU has bf16 units, fp32 elsewhere); the peers train in fp32, having no
+bf16 training on a CPU. A run with nmt-cli in bf16, or of the RNNs, is a variant with a section
+and a figure of its own.
 
 One clock for all: every run is a subprocess whose progress lines this script stamps as they
 arrive. Each toolkit saves a checkpoint every ``--save-every`` updates (all kept; a progress line
@@ -44,10 +46,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
+import yaml
 from common import (BENCH_DIR, REPO, THREADS, Report, absolute_path, bench_arguments, fmt, fresh_dir, median,
                     project_version, save_png)
 from peers import fairseq, ours, opennmt
-from peers.arch import TINY_TRANSFORMER, DecodeSpec, TimedRun, TrainSpec, TransformerSpec
+from peers.arch import (TINY_LUONG_RNN, TINY_RNN, TINY_TRANSFORMER, DecodeSpec, RnnSpec, TimedRun, TrainSpec,
+                        TransformerSpec)
 from peers.corpus import PieceCorpus, export_pieces, prepare_multi30k
 from peers.install import install_record
 from peers.ours import Engine
@@ -56,7 +60,7 @@ from peers.selection import TRAINING_PEERS, parse_peer_list, peer_label, ready_p
 from train_speed import calibrated_max_tokens
 from translate_speed import Quality, kept_quality, quality
 
-from nmt_cli.config import DecodeConfig, ModelConfig, TrainConfig
+from nmt_cli.config import Config, DecodeConfig, ModelConfig, TrainConfig
 from nmt_cli.data.prepared import PreparedData
 from nmt_cli.decoding.search import max_output_length
 from nmt_cli.fileio import atomic_write_json
@@ -75,54 +79,96 @@ OURS = "nmt-cli"
 RESULTS = BENCH_DIR / "results"
 
 
+#: the shapes ``--models`` names
+MODELS = ("tiny", "rnn")
+
+#: nmt-cli's Multi30k recipe for each RNN attention, whose training settings its RNN arm takes
+RNN_RECIPES = {"additive": "multi30k-rnn-bahdanau", "general": "multi30k-rnn-luong-local-p"}
+
+
 @dataclass(frozen=True)
 class Recipe:
-    """A toolkit's documented settings for the tiny Transformer, as the runners take them."""
+    """A toolkit's documented settings for a shape, as the runners take them."""
 
-    spec: TransformerSpec
+    spec: TransformerSpec | RnnSpec
     train: TrainSpec
     source: str  # where the settings come from, for the notes
 
 
-def nmt_cli_recipe(post_norm: bool) -> Recipe:
-    """nmt-cli's own defaults (``nmt_cli.config``) for everything but the shape, precision included:
-    ``train.precision``'s default resolved for a Transformer on this CPU (bf16 where it has bf16 units)."""
-    train, model = TrainConfig(), ModelConfig()
-    precision = Precision(train.precision, torch.device("cpu"), family="transformer").name
+def nmt_cli_recipe(spec: TransformerSpec | RnnSpec) -> Recipe:
+    """nmt-cli's settings for the architecture of ``spec`` (a peer recipe's shape), precision included:
+    ``train.precision``'s default resolved for the model family on this CPU (bf16 for a Transformer
+    where it has bf16 units).
+
+    The Transformer takes nmt-cli's defaults (``nmt_cli.config``). An RNN takes the training
+    settings of nmt-cli's Multi30k recipe for its attention (:data:`RNN_RECIPES`: adam, a
+    constant learning rate that a plateau schedule halves only after a validation, which these
+    runs never make), at the shape the peers share (LSTM 256).
+    """
+    if isinstance(spec, TransformerSpec):
+        train, model = TrainConfig(), ModelConfig()
+        shape = replace(spec, dropout=model.dropout, attention_dropout=model.attention_dropout)
+        source = "its defaults (docs/config.md"
+    else:
+        name = RNN_RECIPES[spec.attention]
+        recipe = Config.from_dict(yaml.safe_load((REPO / "recipes" / f"{name}.yaml").read_text(encoding="utf-8")))
+        train, shape = recipe.train, replace(spec, dropout=recipe.model.dropout)
+        source = f"its recipe recipes/{name}.yaml (training settings"
+    precision = Precision(train.precision, torch.device("cpu"), family=spec.kind).name
+    schedule = "constant" if train.schedule == "plateau" else train.schedule
     return Recipe(
-        replace(TINY_TRANSFORMER, dropout=model.dropout, attention_dropout=model.attention_dropout,
-                post_norm=post_norm),
-        TrainSpec(max_tokens=train.max_tokens, lr=train.lr, warmup=train.warmup_steps,
+        shape,
+        TrainSpec(max_tokens=train.max_tokens, optimizer=train.optimizer, schedule=schedule, lr=train.lr,
+                  warmup=train.warmup_steps if schedule == "inverse_sqrt" else 0,
                   label_smoothing=train.label_smoothing, adam_betas=tuple(train.adam_betas),
                   weight_decay=train.weight_decay, clip_norm=train.clip_norm, precision=precision),
-        f"its defaults (docs/config.md; train.precision {train.precision} is {precision} on this CPU)")
+        f"{source}; train.precision {train.precision} is {precision} on this CPU)")
 
 
 #: fairseq's IWSLT'14 de-en Transformer recipe (examples/translation/README.md,
 #: transformer_iwslt_de_en) at the tiny shape; OpenNMT-py's documented Transformer settings
 #: (the docs' WMT17 en-de Transformer example: noam with learning_rate 2 and 8,000 warm-up
-#: steps, which peaks at 2 * d^-0.5 * 8000^-0.5, the same shape as inverse_sqrt)
+#: steps, which peaks at 2 * d^-0.5 * 8000^-0.5, the same shape as inverse_sqrt). For the RNN:
+#: OpenNMT-py's defaults (``onmt_train -h``; its quickstart trains its default RNN with them:
+#: plain SGD at learning rate 1.0, gradient norm clipped at 5, dropout 0.3, no label smoothing,
+#: decay only from update 50,000); fairseq documents no LSTM translation recipe, so its LSTM
+#: trains with the optimisation of the IWSLT'14 recipe it documents.
 PEER_RECIPES = {
-    "fairseq": Recipe(
+    ("tiny", "fairseq"): Recipe(
         replace(TINY_TRANSFORMER, dropout=0.3, attention_dropout=0.0),
         TrainSpec(lr=5e-4, warmup=4000, label_smoothing=0.1, adam_betas=(0.9, 0.98), weight_decay=1e-4,
                   clip_norm=0.0),
         "examples/translation IWSLT'14 recipe"),
-    "opennmt": Recipe(
+    ("tiny", "opennmt"): Recipe(
         replace(TINY_TRANSFORMER, dropout=0.1, attention_dropout=0.1, post_norm=False),
         TrainSpec(lr=2 * (TINY_TRANSFORMER.d_model * 8000) ** -0.5, warmup=8000, label_smoothing=0.1,
                   adam_betas=(0.9, 0.998), clip_norm=0.0),
         "its documented Transformer settings (docs: the WMT17 en-de example)"),
+    ("rnn", "opennmt"): Recipe(
+        replace(TINY_RNN, dropout=0.3),
+        TrainSpec(optimizer="sgd", schedule="constant", lr=1.0, warmup=0, label_smoothing=0.0, clip_norm=5.0),
+        "its defaults (onmt_train -h), which its quickstart trains its RNN with (loss normalised by sentences; "
+        "weights Glorot-initialised, as this runner initialises every OpenNMT-py model, where its default is "
+        "uniform within 0.1)"),
+    ("rnn", "fairseq"): Recipe(
+        replace(TINY_LUONG_RNN, dropout=0.3),
+        TrainSpec(lr=5e-4, warmup=4000, label_smoothing=0.1, adam_betas=(0.9, 0.98), weight_decay=1e-4,
+                  clip_norm=0.0),
+        "the examples/translation IWSLT'14 recipe's optimisation (fairseq documents no LSTM translation "
+        "recipe)"),
 }
 
 
 def describe_recipe(recipe: Recipe) -> str:
     """The settings of a recipe, one phrase each."""
     train, spec = recipe.train, recipe.spec
-    return (f"{recipe.source}: adam betas {train.adam_betas}, peak lr {train.lr:.2e} after {train.warmup:,} "
-            f"warm-up updates then 1/sqrt decay, label smoothing {train.label_smoothing}, dropout {spec.dropout}, "
-            f"attention dropout {spec.attention_dropout}, weight decay {train.weight_decay}, "
-            f"clip norm {train.clip_norm or 'off'}, {train.precision}")
+    optimizer = f"adam betas {train.adam_betas}" if train.optimizer == "adam" else train.optimizer
+    schedule = (f"peak lr {train.lr:.2e} after {train.warmup:,} warm-up updates then 1/sqrt decay"
+                if train.schedule == "inverse_sqrt" else f"lr {train.lr:.2e} throughout")
+    attention = (f"attention dropout {spec.attention_dropout}, " if isinstance(spec, TransformerSpec) else "")
+    return (f"{recipe.source}: {optimizer}, {schedule}, label smoothing {train.label_smoothing}, dropout "
+            f"{spec.dropout}, {attention}weight decay {train.weight_decay}, clip norm {train.clip_norm or 'off'}, "
+            f"{train.precision}")
 
 
 @dataclass(frozen=True)
@@ -136,12 +182,17 @@ class Arm:
 
     @property
     def folder(self) -> str:
-        norm = "post" if self.recipe.spec.post_norm else "pre"
-        return f"{self.peer or 'nmt-cli'}-{norm}"
+        spec = self.recipe.spec
+        if isinstance(spec, TransformerSpec):
+            return f"{self.peer or 'nmt-cli'}-{'post' if spec.post_norm else 'pre'}"
+        return f"{self.peer or 'nmt-cli'}-rnn-{spec.attention}"
 
     @property
     def architecture(self) -> str:
-        return "post-norm" if self.recipe.spec.post_norm else "pre-norm"
+        spec = self.recipe.spec
+        if isinstance(spec, TransformerSpec):
+            return "post-norm" if spec.post_norm else "pre-norm"
+        return "Bahdanau RNN" if spec.attention == "additive" else "Luong RNN"
 
     @property
     def name(self) -> str:
@@ -348,27 +399,36 @@ def reach_note(peer: Arm, peer_runs: list[SeedRun], ours_arm: Arm, ours_runs: li
     return f"time to {peer.label}'s {largest:g}-minute BLEU ({targets}): nmt-cli {ours_arm.architecture} {verdict}"
 
 
-def warmup_note(arms: list[Arm], runs: dict[str, list[SeedRun]]) -> str:
+def warmup_note(arms: list[Arm], runs: dict[str, list[SeedRun]]) -> str | None:
     """How far into its learning-rate warm-up each toolkit got by the end of its runs: within
-    the warm-up, the budgets compare the first phase of training, not trained models."""
+    the warm-up, the budgets compare the first phase of training, not trained models. None when
+    no run had a warm-up."""
     reached = {arm: max(seed_run.run.progress[-1][0] for seed_run in runs[arm.name])
-               for arm in arms if runs.get(arm.name)}
+               for arm in arms if runs.get(arm.name) and arm.recipe.train.schedule == "inverse_sqrt"}
+    if not reached:
+        return None
     parts = [f"{arm.name} {update:,} of {arm.recipe.train.warmup:,}" for arm, update in reached.items()]
     within = all(update < arm.recipe.train.warmup for arm, update in reached.items())
+    constant = [arm.name for arm in arms if runs.get(arm.name) and arm not in reached]
     return ("updates by the end of the largest budget, against each recipe's learning-rate warm-up: "
             + "; ".join(parts)
-            + (" (every run ended within its warm-up, at a rising learning rate: these budgets compare the "
-               "first phase of training, not trained models)" if within else ""))
+            + (f" ({'each of these' if constant else 'every run'} ended within its warm-up, at a rising learning "
+               "rate: these budgets compare the first phase of training, not trained models)" if within else "")
+            + (f"; with no warm-up, at a constant learning rate: {', '.join(constant)}" if constant else ""))
 
 
-def arms_for(runners: dict) -> list[Arm]:
-    """Each selected peer after the nmt-cli arm of its architecture; nmt-cli post-norm alone when none is."""
+def arms_for(runners: dict, models: list[str]) -> list[Arm]:
+    """For each model, each selected peer after the nmt-cli arm of its architecture; with no peer,
+    nmt-cli alone in the architecture of the first peer (fairseq's post-norm Transformer,
+    OpenNMT-py's Bahdanau RNN)."""
     arms: list[Arm] = []
-    for name in runners or {"fairseq": None}:
-        recipe = PEER_RECIPES[name]
-        arms.append(Arm(OURS, ours, nmt_cli_recipe(recipe.spec.post_norm)))
-        if name in runners:
-            arms.append(Arm(peer_label(name), runners[name], recipe, name))
+    for model in models:
+        peers = [name for name in runners if (model, name) in PEER_RECIPES]
+        for name in peers or [next(name for shape, name in PEER_RECIPES if shape == model)]:
+            recipe = PEER_RECIPES[model, name]
+            arms.append(Arm(OURS, ours, nmt_cli_recipe(recipe.spec)))
+            if name in runners:
+                arms.append(Arm(peer_label(name), runners[name], recipe, name))
     return arms
 
 
@@ -395,26 +455,30 @@ def plot_curves(curves: dict[str, list[list[tuple[float, float]]]], budgets: lis
     save_png(figure, path)
 
 
-def figure_path(args: argparse.Namespace, ours_precision: str) -> Path:
+def figure_path(args: argparse.Namespace, ours_precision: str, models: list[str]) -> Path:
     """Where the learning curve goes: ``--figure``; else a full run's beside the committed results
-    (``bench/results/``, so BENCHMARKS.md can show it; one per precision nmt-cli trained in, as each
-    has a section of its own), a quick run's beside its ``--json`` or in its work folder."""
+    (``bench/results/``, so BENCHMARKS.md can show it; one per set of models and precision nmt-cli
+    trained in, as each has a section of its own), a quick run's beside its ``--json`` or in its work
+    folder."""
     if args.figure is not None:
         return args.figure
     if not args.quick:
-        return RESULTS / ("time_to_quality.png" if ours_precision == "fp32" else
-                          f"time_to_quality-{ours_precision}.png")
+        parts = ["time_to_quality", *([] if models == ["tiny"] else models),
+                 *([] if ours_precision == "fp32" else [ours_precision])]
+        return RESULTS / f"{'-'.join(parts)}.png"
     return args.json.with_suffix(".png") if args.json else args.work / "time_to_quality-quick" / "time_to_quality.png"
 
 
-def method_notes(setup: Setup, budgets: list[float], ours_tokens: int, quick: bool,
+def method_notes(setup: Setup, arms: list[Arm], budgets: list[float], ours_tokens: int, quick: bool,
                  runs: dict[str, list[SeedRun]]) -> list[str]:
     """How the figures were made, one note each."""
     decode = DecodeConfig()
     loads = [f"{name} {', '.join(f'{seed_run.run.load_average[0]:.2f}' for seed_run in seed_runs)}"
              for name, seed_runs in runs.items()]
+    shapes = dict.fromkeys(arm.recipe.spec.describe().rsplit(",", 1)[0] if arm.recipe.spec.kind == "transformer"
+                           else arm.recipe.spec.describe() for arm in arms if arm.peer is None)
     return [
-        f"every toolkit: {TINY_TRANSFORMER.describe().rsplit(',', 1)[0]}, embeddings tied, the same joint "
+        f"every toolkit: {' / '.join(shapes)}, embeddings tied, the same joint "
         f"SentencePiece pieces; seeds 1..{setup.seeds}; nmt-cli at its default max tokens {ours_tokens}, each "
         + ("peer at the same (--quick: no calibration)" if quick else
            "peer's scaled so its mean target tokens per update match nmt-cli's (train_speed.calibrated_max_tokens)"),
@@ -449,14 +513,18 @@ def main() -> None:
                         help=f"extra evaluation times spread over the largest budget for the learning curve "
                              f"(default {CURVE_POINTS}; --quick: {QUICK_CURVE_POINTS})")
     parser.add_argument("--seeds", type=int, default=1, help="training runs per toolkit (seeds 1..N)")
+    parser.add_argument("--models", default="tiny",
+                        help=f"comma list of {', '.join(MODELS)}: the Transformer, the RNNs (default: tiny)")
     parser.add_argument("--figure", type=absolute_path, default=None,
                         help="the learning-curve PNG (default: bench/results/time_to_quality.png; --quick: beside "
                              "--json, else under --work)")
     args = parser.parse_args()
     default_budgets = list(QUICK_BUDGETS_MINUTES if args.quick else BUDGETS_MINUTES)
     budgets = sorted(float(value) for value in args.budgets.split(",")) if args.budgets else default_budgets
-    if budgets[0] <= 0 or args.seeds < 1:
-        parser.error("--budgets: positive minutes; --seeds: at least 1")
+    models = args.models.split(",")
+    if budgets[0] <= 0 or args.seeds < 1 or not models or set(models) - set(MODELS):
+        parser.error(f"--budgets: positive minutes; --seeds: at least 1; --models: a comma list of "
+                     f"{', '.join(MODELS)}")
     save_every = args.save_every or (QUICK_SAVE_EVERY if args.quick else SAVE_EVERY)
     curve_points = args.curve_points if args.curve_points is not None else (
         QUICK_CURVE_POINTS if args.quick else CURVE_POINTS)
@@ -486,14 +554,17 @@ def main() -> None:
                     "Time to quality (Multi30k test2016 BLEU after equal training time, 2 CPU threads)",
                     ["toolkit", "architecture", "budget (min)", "max tokens", "updates", "tgt tokens", "BLEU",
                      "chrF", "at limit", "checkpoint dated (min)"], quick=args.quick)
-    ours_precision = nmt_cli_recipe(post_norm=True).train.precision
+    arms = arms_for(runners, models)
+    # the precision a section is known by: bf16 where any nmt-cli arm trains in it
+    ours_precision = "bf16" if any(arm.peer is None and arm.recipe.train.precision == "bf16" for arm in arms) \
+        else "fp32"
     report.variant = ", ".join(filter(None, [
+        f"models {', '.join(models)}" if models != ["tiny"] else "",
         f"nmt-cli in {ours_precision}" if ours_precision != "fp32" else "",
         f"budgets of {', '.join(f'{minutes:g}' for minutes in budgets)} minutes" if budgets != default_budgets
         else ""]))
     report.versions = {"nmt-cli": project_version(),
                        **{peer_label(name): str(install_record(name)["versions"]) for name in runners}}
-    arms = arms_for(runners)
     runs: dict[str, list[SeedRun]] = {}  # by "<label> <architecture>"
     for arm in arms:
         max_tokens = ours_tokens if arm.peer is None else peer_tokens[arm.peer]
@@ -513,15 +584,17 @@ def main() -> None:
             note = reach_note(peer, runs[peer.name], ours_arm, runs[ours_arm.name], budgets[-1])
             report.notes += [note] if note else []
     if runs:
-        figure = figure_path(args, ours_precision)
+        figure = figure_path(args, ours_precision, models)
         plot_curves({name: [seed_run.curve() for seed_run in seed_runs] for name, seed_runs in runs.items()},
                     budgets, figure)
         shown = figure.relative_to(REPO) if figure.is_relative_to(REPO) else figure
         report.notes.append("learning curve (BLEU against minutes, one line per toolkit and seed): "
                             f"![learning curves]({shown})")
     report.notes += [f"{arm.name} settings, {describe_recipe(arm.recipe)}" for arm in arms]
-    report.notes += [warmup_note(arms, runs)] if runs else []
-    report.notes += method_notes(setup, budgets, ours_tokens, args.quick, runs)
+    report.notes += [f"{arm.name}: {deviation}" for arm in arms if arm.peer is not None
+                     for deviation in arm.runner.deviations(arm.recipe.spec)]
+    report.notes += [note] if runs and (note := warmup_note(arms, runs)) else []
+    report.notes += method_notes(setup, arms, budgets, ours_tokens, args.quick, runs)
     report.emit(args.json)
 
 

@@ -347,6 +347,24 @@ def test_a_peer_names_what_differs_from_the_model_it_is_compared_with() -> None:
     assert opennmt.deviations(replace(TINY_TRANSFORMER, post_norm=False)) == []
 
 
+def test_the_peer_runners_take_each_recipes_optimizer_and_schedule(tmp_path: Path) -> None:
+    """OpenNMT-py's defaults (plain SGD at a constant rate) reach onmt_train as they are, its
+    Transformer recipe as noam; fairseq's runner refuses what it does not pass on."""
+    from dataclasses import replace
+
+    from peers import fairseq, opennmt
+    from peers.arch import TINY_RNN, TINY_TRANSFORMER, TrainSpec
+
+    constant = opennmt._schedule_options(TINY_RNN, TrainSpec(optimizer="sgd", schedule="constant", lr=1.0))
+    assert constant["decay_method"] == "none" and constant["learning_rate"] == 1.0
+    assert constant["start_decay_steps"] > 10**6  # its step decay never starts
+    noam = opennmt._schedule_options(TINY_TRANSFORMER, TrainSpec(lr=2 * (128 * 8000) ** -0.5, warmup=8000))
+    assert noam == {"decay_method": "noam", "learning_rate": pytest.approx(2.0), "warmup_steps": 8000}
+    with pytest.raises(ValueError, match="adam with inverse_sqrt only, not sgd with constant"):
+        fairseq.train(None, TINY_RNN, replace(TrainSpec(), optimizer="sgd", schedule="constant"), tmp_path, 2)
+    assert not any(tmp_path.iterdir())  # refused before anything was written
+
+
 @pytest.mark.parametrize(("peer", "model"), [("opennmt", "rnn"), ("fairseq", "tiny")])  # the quick models each peer matches
 def test_peer_training_runner_quick(work: Path, peer: str, model: str) -> None:
     installed, why = availability(peer)
@@ -392,6 +410,20 @@ def test_time_to_quality_quick_scores_the_checkpoint_of_each_budget_and_draws_th
     assert any(note.startswith("nmt-cli post-norm settings, its defaults") for note in report["notes"])
     again = run_bench("time_to_quality", work, "--peers", "none")  # resumed: the finished run and scores reused
     assert again["rows"] == report["rows"]
+
+
+def test_time_to_quality_quick_trains_the_rnn_in_a_section_of_its_own(work: Path) -> None:
+    report = run_bench("time_to_quality", work, "--peers", "none", "--models", "rnn")
+    assert report["variant"] == "models rnn"  # the RNN trains in float32 whatever the CPU
+    (ours,) = time_to_quality_rows(report).values()
+    assert [(row["toolkit"], row["architecture"], row["budget (min)"]) for row in ours] == [
+        ("nmt-cli", "Bahdanau RNN", "0.5"), ("nmt-cli", "Bahdanau RNN", "1")]
+    reached = [row for row in ours if row["updates"] != "no checkpoint yet"]
+    assert reached and all(0 <= figure(row["BLEU"]) <= 100 and figure(row["updates"]) > 0 for row in reached)
+    assert any(note.startswith("nmt-cli Bahdanau RNN settings, its recipe recipes/multi30k-rnn-bahdanau.yaml")
+               for note in report["notes"])
+    assert any(note.startswith("every toolkit: Bahdanau RNN (LSTM), embedding 256") for note in report["notes"])
+    assert not any(note.startswith("updates by the end of the largest budget") for note in report["notes"])
 
 
 @pytest.mark.parametrize("peer", ["fairseq", "opennmt"])

@@ -10,15 +10,17 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
 
-from time_to_quality import (PEER_RECIPES, Arm, SeedRun, TrainedRun, checkpoint_for, describe_recipe,  # noqa: E402
-                             figure_path, length_limits, nmt_cli_recipe, reach_note, time_to_reach,
-                             warmup_note)
+from time_to_quality import (PEER_RECIPES, Arm, SeedRun, TrainedRun, arms_for,  # noqa: E402
+                             checkpoint_for, describe_recipe, figure_path, length_limits, nmt_cli_recipe,
+                             reach_note, time_to_reach, warmup_note)
 from translate_speed import Quality, text_quality  # noqa: E402  (bench/ is not a package)
 
-from nmt_cli.config import DecodeConfig  # noqa: E402
+from nmt_cli.config import Config, DecodeConfig  # noqa: E402
 
 
 def test_a_budget_takes_the_last_checkpoint_dated_at_or_before_it() -> None:
@@ -56,11 +58,12 @@ def test_the_time_to_a_bleu_is_interpolated_between_the_checkpoints_that_straddl
 
 def test_each_toolkit_is_held_to_its_own_length_limit() -> None:
     sources = [1, 7, 40, 300]
-    ours = Arm("nmt-cli", None, nmt_cli_recipe(True))
+    ours = Arm("nmt-cli", None, nmt_cli_recipe(PEER_RECIPES["tiny", "fairseq"].spec))
     decode = DecodeConfig()  # nmt translate's rule: floor(a * |x| + b)
     assert length_limits(ours, sources) == [math.floor(decode.max_len_a * n + decode.max_len_b) for n in sources]
-    assert length_limits(Arm("fairseq", None, PEER_RECIPES["fairseq"], "fairseq"), sources) == [200] * 4
-    assert length_limits(Arm("OpenNMT-py", None, PEER_RECIPES["opennmt"], "opennmt"), sources) == [6, 13, 55, 250]
+    assert length_limits(Arm("fairseq", None, PEER_RECIPES["tiny", "fairseq"], "fairseq"), sources) == [200] * 4
+    opennmt = Arm("OpenNMT-py", None, PEER_RECIPES["tiny", "opennmt"], "opennmt")
+    assert length_limits(opennmt, sources) == [6, 13, 55, 250]
 
 
 def test_the_share_at_the_limit_compares_each_output_with_its_own_sentence_limit() -> None:
@@ -83,8 +86,8 @@ def _seed_run(bleu_by_update: dict[int, float], seconds_per_update: float) -> Se
     return SeedRun(run, {update: Quality(bleu, 0.0, 0.0) for update, bleu in bleu_by_update.items()})
 
 
-OURS_POST = Arm("nmt-cli", None, nmt_cli_recipe(True))
-FAIRSEQ = Arm("fairseq", None, PEER_RECIPES["fairseq"], "fairseq")
+OURS_POST = Arm("nmt-cli", None, nmt_cli_recipe(PEER_RECIPES["tiny", "fairseq"].spec))
+FAIRSEQ = Arm("fairseq", None, PEER_RECIPES["tiny", "fairseq"], "fairseq")
 
 
 def test_the_time_to_a_peers_bleu_is_given_in_minutes_and_as_a_share_of_the_budget() -> None:
@@ -118,10 +121,57 @@ def test_nmt_cli_trains_at_its_default_precision_for_this_cpu_with_a_figure_of_i
         monkeypatch: pytest.MonkeyPatch, has_bf16_units: bool, precision: str, figure: str) -> None:
     # train.precision auto: bf16 for a Transformer where the CPU has bf16 units; the peers stay fp32
     monkeypatch.setattr("nmt_cli.precision.cpu_has_native_bf16", lambda: has_bf16_units)
-    recipe = nmt_cli_recipe(post_norm=True)
+    recipe = nmt_cli_recipe(PEER_RECIPES["tiny", "fairseq"].spec)
     assert recipe.train.precision == precision
     assert f"train.precision auto is {precision} on this CPU" in recipe.source
     assert describe_recipe(recipe).endswith(f", {precision}")
     assert all(peer.train.precision == "fp32" for peer in PEER_RECIPES.values())
     args = argparse.Namespace(figure=None, quick=False, json=None, work=Path("w"))
-    assert figure_path(args, recipe.train.precision).name == figure
+    assert figure_path(args, recipe.train.precision, ["tiny"]).name == figure
+
+
+def test_each_rnn_is_paired_with_the_peer_that_has_its_attention() -> None:
+    runners = {"opennmt": "opennmt runner", "fairseq": "fairseq runner"}
+    arms = arms_for(runners, ["tiny", "rnn"])
+    assert [(arm.label, arm.architecture) for arm in arms] == [
+        ("nmt-cli", "pre-norm"), ("OpenNMT-py 3.5.1", "pre-norm"), ("nmt-cli", "post-norm"),
+        ("fairseq-fixed 0.12.3.1", "post-norm"), ("nmt-cli", "Bahdanau RNN"), ("OpenNMT-py 3.5.1", "Bahdanau RNN"),
+        ("nmt-cli", "Luong RNN"), ("fairseq-fixed 0.12.3.1", "Luong RNN")]
+    for ours, peer in zip(arms[::2], arms[1::2]):  # the same shape, each toolkit's own settings
+        assert ours.recipe.spec.describe() == peer.recipe.spec.describe() and ours.peer is None
+    assert len({arm.folder for arm in arms}) == len(arms)  # every run has a folder of its own
+    alone = arms_for({}, ["rnn"])  # no peer: nmt-cli in the architecture of the first peer, OpenNMT-py's
+    assert [(arm.label, arm.architecture, arm.peer) for arm in alone] == [("nmt-cli", "Bahdanau RNN", None)]
+
+
+def test_nmt_clis_rnn_trains_with_its_multi30k_recipes_settings_in_float32(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("nmt_cli.precision.cpu_has_native_bf16", lambda: True)  # only the Transformer takes bf16
+    recipe = nmt_cli_recipe(PEER_RECIPES["rnn", "opennmt"].spec)
+    written = Config.from_dict(yaml.safe_load((REPO / "recipes" / "multi30k-rnn-bahdanau.yaml").read_text()))
+    assert written.train.schedule == "plateau"  # halved only after a validation, which a timed run never makes
+    train = recipe.train
+    assert (train.optimizer, train.schedule, train.warmup) == (written.train.optimizer, "constant", 0)
+    assert (train.lr, train.clip_norm, train.label_smoothing) == (
+        written.train.lr, written.train.clip_norm, written.train.label_smoothing)
+    assert recipe.spec.dropout == written.model.dropout and recipe.spec.cell == "lstm"  # the peers' shape
+    assert train.precision == "fp32" and "recipes/multi30k-rnn-bahdanau.yaml" in recipe.source
+    assert "lr 1.00e-03 throughout" in describe_recipe(recipe) and "warm-up" not in describe_recipe(recipe)
+    luong = nmt_cli_recipe(PEER_RECIPES["rnn", "fairseq"].spec)
+    assert luong.spec.attention == "general" and "multi30k-rnn-luong-local-p.yaml" in luong.source
+    opennmt = PEER_RECIPES["rnn", "opennmt"].train  # onmt_train's defaults
+    assert (opennmt.optimizer, opennmt.schedule, opennmt.lr, opennmt.clip_norm) == ("sgd", "constant", 1.0, 5.0)
+    assert describe_recipe(PEER_RECIPES["rnn", "opennmt"]).split(": ", 1)[1].startswith("sgd, lr 1.00e+00 throughout")
+    args = argparse.Namespace(figure=None, quick=False, json=None, work=Path("w"))
+    assert figure_path(args, "fp32", ["rnn"]).name == "time_to_quality-rnn.png"
+    assert figure_path(args, "bf16", ["tiny", "rnn"]).name == "time_to_quality-tiny-rnn-bf16.png"
+
+
+def test_the_warmup_note_leaves_out_runs_with_no_warmup() -> None:
+    ours = Arm("nmt-cli", None, nmt_cli_recipe(PEER_RECIPES["rnn", "opennmt"].spec))
+    peer = Arm("OpenNMT-py", None, PEER_RECIPES["rnn", "opennmt"], "opennmt")
+    runs = {ours.name: [_seed_run({900: 10.0}, 1.0)], peer.name: [_seed_run({700: 5.0}, 1.0)]}
+    assert warmup_note([ours, peer], runs) is None  # both constant: no warm-up to speak of
+    fairseq = Arm("fairseq", None, PEER_RECIPES["rnn", "fairseq"], "fairseq")
+    note = warmup_note([ours, fairseq], {**runs, fairseq.name: [_seed_run({800: 3.0}, 1.0)]})
+    assert "fairseq Luong RNN 800 of 4,000 (each of these ended within its warm-up" in note
+    assert note.endswith("; with no warm-up, at a constant learning rate: nmt-cli Bahdanau RNN")

@@ -67,6 +67,11 @@ class TrainSpec:
     max_tokens: int = 2048
     steps: int = 400
     log_every: int = 20
+    #: ``adam`` (with ``adam_betas``) or ``sgd`` (plain, no momentum)
+    optimizer: str = "adam"
+    #: ``inverse_sqrt``: ``lr`` after a linear warm-up of ``warmup`` updates, then 1/sqrt decay;
+    #: ``constant``: ``lr`` throughout (``warmup`` unused)
+    schedule: str = "inverse_sqrt"
     lr: float = 5e-4
     warmup: int = 400
     label_smoothing: float = 0.1

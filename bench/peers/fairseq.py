@@ -73,6 +73,9 @@ def train(corpus: PieceCorpus, spec: TransformerSpec | RnnSpec, train_spec: Trai
     ``timed.save_every`` updates, all kept, and no other checkpoint."""
     if train_spec.precision != "fp32":
         raise ValueError(f"fairseq-fixed 0.12.3.1 has no {train_spec.precision} training on CPU (--bf16 implies a TPU)")
+    if (train_spec.optimizer, train_spec.schedule) != ("adam", "inverse_sqrt"):
+        raise ValueError(f"fairseq runner: adam with inverse_sqrt only, not {train_spec.optimizer} with "
+                         f"{train_spec.schedule}")
     out_dir.mkdir(parents=True, exist_ok=True)
     dictionary = out_dir / "dict.txt"
     dictionary.write_text(counted_vocabulary(corpus, " "), encoding="utf-8")

@@ -62,6 +62,17 @@ def _noam_learning_rate(spec: TransformerSpec | RnnSpec, train: TrainSpec) -> fl
     return train.lr * (width * train.warmup) ** 0.5
 
 
+def _schedule_options(spec: TransformerSpec | RnnSpec, train: TrainSpec) -> dict:
+    """``inverse_sqrt`` as noam (the same shape); ``constant`` as no decay at all (its own decay would
+    start at update 50,000, beyond any run here, but is turned off all the same)."""
+    if train.schedule == "inverse_sqrt":
+        return {"decay_method": "noam", "learning_rate": _noam_learning_rate(spec, train),
+                "warmup_steps": train.warmup}
+    if train.schedule == "constant":
+        return {"decay_method": "none", "learning_rate": train.lr, "start_decay_steps": 10**9}
+    raise ValueError(f"OpenNMT-py runner: no {train.schedule} schedule")
+
+
 def train(corpus: PieceCorpus, spec: TransformerSpec | RnnSpec, train_spec: TrainSpec,
           out_dir: Path, threads: int, timed: TimedRun | None = None) -> TrainResult:
     """Train for ``train_spec.steps`` steps, its ``Step`` lines timed as they arrive; ``timed``:
@@ -87,9 +98,8 @@ def train(corpus: PieceCorpus, spec: TransformerSpec | RnnSpec, train_spec: Trai
         "report_every": train_spec.log_every, "seed": train_spec.seed,
         "batch_type": "tokens", "batch_size": train_spec.max_tokens, "bucket_size": 4096,
         "num_workers": 0, "world_size": 1, "gpu_ranks": [], "accum_count": [1],
-        "optim": "adam", "adam_beta1": train_spec.adam_betas[0], "adam_beta2": train_spec.adam_betas[1],
-        "decay_method": "noam",
-        "learning_rate": _noam_learning_rate(spec, train_spec), "warmup_steps": train_spec.warmup,
+        "optim": train_spec.optimizer, "adam_beta1": train_spec.adam_betas[0],
+        "adam_beta2": train_spec.adam_betas[1], **_schedule_options(spec, train_spec),
         "label_smoothing": train_spec.label_smoothing, "max_grad_norm": train_spec.clip_norm,
         "param_init": 0.0, "param_init_glorot": True,
         **_model_options(spec),

@@ -54,7 +54,8 @@ def train_section(train_spec: TrainSpec, threads: int = THREADS, timed: TimedRun
     ``timed``: none at all, a checkpoint every ``timed.save_every`` steps, every one kept)."""
     section = {"max_tokens": train_spec.max_tokens, "max_steps": train_spec.steps, "lr": train_spec.lr,
                "warmup_steps": train_spec.warmup, "label_smoothing": train_spec.label_smoothing,
-               "schedule": "inverse_sqrt", "adam_betas": list(train_spec.adam_betas),
+               "optimizer": train_spec.optimizer, "schedule": train_spec.schedule,
+               "adam_betas": list(train_spec.adam_betas),
                "weight_decay": train_spec.weight_decay, "clip_norm": train_spec.clip_norm,
                "seed": train_spec.seed, "num_threads": threads, "log_every": train_spec.log_every,
                "valid_every": train_spec.steps, "valid_bleu": False, "early_stop_metric": "loss",
