@@ -11,7 +11,8 @@ same batches in the same order.
   measured by the trainer (greedy, the first 500 sentences of Multi30k val).
 * **Held-out figure, which no choice looks at:** the last checkpoint (not averaged, so both
   precisions stand at the same update) translates test2016 with beam 5 and ``nmt translate``'s
-  shipped defaults; sacreBLEU, chrF and the share of outputs at the length limit.
+  shipped defaults; sacreBLEU, chrF and the share of outputs at the length limit, and within
+  each seed a paired bootstrap of the two precisions' BLEU (:func:`held_out_test`).
 
 Translation runs in float32 on a CPU whatever precision trained the model, so only the training
 differs. The rule (:func:`verdict`): bf16 qualifies when its mean validation BLEU over the seeds at
@@ -39,13 +40,14 @@ from common import (BENCH_DIR, REPO, THREADS, UNBUFFERED, Report, bench_argument
 from peers import ours
 from peers.arch import DecodeSpec
 from peers.corpus import export_pieces, prepare_multi30k
-from peers.ours import Engine
+from peers.ours import Engine, hypotheses_path
 from peers.results import check
-from translate_speed import Quality, kept_quality, quality
+from translate_speed import Quality, detokenised, kept_quality, quality
 
 from nmt_cli.config import DecodeConfig
 from nmt_cli.data.prepared import PreparedData
 from nmt_cli.decoding.search import max_output_length
+from nmt_cli.evaluation import paired_bootstrap
 from nmt_cli.precision import cpu_has_native_bf16
 from nmt_cli.training.progress import read_metrics
 
@@ -76,6 +78,7 @@ class RunResult:
     peak_rss_mb: float
     resumed: bool
     test: Quality
+    test_output: list[str]  # the detokenised test2016 translations
 
 
 def train(prepared: Path, run: Path, precision: str, seed: int, steps: int, valid_every: int, quick: bool,
@@ -96,19 +99,41 @@ def train(prepared: Path, run: Path, precision: str, seed: int, steps: int, vali
     return measured.seconds, resumed
 
 
-def evaluate(checkpoint: Path, data: PreparedData, source_pieces: list[int], folder: Path, threads: int) -> Quality:
-    """test2016 with beam 5 under the shipped decoding defaults, in float32; reused when done."""
+ENGINE = Engine(shipped_defaults=True)
+
+
+def evaluate(checkpoint: Path, data: PreparedData, source_pieces: list[int], folder: Path,
+             threads: int) -> tuple[Quality, list[str]]:
+    """test2016 with beam 5 under the shipped decoding defaults, in float32: its scores and its
+    detokenised translations; reused when done."""
     defaults = DecodeConfig()
 
     def score() -> Quality:
         decode = DecodeSpec(beam=BEAM, alpha=defaults.alpha)
         hypotheses = ours.translate(checkpoint, data.text_path("test", "src"), decode, folder, threads,
-                                    engine=Engine(shipped_defaults=True)).hypotheses
-        references = data.text_path("test", "tgt").read_text(encoding="utf-8").splitlines()
-        return quality(hypotheses, references, data.tokenizer,
+                                    engine=ENGINE).hypotheses
+        return quality(hypotheses, references_of(data), data.tokenizer,
                        [max_output_length(n, defaults.max_len_a, defaults.max_len_b) for n in source_pieces])
 
-    return kept_quality(folder, score)
+    scored = kept_quality(folder, score)
+    return scored, detokenised(hypotheses_path(folder, BEAM, ENGINE), data.tokenizer)
+
+
+def references_of(data: PreparedData) -> list[str]:
+    """test2016's reference translations."""
+    return data.text_path("test", "tgt").read_text(encoding="utf-8").splitlines()
+
+
+def held_out_test(seed: int, fp32: list[str], bf16: list[str], references: list[str]) -> str:
+    """Within one seed, is bf16's test2016 BLEU different from float32's? sacreBLEU's paired bootstrap
+    (Koehn 2004; :func:`nmt_cli.evaluation.paired_bootstrap`, 1,000 resamples): both scores with
+    their 95% half-widths and the p-value of the difference. The same translations from both
+    precisions are said to be so: sacreBLEU gives them a p-value of 1 / (resamples + 1)."""
+    (bleu,) = paired_bootstrap(bf16, fp32, [references], metrics=("bleu",))
+    if fp32 == bf16:
+        return f"seed {seed}: the same translations from both precisions (BLEU {bleu.baseline:.2f})"
+    return (f"seed {seed}: fp32 {bleu.baseline:.2f} (+/- {bleu.baseline_ci:.2f}), bf16 {bleu.system:.2f} "
+            f"(+/- {bleu.system_ci:.2f}), difference {bleu.system - bleu.baseline:+.2f}, p = {bleu.p_value:.3f}")
 
 
 def read_run(run: Path) -> tuple[dict[int, float], float, float, dict]:
@@ -184,12 +209,12 @@ def main() -> None:
             run = work / f"{precision}-seed{seed}"
             wall, resumed = train(prepared, run, precision, seed, steps, valid_every, args.quick, args.threads)
             curve, valid_loss, tokens, summary = read_run(run)
-            test = evaluate(Path(summary["last_checkpoint"]), data, source_pieces, run.parent / f"{run.name}-test",
-                            args.threads)
+            test, output = evaluate(Path(summary["last_checkpoint"]), data, source_pieces,
+                                    run.parent / f"{run.name}-test", args.threads)
             results.append(RunResult(precision, seed, summary["step"], curve, valid_loss,
                                      summary["target_tokens_per_second"],
                                      tokens, summary["train_seconds"], wall, summary["peak_rss_mb"],
-                                     resumed, test))
+                                     resumed, test, output))
     for result in results:
         report.add_row(result.precision, str(result.seed), fmt(result.steps), fmt(result.tokens_per_update),
                        fmt(result.tokens_per_second), fmt(result.train_seconds), fmt(result.peak_rss_mb),
@@ -203,6 +228,8 @@ def main() -> None:
                   for precision in PRECISIONS}
     speed = {precision: statistics.mean(r.tokens_per_second for r in results if r.precision == precision)
              for precision in PRECISIONS}
+    outputs = {(r.seed, r.precision): r.test_output for r in results}
+    paired = [held_out_test(seed, outputs[seed, "fp32"], outputs[seed, "bf16"], references_of(data)) for seed in seeds]
     plot = work / "bf16_quality.png" if args.quick else RESULTS / "bf16_quality.png"
     plot_curves(results, plot)
     report.notes += [
@@ -211,7 +238,8 @@ def main() -> None:
         f"below fp32) says: {'bf16 reaches fp32' if fit else 'bf16 falls short'}. Mean validation loss (nats per "
         f"target token, unsmoothed) at that update: fp32 {loss_means['fp32']:.4f}, bf16 {loss_means['bf16']:.4f}.",
         f"Held out (test2016, beam 5, last checkpoint): mean BLEU fp32 {test_means['fp32']:.2f}, bf16 "
-        f"{test_means['bf16']:.2f}, difference {test_means['bf16'] - test_means['fp32']:+.2f}.",
+        f"{test_means['bf16']:.2f}, difference {test_means['bf16'] - test_means['fp32']:+.2f}. Paired bootstrap "
+        f"within each seed (sacreBLEU, 1,000 resamples): {'; '.join(paired)}.",
         f"Speed: bf16 trains at {speed['bf16'] / speed['fp32']:.2f}x fp32's target tokens/s (mean over the seeds; "
         "the trainer's clock over the updates after its first progress line).",
         f"Model and settings: {RECIPE.relative_to(REPO)} (3+3 layers, d 256, 4 heads, FFN 1024, dropout 0.2, "

@@ -179,12 +179,16 @@ class Quality:
     at_limit: float
 
 
+def detokenised(hypotheses: Path, tokenizer) -> list[str]:
+    """Piece output (a line of space-separated pieces a sentence) as text, by our SentencePiece model."""
+    return [tokenizer.tgt.decode_pieces(line.split()) for line in hypotheses.read_text(encoding="utf-8").splitlines()]
+
+
 def quality(hypotheses: Path, references: list[str], tokenizer, limits: int | Sequence[int]) -> Quality:
     """Detokenise piece output with our SentencePiece model; score with sacreBLEU (``limits``: as
     :func:`text_quality` takes them)."""
-    lines = [line.split() for line in hypotheses.read_text(encoding="utf-8").splitlines()]
-    return text_quality([tokenizer.tgt.decode_pieces(pieces) for pieces in lines], [len(p) for p in lines],
-                        references, limits)
+    lengths = [len(line.split()) for line in hypotheses.read_text(encoding="utf-8").splitlines()]
+    return text_quality(detokenised(hypotheses, tokenizer), lengths, references, limits)
 
 
 def kept_quality(folder: Path, score: Callable[[], Quality]) -> Quality:

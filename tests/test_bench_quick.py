@@ -246,6 +246,22 @@ def test_attention_kernels_quick_times_both_kernels_and_says_which_one_attention
     assert any(f"EXPLICIT_MAX_KEYS = {EXPLICIT_MAX_KEYS}" in note for note in report["notes"])
 
 
+def test_bf16_qualitys_held_out_test_pairs_the_two_precisions_sentence_by_sentence() -> None:
+    from bf16_quality import held_out_test
+
+    references = [f"a small dog number {n} runs across the green grass" for n in range(60)]
+    scores = re.compile(r"fp32 ([0-9.]+) .*bf16 ([0-9.]+) .*difference ([-+0-9.]+), p = ([0-9.]+)$")
+    one_word_less = [line.replace(" green", "") if n == 3 else line for n, line in enumerate(references)]
+    fp32, bf16, difference, p_value = map(float, scores.search(held_out_test(1, references, one_word_less,
+                                                                              references)).groups())
+    assert fp32 == 100.0 and bf16 < 100.0 and difference == round(bf16 - fp32, 2) and p_value > 0.05
+    halves = [" ".join(line.split()[:4]) for line in references]  # bf16 loses the second half of every sentence
+    fp32, bf16, _, p_value = map(float, scores.search(held_out_test(2, references, halves, references)).groups())
+    assert bf16 < 50 and p_value < 0.01
+    assert held_out_test(3, references, list(references), references) == (
+        "seed 3: the same translations from both precisions (BLEU 100.00)")  # no p-value for no difference
+
+
 def test_bf16_quality_quick_compares_the_precisions_on_the_same_batches_and_decides_by_validation(work: Path) -> None:
     from nmt_cli.precision import cpu_has_native_bf16
 
@@ -269,6 +285,11 @@ def test_bf16_quality_quick_compares_the_precisions_on_the_same_batches_and_deci
     assert ("bf16 reaches fp32." if bf16 >= fp32 - 0.3 else "bf16 falls short.") in decision
     for precision, row in rows.items():
         assert f"{precision} {row['validation loss']}" in decision.split("Mean validation loss")[1]
+    (held_out,) = [note for note in report["notes"] if note.startswith("Held out")]
+    paired = held_out.split("Paired bootstrap within each seed")[1]
+    for precision, row in rows.items():  # each seed's test scores, tested against each other
+        assert f"{precision} {row['test2016 BLEU (beam 5)']} (+/- " in paired
+    assert re.search(r"seed 1: .*, p = [01]\.[0-9]{3}\.$", paired)
     (picture_note,) = [note for note in report["notes"] if note.startswith("Picture")]
     picture = Path(re.search(r"`(.+)`", picture_note).group(1))
     assert picture == work / "bf16_quality-quick" / "bf16_quality.png" and picture.read_bytes().startswith(b"\x89PNG")

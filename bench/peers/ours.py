@@ -127,6 +127,11 @@ class Engine:
 WARMUP_SENTENCES = 64
 
 
+def hypotheses_path(out_dir: Path, beam: int, engine: Engine) -> Path:
+    """Where :func:`translate` writes the output pieces of ``engine`` at ``beam`` in ``out_dir``."""
+    return out_dir / f"hyp.beam{beam}.{engine.tag()}.txt"
+
+
 def translate(checkpoint: Path, source_text: Path, decode: DecodeSpec, out_dir: Path, threads: int = THREADS,
               label: str = NAME, engine: Engine = Engine()) -> TranslateResult:
     """Translate raw source text in a worker subprocess; output pieces counted from its token ids.
@@ -137,7 +142,7 @@ def translate(checkpoint: Path, source_text: Path, decode: DecodeSpec, out_dir: 
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     tag = f"beam{decode.beam}.{engine.tag()}"
-    hypotheses = out_dir / f"hyp.{tag}.txt"
+    hypotheses = hypotheses_path(out_dir, decode.beam, engine)
     timing = out_dir / f"timing.{tag}.json"
     command = [sys.executable, "-m", "peers.ours", "translate", checkpoint, source_text, hypotheses,
                "--beam", decode.beam, "--alpha", decode.alpha, "--batch", decode.batch_sentences,
