@@ -116,26 +116,31 @@ def flops_per_target_token(prepared: Path, spec: TransformerSpec | RnnSpec, max_
 TORCH, ONEDNN_PACKED = "torch", "onednn"
 
 
-def product_runs(left: torch.Tensor, right: torch.Tensor) -> dict:
-    """``{library: run}``: ``left @ right`` (2-d) as each library nmt-cli trains with runs it: ``torch.mm``
-    (MKL on a CPU) and, in float32 where this torch has it, oneDNN with ``right`` packed (the loss's products)."""
-    runs = {TORCH: lambda: torch.mm(left, right)}
-    if ONEDNN and left.dtype == torch.float32:
-        packed = pack_weight(right.t())
-        runs[ONEDNN_PACKED] = lambda: packed_linear(left, packed)
-    return runs
+def product_libraries(dtype: torch.dtype) -> tuple[str, ...]:
+    """The libraries nmt-cli runs its matrix products in ``dtype`` with: ``torch.mm`` (MKL on a CPU) and,
+    in float32 where this torch has it, oneDNN with the right factor packed (the loss's products)."""
+    return (TORCH, ONEDNN_PACKED) if ONEDNN and dtype == torch.float32 else (TORCH,)
+
+
+def product_run(left: torch.Tensor, right: torch.Tensor, library: str):
+    """A call that computes ``left @ right`` (2-d) as ``library`` runs it (one of :func:`product_libraries`);
+    oneDNN's packs ``right`` once, here."""
+    if library == TORCH:
+        return lambda: torch.mm(left, right)
+    packed = pack_weight(right.t())
+    return lambda: packed_linear(left, packed)
 
 
 def matmul_peak_gflops(dtype: torch.dtype = torch.float32, threads: int = THREADS, repeats: int = 5) -> float:
     """The best rate over :data:`PEAK_SHAPES` in ``dtype`` on ``threads`` threads (GFLOP/s), of ``torch.mm``
-    and of oneDNN's packed product (:func:`product_runs`): on AMD CPUs MKL's is the lower."""
+    and of oneDNN's packed product (:func:`product_run`): on AMD CPUs MKL's is the lower."""
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         best = 0.0
         for rows, inner, columns in PEAK_SHAPES:
             left, right = torch.randn(rows, inner, dtype=dtype), torch.randn(inner, columns, dtype=dtype)
-            for run in product_runs(left, right).values():
+            for run in (product_run(left, right, library) for library in product_libraries(dtype)):
                 run()  # warm-up: thread pool and packed buffers
                 for _ in range(repeats):
                     start = time.perf_counter()

@@ -58,7 +58,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
 from common import THREADS, Report, bench_arguments, fmt, repeats_of
-from model_flops import EXTRA_FORMULAS, ONEDNN, ONEDNN_PACKED, PEAK_SHAPES, TORCH, matmul_peak_gflops, product_runs
+from model_flops import EXTRA_FORMULAS, ONEDNN, ONEDNN_PACKED, PEAK_SHAPES, TORCH, matmul_peak_gflops, product_run
 from peers.arch import BASE_TRANSFORMER, TINY_RNN, TINY_TRANSFORMER, RnnSpec, TrainSpec, TransformerSpec
 from peers.corpus import prepare_multi30k
 from peers.ours import model_section, train_section
@@ -212,7 +212,7 @@ def product_rate(shape: tuple[int, int, int, int, str], clock=time.perf_counter,
     for a batch; :data:`ONEDNN_PACKED`: oneDNN with the right factor packed), at the current thread count."""
     batch, rows, inner, columns, library = shape
     if batch == 1:
-        run = product_runs(torch.randn(rows, inner), torch.randn(inner, columns))[library]
+        run = product_run(torch.randn(rows, inner), torch.randn(inner, columns), library)
     else:
         left, right = torch.randn(batch, rows, inner), torch.randn(batch, inner, columns)
         run = lambda: torch.bmm(left, right)  # noqa: E731

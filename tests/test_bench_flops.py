@@ -18,7 +18,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
-from model_flops import EXTRA_FORMULAS, matmul_peak_gflops  # noqa: E402  (bench/ is not a package)
+from model_flops import (EXTRA_FORMULAS, TORCH, matmul_peak_gflops, product_libraries,  # noqa: E402
+                         product_run)  # bench/ is not a package
 
 
 def counted(function) -> dict[str, int]:
@@ -66,3 +67,11 @@ def test_an_accumulating_product_counts_like_addmm() -> None:
 def test_the_matmul_peak_is_a_positive_rate() -> None:
     peak = matmul_peak_gflops(repeats=1)
     assert 0 < peak < 1e5  # GFLOP/s: above zero and below any CPU's
+
+
+def test_each_library_the_peak_times_computes_the_same_product() -> None:
+    left, right = torch.randn(7, 5), torch.randn(5, 3)
+    libraries = product_libraries(torch.float32)
+    assert libraries[0] == TORCH and product_libraries(torch.bfloat16) == (TORCH,)  # oneDNN's packing: float32
+    for library in libraries:
+        assert torch.allclose(product_run(left, right, library)(), left @ right, atol=1e-5), library
