@@ -46,7 +46,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
-import yaml
 from common import (BENCH_DIR, REPO, THREADS, Report, absolute_path, bench_arguments, fmt, fresh_dir, median,
                     project_version, save_png)
 from peers import fairseq, ours, opennmt
@@ -60,7 +59,7 @@ from peers.selection import TRAINING_PEERS, parse_peer_list, peer_label, ready_p
 from train_speed import calibrated_max_tokens
 from translate_speed import Quality, kept_quality, quality
 
-from nmt_cli.config import Config, DecodeConfig, ModelConfig, TrainConfig
+from nmt_cli.config import DecodeConfig, ModelConfig, TrainConfig, load_config
 from nmt_cli.data.prepared import PreparedData
 from nmt_cli.decoding.search import max_output_length
 from nmt_cli.fileio import atomic_write_json
@@ -111,7 +110,7 @@ def nmt_cli_recipe(spec: TransformerSpec | RnnSpec) -> Recipe:
         source = "its defaults (docs/config.md"
     else:
         name = RNN_RECIPES[spec.attention]
-        recipe = Config.from_dict(yaml.safe_load((REPO / "recipes" / f"{name}.yaml").read_text(encoding="utf-8")))
+        recipe = load_config(REPO / "recipes" / f"{name}.yaml")
         train, shape = recipe.train, replace(spec, dropout=recipe.model.dropout)
         source = f"its recipe recipes/{name}.yaml (training settings"
     precision = Precision(train.precision, torch.device("cpu"), family=spec.kind).name

@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
@@ -20,7 +19,7 @@ from time_to_quality import (PEER_RECIPES, Arm, SeedRun, TrainedRun, arms_for,  
                              reach_note, time_to_reach, warmup_note)
 from translate_speed import Quality, text_quality  # noqa: E402  (bench/ is not a package)
 
-from nmt_cli.config import Config, DecodeConfig  # noqa: E402
+from nmt_cli.config import DecodeConfig, load_config  # noqa: E402
 
 
 def test_a_budget_takes_the_last_checkpoint_dated_at_or_before_it() -> None:
@@ -147,7 +146,7 @@ def test_each_rnn_is_paired_with_the_peer_that_has_its_attention() -> None:
 def test_nmt_clis_rnn_trains_with_its_multi30k_recipes_settings_in_float32(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("nmt_cli.precision.cpu_has_native_bf16", lambda: True)  # only the Transformer takes bf16
     recipe = nmt_cli_recipe(PEER_RECIPES["rnn", "opennmt"].spec)
-    written = Config.from_dict(yaml.safe_load((REPO / "recipes" / "multi30k-rnn-bahdanau.yaml").read_text()))
+    written = load_config(REPO / "recipes" / "multi30k-rnn-bahdanau.yaml")
     assert written.train.schedule == "plateau"  # halved only after a validation, which a timed run never makes
     train = recipe.train
     assert (train.optimizer, train.schedule, train.warmup) == (written.train.optimizer, "constant", 0)
