@@ -127,10 +127,11 @@ def nmt_cli_recipe(spec: TransformerSpec | RnnSpec) -> Recipe:
 #: fairseq's IWSLT'14 de-en Transformer recipe (examples/translation/README.md,
 #: transformer_iwslt_de_en) at the tiny shape; OpenNMT-py's documented Transformer settings
 #: (the docs' WMT17 en-de Transformer example: noam with learning_rate 2 and 8,000 warm-up
-#: steps, which peaks at 2 * d^-0.5 * 8000^-0.5, the same shape as inverse_sqrt). For the RNN:
-#: OpenNMT-py's defaults (``onmt_train -h``; its quickstart trains its default RNN with them:
-#: plain SGD at learning rate 1.0, gradient norm clipped at 5, dropout 0.3, no label smoothing,
-#: decay only from update 50,000); fairseq documents no LSTM translation recipe, so its LSTM
+#: steps, which peaks at 2 * d^-0.5 * 8000^-0.5, the same shape as inverse_sqrt; the loss per
+#: target token, ``normalization: tokens``). For the RNN: OpenNMT-py's defaults (``onmt_train
+#: -h``; its quickstart trains its default RNN with them: plain SGD at learning rate 1.0,
+#: gradient norm clipped at 5, dropout 0.3, no label smoothing, the loss per sentence, decay
+#: only from update 50,000); fairseq documents no LSTM translation recipe, so its LSTM
 #: trains with the optimisation of the IWSLT'14 recipe it documents.
 PEER_RECIPES = {
     ("tiny", "fairseq"): Recipe(
@@ -145,10 +146,10 @@ PEER_RECIPES = {
         "its documented Transformer settings (docs: the WMT17 en-de example)"),
     ("rnn", "opennmt"): Recipe(
         replace(TINY_RNN, dropout=0.3),
-        TrainSpec(optimizer="sgd", schedule="constant", lr=1.0, warmup=0, label_smoothing=0.0, clip_norm=5.0),
-        "its defaults (onmt_train -h), which its quickstart trains its RNN with (loss normalised by sentences; "
-        "weights Glorot-initialised, as this runner initialises every OpenNMT-py model, where its default is "
-        "uniform within 0.1)"),
+        TrainSpec(optimizer="sgd", schedule="constant", lr=1.0, warmup=0, label_smoothing=0.0,
+                  loss_normalization="sents", clip_norm=5.0),
+        "its defaults (onmt_train -h), which its quickstart trains its RNN with (weights Glorot-initialised, as "
+        "this runner initialises every OpenNMT-py model, where its default is uniform within 0.1)"),
     ("rnn", "fairseq"): Recipe(
         replace(TINY_LUONG_RNN, dropout=0.3),
         TrainSpec(lr=5e-4, warmup=4000, label_smoothing=0.1, adam_betas=(0.9, 0.98), weight_decay=1e-4,
@@ -165,9 +166,10 @@ def describe_recipe(recipe: Recipe) -> str:
     schedule = (f"peak lr {train.lr:.2e} after {train.warmup:,} warm-up updates then 1/sqrt decay"
                 if train.schedule == "inverse_sqrt" else f"lr {train.lr:.2e} throughout")
     attention = (f"attention dropout {spec.attention_dropout}, " if isinstance(spec, TransformerSpec) else "")
-    return (f"{recipe.source}: {optimizer}, {schedule}, label smoothing {train.label_smoothing}, dropout "
-            f"{spec.dropout}, {attention}weight decay {train.weight_decay}, clip norm {train.clip_norm or 'off'}, "
-            f"{train.precision}")
+    normalization = {"tokens": "target token", "sents": "sentence"}[train.loss_normalization]
+    return (f"{recipe.source}: {optimizer}, {schedule}, loss per {normalization}, label smoothing "
+            f"{train.label_smoothing}, dropout {spec.dropout}, {attention}weight decay {train.weight_decay}, "
+            f"clip norm {train.clip_norm or 'off'}, {train.precision}")
 
 
 @dataclass(frozen=True)

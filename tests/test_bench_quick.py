@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "bench"
@@ -383,7 +384,40 @@ def test_the_peer_runners_take_each_recipes_optimizer_and_schedule(tmp_path: Pat
     assert noam == {"decay_method": "noam", "learning_rate": pytest.approx(2.0), "warmup_steps": 8000}
     with pytest.raises(ValueError, match="adam with inverse_sqrt only, not sgd with constant"):
         fairseq.train(None, TINY_RNN, replace(TrainSpec(), optimizer="sgd", schedule="constant"), tmp_path, 2)
+    with pytest.raises(ValueError, match="loss_normalization tokens only, not sents"):
+        fairseq.train(None, TINY_TRANSFORMER, TrainSpec(loss_normalization="sents"), tmp_path, 2)
     assert not any(tmp_path.iterdir())  # refused before anything was written
+
+
+def test_the_loss_is_divided_by_what_each_recipe_says(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """OpenNMT-py divides by sentences unless told otherwise; its documented Transformer settings
+    say target tokens, as nmt-cli and fairseq do, so the runner passes the recipe's choice on."""
+    from peers import opennmt, ours
+    from peers.arch import TINY_TRANSFORMER, TrainSpec
+    from peers.corpus import PieceCorpus
+
+    corpus = PieceCorpus(tmp_path / "pieces")
+    corpus.path.mkdir()
+    (corpus.path / "vocab.pieces").write_text("▁a\n▁b\n", encoding="utf-8")
+
+    def written_config(train_spec: TrainSpec) -> dict:
+        monkeypatch.setattr(opennmt, "run_measured", _refuse_to_run)
+        with pytest.raises(_NotRun):
+            opennmt.train(corpus, TINY_TRANSFORMER, train_spec, tmp_path / "run", 2)
+        return yaml.safe_load((tmp_path / "run" / "train.yaml").read_text(encoding="utf-8"))
+
+    assert written_config(TrainSpec())["normalization"] == "tokens"
+    assert written_config(TrainSpec(loss_normalization="sents"))["normalization"] == "sents"
+    with pytest.raises(ValueError, match="by its target tokens, not by sents"):
+        ours.train_section(TrainSpec(loss_normalization="sents"))
+
+
+class _NotRun(Exception):
+    pass
+
+
+def _refuse_to_run(*args, **kwargs):
+    raise _NotRun
 
 
 @pytest.mark.parametrize(("peer", "model"), [("opennmt", "rnn"), ("fairseq", "tiny")])  # the quick models each peer matches

@@ -159,7 +159,11 @@ def test_nmt_clis_rnn_trains_with_its_multi30k_recipes_settings_in_float32(monke
     assert luong.spec.attention == "general" and "multi30k-rnn-luong-local-p.yaml" in luong.source
     opennmt = PEER_RECIPES["rnn", "opennmt"].train  # onmt_train's defaults
     assert (opennmt.optimizer, opennmt.schedule, opennmt.lr, opennmt.clip_norm) == ("sgd", "constant", 1.0, 5.0)
-    assert describe_recipe(PEER_RECIPES["rnn", "opennmt"]).split(": ", 1)[1].startswith("sgd, lr 1.00e+00 throughout")
+    assert describe_recipe(PEER_RECIPES["rnn", "opennmt"]).split(": ", 1)[1].startswith(
+        "sgd, lr 1.00e+00 throughout, loss per sentence")
+    # its documented Transformer settings divide by target tokens, as nmt-cli's recipes do
+    assert ", loss per target token," in describe_recipe(PEER_RECIPES["tiny", "opennmt"])
+    assert ", loss per target token," in describe_recipe(recipe)
     args = argparse.Namespace(figure=None, quick=False, json=None, work=Path("w"))
     assert figure_path(args, "fp32", ["rnn"]).name == "time_to_quality-rnn.png"
     assert figure_path(args, "bf16", ["tiny", "rnn"]).name == "time_to_quality-tiny-rnn-bf16.png"

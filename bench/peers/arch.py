@@ -75,6 +75,10 @@ class TrainSpec:
     lr: float = 5e-4
     warmup: int = 400
     label_smoothing: float = 0.1
+    #: what an update's summed loss is divided by: ``tokens``, its target tokens (nmt-cli, fairseq's
+    #: criterion, OpenNMT-py's documented Transformer settings); ``sents``, its sentences (OpenNMT-py's
+    #: default); with no clipping, Adam's step hardly depends on it, SGD's does
+    loss_normalization: str = "tokens"
     adam_betas: tuple[float, float] = (0.9, 0.98)
     weight_decay: float = 0.0
     #: gradient clipping by global norm (0 = off)

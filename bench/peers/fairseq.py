@@ -76,6 +76,8 @@ def train(corpus: PieceCorpus, spec: TransformerSpec | RnnSpec, train_spec: Trai
     if (train_spec.optimizer, train_spec.schedule) != ("adam", "inverse_sqrt"):
         raise ValueError(f"fairseq runner: adam with inverse_sqrt only, not {train_spec.optimizer} with "
                          f"{train_spec.schedule}")
+    if train_spec.loss_normalization != "tokens":
+        raise ValueError(f"fairseq runner: loss_normalization tokens only, not {train_spec.loss_normalization}")
     out_dir.mkdir(parents=True, exist_ok=True)
     dictionary = out_dir / "dict.txt"
     dictionary.write_text(counted_vocabulary(corpus, " "), encoding="utf-8")

@@ -100,7 +100,8 @@ def train(corpus: PieceCorpus, spec: TransformerSpec | RnnSpec, train_spec: Trai
         "num_workers": 0, "world_size": 1, "gpu_ranks": [], "accum_count": [1],
         "optim": train_spec.optimizer, "adam_beta1": train_spec.adam_betas[0],
         "adam_beta2": train_spec.adam_betas[1], **_schedule_options(spec, train_spec),
-        "label_smoothing": train_spec.label_smoothing, "max_grad_norm": train_spec.clip_norm,
+        "label_smoothing": train_spec.label_smoothing, "normalization": train_spec.loss_normalization,
+        "max_grad_norm": train_spec.clip_norm,
         "param_init": 0.0, "param_init_glorot": True,
         **_model_options(spec),
     }

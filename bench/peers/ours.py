@@ -52,6 +52,9 @@ def model_section(spec: TransformerSpec | RnnSpec, arch: str | None = None) -> d
 def train_section(train_spec: TrainSpec, threads: int = THREADS, timed: TimedRun | None = None) -> dict:
     """``train:`` settings for ``train_spec`` on ``threads`` threads (no validation until the last step;
     ``timed``: none at all, a checkpoint every ``timed.save_every`` steps, every one kept)."""
+    if train_spec.loss_normalization != "tokens":
+        raise ValueError(f"nmt-cli divides an update's loss by its target tokens, not by "
+                         f"{train_spec.loss_normalization}")
     section = {"max_tokens": train_spec.max_tokens, "max_steps": train_spec.steps, "lr": train_spec.lr,
                "warmup_steps": train_spec.warmup, "label_smoothing": train_spec.label_smoothing,
                "optimizer": train_spec.optimizer, "schedule": train_spec.schedule,
