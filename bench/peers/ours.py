@@ -130,9 +130,14 @@ class Engine:
 WARMUP_SENTENCES = 64
 
 
+def _run_tag(beam: int, engine: Engine) -> str:
+    """The part of a :func:`translate` run's file names that tells its beam and engine apart."""
+    return f"beam{beam}.{engine.tag()}"
+
+
 def hypotheses_path(out_dir: Path, beam: int, engine: Engine) -> Path:
     """Where :func:`translate` writes the output pieces of ``engine`` at ``beam`` in ``out_dir``."""
-    return out_dir / f"hyp.beam{beam}.{engine.tag()}.txt"
+    return out_dir / f"hyp.{_run_tag(beam, engine)}.txt"
 
 
 def translate(checkpoint: Path, source_text: Path, decode: DecodeSpec, out_dir: Path, threads: int = THREADS,
@@ -144,7 +149,7 @@ def translate(checkpoint: Path, source_text: Path, decode: DecodeSpec, out_dir: 
     first sentences once, untimed (warm-up), then times the whole file.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
-    tag = f"beam{decode.beam}.{engine.tag()}"
+    tag = _run_tag(decode.beam, engine)
     hypotheses = hypotheses_path(out_dir, decode.beam, engine)
     timing = out_dir / f"timing.{tag}.json"
     command = [sys.executable, "-m", "peers.ours", "translate", checkpoint, source_text, hypotheses,
