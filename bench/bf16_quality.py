@@ -41,7 +41,7 @@ from peers import ours
 from peers.arch import DecodeSpec
 from peers.corpus import export_pieces, prepare_multi30k
 from peers.ours import Engine, hypotheses_path
-from peers.results import check
+from peers.results import check, read_pieces
 from translate_speed import Quality, detokenised, kept_quality, quality
 
 from nmt_cli.config import DecodeConfig
@@ -116,7 +116,7 @@ def evaluate(checkpoint: Path, data: PreparedData, source_pieces: list[int], fol
                        [max_output_length(n, defaults.max_len_a, defaults.max_len_b) for n in source_pieces])
 
     scored = kept_quality(folder, score)
-    return scored, detokenised(hypotheses_path(folder, BEAM, ENGINE), data.tokenizer)
+    return scored, detokenised(read_pieces(hypotheses_path(folder, BEAM, ENGINE)), data.tokenizer)
 
 
 def references_of(data: PreparedData) -> list[str]:
@@ -229,7 +229,8 @@ def main() -> None:
     speed = {precision: statistics.mean(r.tokens_per_second for r in results if r.precision == precision)
              for precision in PRECISIONS}
     outputs = {(r.seed, r.precision): r.test_output for r in results}
-    paired = [held_out_test(seed, outputs[seed, "fp32"], outputs[seed, "bf16"], references_of(data)) for seed in seeds]
+    references = references_of(data)
+    paired = [held_out_test(seed, outputs[seed, "fp32"], outputs[seed, "bf16"], references) for seed in seeds]
     plot = work / "bf16_quality.png" if args.quick else RESULTS / "bf16_quality.png"
     plot_curves(results, plot)
     report.notes += [

@@ -39,7 +39,7 @@ from peers.arch import TINY_RNN, TINY_TRANSFORMER, DecodeSpec, TrainSpec
 from peers.corpus import export_pieces, prepare_multi30k
 from peers.install import install_record
 from peers.ours import Engine
-from peers.results import PeerRunFailed, TranslateResult
+from peers.results import PeerRunFailed, TranslateResult, read_pieces
 from peers.selection import TRANSLATION_PEERS, parse_peer_list, peer_label, ready_peers
 
 from nmt_cli.data.prepared import PreparedData
@@ -179,16 +179,16 @@ class Quality:
     at_limit: float
 
 
-def detokenised(hypotheses: Path, tokenizer) -> list[str]:
-    """Piece output (a line of space-separated pieces a sentence) as text, by our SentencePiece model."""
-    return [tokenizer.tgt.decode_pieces(line.split()) for line in hypotheses.read_text(encoding="utf-8").splitlines()]
+def detokenised(pieces: list[list[str]], tokenizer) -> list[str]:
+    """Each sentence's pieces (:func:`peers.results.read_pieces`) as text, by our SentencePiece model."""
+    return [tokenizer.tgt.decode_pieces(sentence) for sentence in pieces]
 
 
 def quality(hypotheses: Path, references: list[str], tokenizer, limits: int | Sequence[int]) -> Quality:
     """Detokenise piece output with our SentencePiece model; score with sacreBLEU (``limits``: as
     :func:`text_quality` takes them)."""
-    lengths = [len(line.split()) for line in hypotheses.read_text(encoding="utf-8").splitlines()]
-    return text_quality(detokenised(hypotheses, tokenizer), lengths, references, limits)
+    pieces = read_pieces(hypotheses)
+    return text_quality(detokenised(pieces, tokenizer), [len(sentence) for sentence in pieces], references, limits)
 
 
 def kept_quality(folder: Path, score: Callable[[], Quality]) -> Quality:

@@ -400,8 +400,9 @@ def test_the_loss_is_divided_by_what_each_recipe_says(tmp_path: Path, monkeypatc
     corpus.path.mkdir()
     (corpus.path / "vocab.pieces").write_text("▁a\n▁b\n", encoding="utf-8")
 
+    monkeypatch.setattr(opennmt, "run_measured", _refuse_to_run)  # the config is written; nothing runs
+
     def written_config(train_spec: TrainSpec) -> dict:
-        monkeypatch.setattr(opennmt, "run_measured", _refuse_to_run)
         with pytest.raises(_NotRun):
             opennmt.train(corpus, TINY_TRANSFORMER, train_spec, tmp_path / "run", 2)
         return yaml.safe_load((tmp_path / "run" / "train.yaml").read_text(encoding="utf-8"))

@@ -91,10 +91,15 @@ class TranslateResult:
         return self.output_tokens / self.seconds
 
 
+def read_pieces(path: Path) -> list[list[str]]:
+    """Each sentence's pieces in a piece-tokenised hypothesis file (a line of space-separated pieces a sentence)."""
+    return [line.split() for line in path.read_text(encoding="utf-8").splitlines()]
+
+
 def count_output(path: Path) -> tuple[int, int]:
     """(sentences, pieces) of a piece-tokenised hypothesis file."""
-    lines = path.read_text(encoding="utf-8").splitlines()
-    return len(lines), sum(len(line.split()) for line in lines)
+    pieces = read_pieces(path)
+    return len(pieces), sum(len(sentence) for sentence in pieces)
 
 
 def check(toolkit: str, measured: Measured, stopped: bool = False) -> Measured:
