@@ -36,7 +36,8 @@ loss, backward, clip, Adam) runs ``--steps`` times after a warm-up.
   CPU time does not.
 
 Shapes: ``tiny`` (Transformer 2+2, d 128), ``base`` (6+6, d 512, 8 heads, ffn 2048: the
-Transformer-base shape at its full size) and ``rnn`` (Bahdanau, LSTM 256), fp32, 2 threads
+Transformer-base shape at its full size), ``rnn`` (Bahdanau, LSTM 256) and ``rnn-luong`` (Luong's
+general attention with input feeding, LSTM 256: the shape train_speed compares with fairseq), fp32, 2 threads
 (``--threads``), batches of at most 2,048 tokens. ``--quick``: the quick Multi30k slice, tiny
 and rnn, 2 updates.
 """
@@ -59,7 +60,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from common import THREADS, Report, bench_arguments, fmt, repeats_of
 from model_flops import EXTRA_FORMULAS, ONEDNN, ONEDNN_PACKED, PEAK_SHAPES, TORCH, matmul_peak_gflops, product_run
-from peers.arch import BASE_TRANSFORMER, TINY_RNN, TINY_TRANSFORMER, RnnSpec, TrainSpec, TransformerSpec
+from peers.arch import BASE_TRANSFORMER, TINY_LUONG_RNN, TINY_RNN, TINY_TRANSFORMER, RnnSpec, TrainSpec, TransformerSpec
 from peers.corpus import prepare_multi30k
 from peers.ours import model_section, train_section
 
@@ -77,9 +78,9 @@ from nmt_cli.training.updater import Updater
 
 aten = torch.ops.aten
 
-SHAPES = {"tiny": TINY_TRANSFORMER, "base": BASE_TRANSFORMER, "rnn": TINY_RNN}
+SHAPES = {"tiny": TINY_TRANSFORMER, "base": BASE_TRANSFORMER, "rnn": TINY_RNN, "rnn-luong": TINY_LUONG_RNN}
 #: updates timed (and as many profiled) per shape, and warm-up updates before them
-STEPS = {"tiny": 20, "base": 4, "rnn": 12}
+STEPS = {"tiny": 20, "base": 4, "rnn": 12, "rnn-luong": 12}
 QUICK_STEPS = 2
 WARMUP = 3
 
