@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import platform
 import shutil
@@ -254,14 +255,44 @@ def fmt_ratio(ours: float | None, theirs: float | None) -> str:
     return f"{ours / theirs:.2f}x"
 
 
+#: the confidence a ratio's interval is given at where the runs allow it (:func:`median_interval`)
+INTERVAL_CONFIDENCE = 0.95
+
+
+def median_interval(values: Sequence[float], confidence: float = INTERVAL_CONFIDENCE) -> tuple[float, float, float]:
+    """``(low, high, held)``: the narrowest interval of order statistics ``[x_(k), x_(n+1-k)]`` of
+    ``values`` that holds the median of the distribution they were drawn from with probability
+    ``held >= confidence``, whatever that distribution. Each value lies below the median with
+    probability 1/2, so the interval misses it when fewer than ``k`` values lie below it or fewer
+    than ``k`` above: ``held = 1 - 2 P(Binomial(n, 1/2) < k)``. Too few values for ``confidence``
+    (fewer than 6 for 95%) give the whole range at the confidence it has (``1 - 2^(1-n)``)."""
+    ordered, n = sorted(values), len(values)
+
+    def held(k: int) -> float:
+        return 1 - 2 * sum(math.comb(n, below) for below in range(k)) / 2**n
+
+    k = 1
+    while k < (n + 1) // 2 and held(k + 1) >= confidence:
+        k += 1
+    return ordered[k - 1], ordered[n - k], held(k)
+
+
 def fmt_ratio_spread(ours: Sequence[float], theirs: Sequence[float]) -> str:
-    """The ratio of the medians, with the lowest and highest ratio of runs made side by side
-    (run ``k`` of each) when there are several: ``0.83x (0.79-0.86x)``; '-' when a side is missing."""
+    """The ratio of the medians and, when there are several runs, the interval that holds the median
+    ratio of runs made side by side (run ``k`` of each; :func:`median_interval`) with its confidence:
+    ``0.83x (0.79-0.86x, 96%)``; '-' when a side is missing."""
     text = fmt_ratio(median(ours) if ours else None, median(theirs) if theirs else None)
     pairs = [a / b for a, b in zip(ours, theirs) if a and b]
     if text == "-" or len(pairs) < 2:
         return text
-    return f"{text} ({min(pairs):.2f}-{max(pairs):.2f}x)"
+    low, high, held = median_interval(pairs)
+    return f"{text} ({low:.2f}-{high:.2f}x, {held:.0%})"
+
+
+#: what :func:`fmt_ratio_spread`'s brackets hold, for a report's notes
+RATIO_SPREAD_NOTE = ("the ratio of the medians; in brackets an interval of the ratios of runs made side by side "
+                     "(run k of each) that holds their median with the confidence given, whatever their "
+                     "distribution (order statistics; with fewer than 6 runs, all of them)")
 
 
 def markdown_table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

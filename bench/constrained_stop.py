@@ -22,7 +22,8 @@ import time
 
 import torch
 
-from common import Report, absolute_path, bench_arguments, fmt, fmt_ratio_spread, median, project_version, repeats_of
+from common import (RATIO_SPREAD_NOTE, Report, absolute_path, bench_arguments, fmt, fmt_ratio_spread, median,
+                    project_version, repeats_of)
 from terminology import (GENERAL_MODEL, LISTS, TERMINOLOGY, WARMUP_SENTENCES, output_quality, quick_lines,
                          read_dev_set, requests, term_success)
 
@@ -97,8 +98,7 @@ def main() -> None:
         "outputs identical to those of the exact rule on the same lines.",
         f"CPU s: the process's CPU time of the half, median of {repeats_of(args)} run(s), settings interleaved, "
         f"after an untimed warm-up on {WARMUP_SENTENCES} sentences; out tok/s: output pieces (EOS not counted) of "
-        "the last run over the median CPU time; time vs no terms: the ratio of the medians, "
-        "in brackets the lowest and highest ratio of runs made side by side.",
+        "the last run over the median CPU time; time vs no terms: " + RATIO_SPREAD_NOTE + ".",
         "The choice (dev rows only): now is the default if at every beam its term success and chrF are no lower "
         "than exact's on the dev half. The test rows were not looked at for it.",
     ]

@@ -36,8 +36,8 @@ from typing import Sequence
 
 import torch
 
-from common import (REPO, SHARED_DATA, THREADS, Report, absolute_path, bench_arguments, fmt, fmt_ratio_spread,
-                    measured_at, median, project_version, repeats_of)
+from common import (RATIO_SPREAD_NOTE, REPO, SHARED_DATA, THREADS, Report, absolute_path, bench_arguments, fmt,
+                    fmt_ratio_spread, measured_at, median, project_version, repeats_of)
 from translate_speed import Quality, text_quality
 
 from nmt_cli.decoding import Hypothesis, load_translator
@@ -221,7 +221,7 @@ def main() -> None:
         f"system; with {args.threads} torch thread(s), so that a busy machine slows the clock, not the figure), "
         f"the whole set translated in one call, median of {repeats} run(s) after an untimed warm-up of each setting on the first {WARMUP_SENTENCES} sentences, "
         "model load excluded; time vs no terms: the row's time over the time without terms at the same beam, "
-        "the ratio of the medians and in brackets the lowest and highest ratio of runs made side by side.",
+        + RATIO_SPREAD_NOTE + ".",
     ]
     report.emit(args.json)
 

@@ -44,8 +44,8 @@ from pathlib import Path
 
 import torch
 
-from common import (THREADS, Report, bench_arguments, fmt, fmt_ratio, fresh_dir, median, project_version,
-                    repeats_of)
+from common import (RATIO_SPREAD_NOTE, THREADS, Report, bench_arguments, fmt, fmt_ratio, fmt_ratio_spread, fresh_dir,
+                    median, project_version, repeats_of)
 from model_flops import flops_per_target_token, matmul_peak_gflops
 from peers import ours
 from peers.arch import (BASE_TRANSFORMER, TINY_LUONG_RNN, TINY_RNN, TINY_TRANSFORMER, RnnSpec, TrainSpec,
@@ -200,7 +200,7 @@ def main() -> None:
                 continue
             per_run = [r.tokens_per_second for r in runs]
             if label != "nmt-cli":
-                ratio = fmt_ratio(ours_speed, speeds[label])
+                ratio = fmt_ratio_spread([r.tokens_per_second for r in results["nmt-cli"]], per_run)
             elif peer_speeds:
                 ratio = "see peer row"
             elif fp32_base:  # no peer trains this way: compare with the peer's fp32 run of the same model
@@ -232,7 +232,8 @@ def main() -> None:
         "tgt tok/s: this script's clock over every update after the first progress line (target tokens as each "
         "toolkit counts its batches'); tgt tok/update: mean over the run; peak RSS: the training process (wait4 "
         "maxrss); matmul GFLOP/s: tok/s x the FLOPs counted on nmt-cli's model (FlopCounterMode), peak: best "
-        "rate of torch.mm and of oneDNN's packed product (the float32 loss's) on 2 threads")
+        "rate of torch.mm and of oneDNN's packed product (the float32 loss's) on 2 threads; nmt-cli / toolkit: "
+        + RATIO_SPREAD_NOTE)
     report.emit(args.json)
 
 

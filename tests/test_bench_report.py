@@ -5,6 +5,7 @@ needs are passed on to the scripts that take them. No benchmark runs here."""
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -125,11 +126,27 @@ _`bench/align_quality.py` (10,000 training steps), 30 s; commit abc_
 def test_a_ratio_shows_the_spread_of_the_runs_made_side_by_side():
     from common import fmt_ratio_spread
 
-    assert fmt_ratio_spread([8.0, 9.0, 10.0], [10.0, 10.0, 10.0]) == "0.90x (0.80-1.00x)"
+    # three runs: all of them, which hold the median ratio with 1 - 2 / 2^3 = 75%
+    assert fmt_ratio_spread([8.0, 9.0, 10.0], [10.0, 10.0, 10.0]) == "0.90x (0.80-1.00x, 75%)"
     # run k of one system is compared with run k of the other, not median with median
-    assert fmt_ratio_spread([4.0, 8.0], [5.0, 10.0]) == "0.80x (0.80-0.80x)"
+    assert fmt_ratio_spread([4.0, 8.0], [5.0, 10.0]) == "0.80x (0.80-0.80x, 50%)"
+    # nine runs: the 2nd and 8th ratios hold the median with 1 - 2 (1 + 9) / 2^9 = 96%
+    ours = [10.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]
+    assert fmt_ratio_spread(ours, [1.0] * 9) == "5.00x (2.00-8.00x, 96%)"
     assert fmt_ratio_spread([5.0], [10.0]) == "0.50x"  # one run: no spread to show
     assert fmt_ratio_spread([5.0], []) == "-" and fmt_ratio_spread([], [1.0]) == "-"
+
+
+def test_the_median_interval_is_the_narrowest_that_holds_the_confidence():
+    from common import median_interval
+
+    # 1 - 2 P(Binomial(n, 1/2) < k) for the k-th lowest and highest of n values
+    assert median_interval([3.0, 1.0, 2.0, 5.0, 4.0]) == (1.0, 5.0, 1 - 2 / 32)  # below 95%: the whole range
+    assert median_interval(range(6)) == (0, 5, 1 - 2 / 64)
+    assert median_interval(range(9)) == (1, 7, 1 - 2 * (1 + 9) / 512)
+    assert median_interval(range(17)) == (4, 12, 1 - 2 * sum(math.comb(17, i) for i in range(5)) / 2**17)
+    low, high, held = median_interval(range(17), confidence=0.99)
+    assert (low, high) == (2, 14) and held >= 0.99  # (3, 13) would hold it with 98.7%
 
 
 def a_report(script: str = "align_quality", command: str = "", **made) -> dict:
