@@ -20,7 +20,9 @@ Equal work, measured the same way for everyone:
   the warm-up, validation is off or after the last line.
 
 Each figure is the median over ``--repeats`` runs, the toolkits taking turns within a repeat
-so a change of machine load hits all of them.
+so a change of machine load hits all of them. A ratio comes with an interval for the median of the
+paired runs' ratios (``common.median_interval``: 95% from 6 runs on; fewer give their whole range,
+at the confidence it has), so a target near the ratio can be called met or missed.
 
 Each figure is also shown as matrix-product GFLOP/s and as a share of this machine's
 matrix-product peak (``model_flops.py``: FLOPs counted on our model, peak timed with
