@@ -44,7 +44,7 @@ from nmt_cli.fileio import atomic_write_text
 
 #: how a section carried over from an earlier file begins its note (it keeps the first note it got)
 CARRIED = "_Carried over from an earlier BENCHMARKS.md"
-SCRIPTS = ("train_speed", "time_to_quality", "train_profile", "attention_kernels", "bf16_quality",
+SCRIPTS = ("train_speed", "time_to_quality", "train_profile", "train_levers", "attention_kernels", "bf16_quality",
            "translate_speed", "engine_ratio", "decode_profile",
            "decode_length", "prepare_scale", "align_quality", "align_dev_sweep", "serve_load", "terminology",
            "constrained_stop",
@@ -78,7 +78,7 @@ PASS_THROUGH = (
                 "where nmt-cli trains, aligns and translates (cpu, cuda)"),
     PassThrough("--reuse-models", ("align_quality", "align_dev_sweep"), "keep and resume the models under --work",
                 flag=True),
-    PassThrough("--models", ("train_speed", "train_profile", "time_to_quality"),
+    PassThrough("--models", ("train_speed", "train_profile", "train_levers", "time_to_quality"),
                 "comma list of the model shapes to train"),
     PassThrough("--teachers", ("distill_quality",), "comma list of the teachers to distill (multi30k, general)"),
     PassThrough("--peers", ("train_speed", "translate_speed", "time_to_quality"),

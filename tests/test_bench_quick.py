@@ -76,6 +76,27 @@ def test_train_speed_quick_reports_our_throughput_and_memory(work: Path) -> None
     assert "fp32 matmul peak" in flops_note
 
 
+def test_train_levers_quick_times_every_lever_against_the_shipped_update(work: Path) -> None:
+    report = run_bench("train_levers", work, "--repeats", "2")
+    assert report["script"] == "train_levers" and report["variant"] == ""
+    rows = rows_by(report, "lever")
+    shipped = rows["as shipped"]
+    assert shipped["against as shipped"] == "1.00x" and shipped["worth taking"] == "shipped"
+    assert {"model layers: OpenBLAS", "loss blocks of 2^20 logits"} <= set(rows)
+    assert "torch.compile" not in rows  # its warm-up takes minutes: not in --quick
+    shipped_rate = figure(shipped["tgt tok/s (range)"].split(" (")[0])
+    for name, row in rows.items():
+        rate, spread = row["tgt tok/s (range)"].rstrip(")").split(" (")
+        low, high = (figure(cell) for cell in spread.split("-"))
+        assert 0 < low <= figure(rate) <= high
+        assert figure(row["first pass s"]) > 0
+        if name != "as shipped":  # the ratio of the medians, then the interval of the two rounds' ratios
+            ratio, interval = row["against as shipped"].split(" (")
+            assert figure(ratio.rstrip("x")) == pytest.approx(figure(rate) / shipped_rate, abs=0.01)
+            assert interval.endswith("x, 50%)")  # two rounds: their whole range, at 1 - 2^(1-2)
+            assert row["worth taking"] in ("yes: faster", "no: slower", "no: within noise")
+
+
 def test_train_profile_quick_splits_an_update_into_parts_that_add_up(work: Path) -> None:
     report = run_bench("train_profile", work, "--models", "tiny", "--threads", "1")
     assert report["script"] == "train_profile" and report["variant"] == "1 thread, models tiny"

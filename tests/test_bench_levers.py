@@ -1,0 +1,73 @@
+"""``bench/train_levers.py``: each lever computes the update the shipped trainer computes, only
+by other means (so that its row times equal work), and puts back what it changed. No benchmark
+runs here; the quick run of the script is in ``test_bench_quick.py``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+import train_levers  # noqa: E402  (bench/ is not a package)
+
+from nmt_cli.models.packed import can_pack  # noqa: E402
+from nmt_cli.training import loss as loss_module  # noqa: E402
+
+
+def linear_and_gradients(rows: int) -> tuple[torch.Tensor, ...]:
+    """A Linear layer's output and its three gradients, on (2, rows, 24) inputs, 40 outputs."""
+    generator = torch.Generator().manual_seed(rows)
+    x = torch.randn(2, rows, 24, generator=generator, requires_grad=True)
+    weight = torch.randn(40, 24, generator=generator, requires_grad=True)
+    bias = torch.randn(40, generator=generator, requires_grad=True)
+    upstream = torch.randn(2, rows, 40, generator=generator)
+    y = F.linear(x, weight, bias)
+    y.backward(upstream)
+    return y.detach(), x.grad, weight.grad, bias.grad
+
+
+MODEL_LAYER_LEVERS = [lever for lever in train_levers.levers() if lever.name.startswith("model layers")]
+
+
+@pytest.mark.parametrize("lever", MODEL_LAYER_LEVERS, ids=lambda lever: lever.name)
+@pytest.mark.parametrize("rows", [1, 37, 64])
+def test_a_model_layer_lever_computes_the_same_output_and_gradients(lever, rows: int) -> None:
+    expected = linear_and_gradients(rows)
+    shipped_linear = F.linear
+    with lever.context(None)():
+        assert F.linear is not shipped_linear  # the lever is in force
+        got = linear_and_gradients(rows)
+    assert F.linear is shipped_linear  # and put back
+    for name, want, have in zip(("output", "input gradient", "weight gradient", "bias gradient"), expected, got):
+        torch.testing.assert_close(have, want, rtol=1e-5, atol=1e-5, msg=f"{lever.name}: {name}")
+
+
+def test_the_onednn_levers_are_offered_where_onednn_is() -> None:
+    names = {lever.name for lever in MODEL_LAYER_LEVERS}
+    assert "model layers: OpenBLAS" in names
+    assert ("model layers: oneDNN" in names) == can_pack(torch.device("cpu"))
+
+
+def test_a_loss_block_lever_changes_the_block_and_puts_it_back() -> None:
+    shipped = loss_module.CPU_BLOCK_ELEMENTS
+    block_levers = [lever for lever in train_levers.levers() if lever.name.startswith("loss blocks")]
+    assert len(block_levers) == 3 and all(f"2^{shipped.bit_length() - 1} " not in lever.name for lever in block_levers)
+    for lever in block_levers:
+        with lever.context(None)():
+            assert loss_module.CPU_BLOCK_ELEMENTS == 2 ** int(lever.name.split("^")[1].split()[0]) != shipped
+        assert loss_module.CPU_BLOCK_ELEMENTS == shipped
+
+
+@pytest.mark.parametrize("rates, shipped, verdict", [
+    ([10.0], [9.0], "- (one round)"),
+    ([11, 12, 11, 12, 11, 12], [10, 10, 10, 10, 10, 10], "yes: faster"),
+    ([8, 9, 8, 9, 8, 9], [10, 10, 10, 10, 10, 10], "no: slower"),
+    ([9, 11, 9, 11, 9, 11], [10, 10, 10, 10, 10, 10], "no: within noise"),
+])
+def test_a_lever_is_worth_taking_only_when_its_whole_interval_lies_above_one(rates, shipped, verdict: str) -> None:
+    assert train_levers.worth_taking(rates, shipped) == verdict
