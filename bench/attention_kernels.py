@@ -18,13 +18,12 @@ for that constant. ``--quick``: two lengths, one repeat.
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 
 import torch
 import torch.nn.functional as F
-from common import THREADS, Report, bench_arguments, fmt, repeats_of
+from common import THREADS, Report, bench_arguments, fmt, load_averages, repeats_of, shared_load_note
 
 from nmt_cli.models.attention import multihead
 from nmt_cli.models.attention.multihead import MultiHeadAttention, SoftmaxAttention, causal_bias, explicit_attention
@@ -87,7 +86,7 @@ def main() -> None:
                     f"{'s' if args.threads > 1 else ''})",
                     ["heads x d_k", "keys (L)", "sentences", "attention", "fused ms", "explicit ms",
                      "explicit / fused", "SoftmaxAttention takes"], quick=args.quick)
-    load_before = "/".join(f"{value:.1f}" for value in os.getloadavg())
+    load_before = load_averages()
     generator = torch.Generator().manual_seed(0)
     calls, picked_slower = 3 if args.quick else CALLS, []
     for heads, d_k, model in HEAD_SHAPES:
@@ -114,9 +113,7 @@ def main() -> None:
         f"SoftmaxAttention takes the explicit kernel for keys up to EXPLICIT_MAX_KEYS = "
         f"{multihead.EXPLICIT_MAX_KEYS} on a CPU (float32 and float64), the fused one beyond. Where that was "
         "the slower one here: " + (", ".join(picked_slower) if picked_slower else "nowhere") + ".",
-        f"Load average (1/5/15 minutes) before: {load_before}, after: "
-        f"{'/'.join(f'{value:.1f}' for value in os.getloadavg())}; the machine is shared, so figures under a "
-        "load above its cores are not benchmark figures.",
+        shared_load_note(load_before),
     ]
     report.emit(args.json)
 

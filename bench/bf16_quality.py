@@ -30,12 +30,11 @@ On a CPU without bf16 units (AVX-512 BF16 or AMX) the script says so and trains 
 from __future__ import annotations
 
 import json
-import os
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from common import (BENCH_DIR, REPO, THREADS, UNBUFFERED, Report, bench_arguments, fmt, nmt_command,
+from common import (BENCH_DIR, REPO, THREADS, UNBUFFERED, Report, bench_arguments, fmt, load_averages, nmt_command,
                     run_measured, save_png, thread_env)
 from peers import ours
 from peers.arch import DecodeSpec
@@ -197,7 +196,7 @@ def main() -> None:
                             "settings in fp32, so there is nothing to compare")
         report.emit(args.json)
         return
-    load_before = "/".join(f"{value:.1f}" for value in os.getloadavg())
+    load_before = load_averages()
     prepared = prepare_multi30k(args.work, args.quick)
     data = PreparedData(prepared)
     pieces = export_pieces(prepared, args.work / f"{prepared.name}-pieces")
@@ -249,8 +248,7 @@ def main() -> None:
         "length penalty and limit as `nmt translate` ships them, float32."
         + (" Quick run: the tiny shape of --quick, 2,000 pairs." if args.quick else ""),
         f"Picture: validation BLEU against updates, `{plot.relative_to(REPO) if plot.is_relative_to(REPO) else plot}`.",
-        f"Load average (1/5/15 minutes) before: {load_before}, after: "
-        f"{'/'.join(f'{value:.1f}' for value in os.getloadavg())}.",
+        f"Load average (1/5/15 minutes) before: {load_before}, after: {load_averages()}.",
     ]
     resumed = [f"{r.precision} seed {r.seed}" for r in results if r.resumed]
     reused = [f"{r.precision} seed {r.seed}" for r in results if r.wall_seconds is None]

@@ -289,6 +289,17 @@ def fmt_ratio_spread(ours: Sequence[float], theirs: Sequence[float]) -> str:
     return f"{text} ({low:.2f}-{high:.2f}x, {held:.0%})"
 
 
+def load_averages() -> str:
+    """The machine's 1-, 5- and 15-minute load averages now, as ``0.7/0.8/1.3``."""
+    return "/".join(f"{value:.1f}" for value in os.getloadavg())
+
+
+def shared_load_note(before: str) -> str:
+    """A report's note on the load before (:func:`load_averages` then) and after its timings."""
+    return (f"Load average (1/5/15 minutes) before: {before}, after: {load_averages()}; the machine is shared, so "
+            "figures under a load above its cores are not benchmark figures.")
+
+
 #: what :func:`fmt_ratio_spread`'s brackets hold, for a report's notes
 RATIO_SPREAD_NOTE = ("the ratio of the medians; in brackets an interval of the ratios of runs made side by side "
                      "(run k of each) that holds their median with the confidence given, whatever their "

@@ -31,7 +31,7 @@ import os
 import statistics
 import tempfile
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, ContextManager
@@ -39,7 +39,8 @@ from typing import Callable, ContextManager
 import numpy as np
 import torch
 import torch.nn.functional as F
-from common import RATIO_SPREAD_NOTE, THREADS, Report, bench_arguments, fmt, fmt_ratio_spread, median_interval
+from common import (RATIO_SPREAD_NOTE, THREADS, Report, bench_arguments, fmt, fmt_ratio_spread, load_averages,
+                    median_interval, shared_load_note)
 from peers.corpus import prepare_multi30k
 from train_profile import SHAPES, build_trainer
 
@@ -156,11 +157,6 @@ def _plain(factory: Callable[[], ContextManager]) -> Callable[[object], Callable
     return lambda trainer: factory
 
 
-@contextmanager
-def _nothing():
-    yield
-
-
 def openblas_threads() -> str:
     """The threads numpy's OpenBLAS took when it loaded: ``OPENBLAS_NUM_THREADS``, else one a core."""
     return os.environ.get("OPENBLAS_NUM_THREADS") or str(os.cpu_count())
@@ -168,7 +164,7 @@ def openblas_threads() -> str:
 
 def levers() -> list[Lever]:
     shipped_block = loss_module.CPU_BLOCK_ELEMENTS
-    found = [Lever(AS_SHIPPED, "nothing: the update nmt train runs", _plain(_nothing))]
+    found = [Lever(AS_SHIPPED, "nothing: the update nmt train runs", _plain(nullcontext))]
     if can_pack(torch.device("cpu")):
         found += [
             Lever("model layers: oneDNN", "forward and input-gradient products of the model's Linear layers by "
@@ -255,7 +251,7 @@ def main() -> None:
                                      "against as shipped", "worth taking"], quick=args.quick)
     report.variant = "models " + ", ".join(names) if args.models != "tiny" else ""
     torch.set_num_threads(THREADS)
-    load_before = "/".join(f"{value:.1f}" for value in os.getloadavg())
+    load_before = load_averages()
     for name in names:
         measure_shape(report, prepared, name, updates, rounds, args.quick)
     report.notes += [
@@ -265,9 +261,7 @@ def main() -> None:
         "median pass (the range of the passes beside it).",
         f"Against as shipped: {RATIO_SPREAD_NOTE}. Worth taking: yes where the whole "
         "interval lies above 1, no where it lies below 1 (slower) or holds 1 (within noise).",
-        f"Load average (1/5/15 minutes) before: {load_before}, after: "
-        f"{'/'.join(f'{value:.1f}' for value in os.getloadavg())}; the machine is shared, so figures under a load "
-        "above its cores are not benchmark figures.",
+        shared_load_note(load_before),
     ] + (["--quick: torch.compile left out (its warm-up takes minutes)."] if args.quick else [])
     report.emit(args.json)
 
