@@ -17,8 +17,9 @@ train`` builds it for ``train_speed.py``'s runs (``train_profile.build_trainer``
   (``common.median_interval``).
 
 Levers: the model's Linear layers through oneDNN (forward and input gradient by
-``mkldnn::_linear_pointwise``, weight gradient by torch; rows as they come, or padded to a
-multiple of 64, as oneDNN builds a kernel for every row count), or all three products through
+``mkldnn::_linear_pointwise``, weight gradient by torch; on the plain weight with rows as they
+come, or padded to a multiple of 64, as oneDNN builds a kernel for every row count; or on
+weights reordered once per optimizer step, as the loss's output weight is), or all three products through
 numpy's OpenBLAS; the loss's block of logits (``training/loss.py``, ``CPU_BLOCK_ELEMENTS``)
 smaller or larger than shipped; ``torch.compile`` of the model with dynamic shapes (what
 ``train.compile`` does, with shapes marked dynamic as batch shapes vary). ``--quick``: tiny,
@@ -39,12 +40,13 @@ from typing import Callable, ContextManager
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch.optim.optimizer import register_optimizer_step_post_hook
 from common import (RATIO_SPREAD_NOTE, THREADS, Report, bench_arguments, fmt, fmt_ratio_spread, load_averages,
                     median_interval, shared_load_note)
 from peers.corpus import prepare_multi30k
 from train_profile import SHAPES, build_trainer
 
-from nmt_cli.models.packed import can_pack
+from nmt_cli.models.packed import can_pack, pack_weight, packed_linear
 from nmt_cli.training import loss as loss_module
 
 UPDATES = 10  # updates in one pass over the fixed batches
@@ -52,6 +54,7 @@ QUICK_UPDATES = 2
 ROUNDS = 9  # timed passes per lever (--repeats): 9 paired ratios give a 96% interval
 AS_SHIPPED = "as shipped"
 PAD_ROWS = 64
+PACK_ROWS = 2048  # the rows a packed weight's layout is tuned for: a batch of train_speed's 2,048 tokens
 
 
 class _ProductsLinear(torch.autograd.Function):
@@ -87,6 +90,29 @@ def _onednn(rows: torch.Tensor, weight: torch.Tensor, pad: int = 1) -> torch.Ten
     if padded != count:
         rows = torch.cat([rows, rows.new_zeros(padded - count, rows.size(1))])
     return torch.ops.mkldnn._linear_pointwise(rows, weight.contiguous(), None, "none", [], "")[:count]
+
+
+@contextmanager
+def packed_model_layers():
+    """:func:`linear_products` with the forward and input-gradient products by oneDNN on each weight
+    (and its transpose) reordered once (:func:`~nmt_cli.models.packed.pack_weight`) until the next
+    optimizer step, which empties the store through a post-step hook: the fused Adam step changes
+    the weights in place without bumping their version counters, so a version cannot tell. The
+    reorders happen inside the pass, so its time includes them."""
+    packed: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}  # (address, strides, shape) -> (weight, reorder)
+
+    def product(rows: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        key = (weight.data_ptr(), weight.stride(), tuple(weight.shape))
+        if key not in packed:  # the weight is held, so that no other tensor takes its address meanwhile
+            packed[key] = (weight, pack_weight(weight.detach(), PACK_ROWS))
+        return packed_linear(rows, packed[key][1])
+
+    hook = register_optimizer_step_post_hook(lambda optimizer, args, kwargs: packed.clear())
+    try:
+        with linear_products(product, _torch_weight_gradient):
+            yield
+    finally:
+        hook.remove()
 
 
 def _numpy(rows: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -173,7 +199,10 @@ def levers() -> list[Lever]:
             Lever(f"model layers: oneDNN, rows padded to {PAD_ROWS}", f"as above, rows padded with zeros to a "
                   f"multiple of {PAD_ROWS} so that oneDNN builds fewer kernels",
                   _plain(lambda: linear_products(lambda rows, weight: _onednn(rows, weight, PAD_ROWS),
-                                                 _torch_weight_gradient)))]
+                                                 _torch_weight_gradient))),
+            Lever("model layers: oneDNN, weights packed", "as above on each weight and its transpose reordered "
+                  "once per optimizer step (the reorders timed), as the loss's output weight is",
+                  _plain(packed_model_layers))]
     found += [
         Lever("model layers: OpenBLAS", "all three products of the model's Linear layers by numpy's OpenBLAS "
               f"({openblas_threads()} threads of its own beside torch's)",

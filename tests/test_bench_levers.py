@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+import torch.optim.optimizer as optimizer_module
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
@@ -51,6 +52,27 @@ def test_the_onednn_levers_are_offered_where_onednn_is() -> None:
     names = {lever.name for lever in MODEL_LAYER_LEVERS}
     assert "model layers: OpenBLAS" in names
     assert ("model layers: oneDNN" in names) == can_pack(torch.device("cpu"))
+
+
+@pytest.mark.skipif(not can_pack(torch.device("cpu")), reason="this torch build has no oneDNN products")
+def test_the_packed_weights_lever_reorders_again_after_an_optimizer_step() -> None:
+    """The fused Adam step changes the weight in place without bumping its version counter; the
+    lever must still multiply by the new weight, not by the reorder of the old one."""
+    generator = torch.Generator().manual_seed(5)
+    layer = torch.nn.Linear(24, 40)
+    optimizer = torch.optim.Adam(layer.parameters(), lr=0.1, fused=True)
+    x = torch.randn(37, 24, generator=generator)
+    lever = next(lever for lever in MODEL_LAYER_LEVERS if lever.name == "model layers: oneDNN, weights packed")
+    with lever.context(None)():
+        for _ in range(3):
+            version = layer.weight._version
+            y = layer(x)
+            torch.testing.assert_close(y, x @ layer.weight.detach().t() + layer.bias.detach(), rtol=1e-5, atol=1e-5)
+            y.square().sum().backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            assert layer.weight._version == version  # so no version can tell that the weight changed
+    assert not optimizer_module._global_optimizer_post_hooks  # the lever's hook is gone with it
 
 
 def test_a_loss_block_lever_changes_the_block_and_puts_it_back() -> None:
