@@ -27,7 +27,10 @@ loss, backward, clip, Adam) runs ``--steps`` times after a warm-up.
   update's own product shapes,
   timed alone (the LSTM layers at the peak rate): the time of an update that did nothing
   but its products. The rate the products reach inside training is their FLOPs over their
-  profiled time. **Target**: the update that would run its products at 70% of the peak
+  profiled time, for all of them and apart for the output layer's (the loss's block products:
+  logits, their row and weight gradients) and the rest (the model's layers and attention),
+  each beside its time alone at its own shapes' rates: where training loses product speed.
+  **Target**: the update that would run its products at 70% of the peak
   (issue 57's target), and what it would leave beside the products at their own shapes' rates
   for everything else, against what the rest takes now: where that is nothing, the target is
   out of reach at those shapes whatever the overhead. With ``--threads 1`` the kernels are
@@ -108,6 +111,8 @@ VIEW_OPS = {"aten::view", "aten::t", "aten::transpose", "aten::as_strided", "ate
             "aten::empty", "aten::empty_strided", "aten::lift_fresh", "aten::_reshape_alias", "aten::chunk",
             "aten::is_nonzero", "aten::result_type", "aten::empty_like"}
 RANGE = "train_profile::"
+#: the two groups of products whose rates in training are shown apart
+OUTPUT_LAYER, MODEL_LAYERS = "output layer", "model layers"
 
 
 def _ranged(part: str, function):
@@ -155,8 +160,10 @@ def _backward_node(event):
     return None
 
 
-def part_microseconds(events) -> tuple[Counter, int]:
-    """Each part's operator time (microseconds, every operator's own time) in a profile, and the operators run."""
+def part_microseconds(events) -> tuple[Counter, int, float]:
+    """Each part's operator time (microseconds, every operator's own time) in a profile, the operators
+    run, and the products' time inside the loss (the output layer's: the loss takes its gradient in
+    forward)."""
     forward_part: dict[int, str] = {}  # sequence number of an autograd node -> part of the op that made it
     for event in events:
         if event.sequence_nr >= 0 and _backward_node(event) is None and not event.name.startswith(RANGE):
@@ -164,13 +171,15 @@ def part_microseconds(events) -> tuple[Counter, int]:
             if part is not None:
                 forward_part.setdefault(event.sequence_nr, part)
     parts: Counter = Counter()
-    operators = 0
+    operators, output_layer = 0, 0.0
     for event in events:
         if event.name.startswith(RANGE):  # a range's own time is Python
             continue
         operators += 1
         if event.name in PRODUCT_OPS:
             part = PRODUCTS
+            if _range_of(event) == LOSS:
+                output_layer += event.self_cpu_time_total
         elif event.name in LSTM_OPS:
             part = LSTM
         else:
@@ -181,15 +190,34 @@ def part_microseconds(events) -> tuple[Counter, int]:
                              or "AccumulateGrad" in event.name)
                 part = FRAMEWORK if framework else OTHER
         parts[part] += event.self_cpu_time_total
-    return parts, operators
+    return parts, operators, output_layer
 
 
 class ProductShapes(TorchDispatchMode):
-    """Records the (batch, rows, inner, columns, library) of every matrix product it sees."""
+    """Records the (batch, rows, inner, columns, library) of every matrix product it sees, by group:
+    :data:`OUTPUT_LAYER` while the loss runs (:meth:`marking_the_loss`), else :data:`MODEL_LAYERS`."""
 
     def __init__(self):
         super().__init__()
-        self.calls: Counter = Counter()
+        self.calls: dict[str, Counter] = {OUTPUT_LAYER: Counter(), MODEL_LAYERS: Counter()}
+        self.group = MODEL_LAYERS
+
+    @contextmanager
+    def marking_the_loss(self):
+        """The loss's products counted as the output layer's, for as long as the context lasts."""
+        loss = cross_entropy.label_smoothed_cross_entropy
+
+        def marked(*args, **kwargs):
+            self.group = OUTPUT_LAYER
+            try:
+                return loss(*args, **kwargs)
+            finally:
+                self.group = MODEL_LAYERS
+        cross_entropy.label_smoothed_cross_entropy = marked
+        try:
+            yield
+        finally:
+            cross_entropy.label_smoothed_cross_entropy = loss
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         packet = func.overloadpacket
@@ -201,10 +229,11 @@ class ProductShapes(TorchDispatchMode):
             left = None
         if left is not None:
             batch = left.size(0) if left.dim() == 3 else 1
-            self.calls[(batch, left.size(-2), left.size(-1), right.size(-1), TORCH)] += 1
+            self.calls[self.group][(batch, left.size(-2), left.size(-1), right.size(-1), TORCH)] += 1
         elif ONEDNN and packet is torch.ops.mkldnn._linear_pointwise:  # x (..., in), packed weight (out, in)
             inputs, weight = args[0], args[1]
-            self.calls[(1, inputs.numel() // inputs.size(-1), inputs.size(-1), weight.size(0), ONEDNN_PACKED)] += 1
+            self.calls[self.group][(1, inputs.numel() // inputs.size(-1), inputs.size(-1), weight.size(0),
+                                    ONEDNN_PACKED)] += 1
         return func(*args, **(kwargs or {}))
 
 
@@ -247,6 +276,21 @@ class ShapeProfile:
     flops: float  # matrix-product FLOPs per update
     lstm_flops: float
     product_seconds_at_shape_rates: float  # per update, ``mm``/``bmm`` products at their own shapes' rates
+    groups: dict[str, "ProductGroup"]  # OUTPUT_LAYER and MODEL_LAYERS (the LSTM layers in neither)
+
+
+@dataclass
+class ProductGroup:
+    """Some of an update's products: their FLOPs, profiled time in training and time alone at their shapes' rates."""
+
+    flops: float
+    profiled_ms: float
+    alone_ms: float
+
+    def describe(self, all_flops: float) -> str:
+        return (f"{self.flops / 1e9:.2f} GFLOP ({self.flops / all_flops:.0%} of the products'): "
+                f"{fmt(self.flops / (self.profiled_ms / 1e3) / 1e9)} GFLOP/s in training; alone at their own "
+                f"shapes' rates {self.alone_ms:.1f} ms ({fmt(self.flops / (self.alone_ms / 1e3) / 1e9)} GFLOP/s)")
 
 
 def build_trainer(prepared: Path, spec: TransformerSpec | RnnSpec, run_dir: Path, threads: int):
@@ -281,7 +325,7 @@ def _profile_trainer(trainer, steps: int, warmup: int, threads: int) -> ShapePro
         for _ in range(steps):
             trainer._update()
         profiled_wall = (time.perf_counter() - started) * 1e3 / steps
-    parts, operators = part_microseconds(profiler.events())
+    parts, operators, output_layer_us = part_microseconds(profiler.events())
     parts_ms = {part: parts[part] / 1e3 / steps for part in PARTS if part != PYTHON}
     parts_ms[PYTHON] = max(0.0, profiled_wall - sum(parts_ms.values()))
     tokens_before = trainer.interval.tokens
@@ -289,16 +333,23 @@ def _profile_trainer(trainer, steps: int, warmup: int, threads: int) -> ShapePro
     with ExitStack() as stack:
         stack.enter_context(counter)
         stack.enter_context(shapes)
+        stack.enter_context(shapes.marking_the_loss())
         trainer._update()
     counted_tokens = trainer.interval.tokens - tokens_before
     by_op = counter.get_flop_counts().get("Global", {})
     lstm_flops = sum(v for op, v in by_op.items() if "rnn_layer" in str(op))
     scale = tokens / max(counted_tokens, 1)  # FLOPs of that update, at the timed updates' mean tokens
-    shape_seconds = sum(count * 2 * shape[0] * shape[1] * shape[2] * shape[3]
-                        / (product_rate(shape, kernel_clock(threads)) * 1e9)
-                        for shape, count in shapes.calls.items())
+    rates = {shape: product_rate(shape, kernel_clock(threads)) for calls in shapes.calls.values() for shape in calls}
+    flops = {group: sum(count * 2 * shape[0] * shape[1] * shape[2] * shape[3] for shape, count in calls.items())
+             for group, calls in shapes.calls.items()}
+    seconds = {group: sum(count * 2 * shape[0] * shape[1] * shape[2] * shape[3] / (rates[shape] * 1e9)
+                          for shape, count in calls.items()) for group, calls in shapes.calls.items()}
+    output_layer_ms = output_layer_us / 1e3 / steps
+    profiled = {OUTPUT_LAYER: output_layer_ms, MODEL_LAYERS: parts_ms[PRODUCTS] - output_layer_ms}
+    groups = {group: ProductGroup(flops[group] * scale, profiled[group], seconds[group] * scale * 1e3)
+              for group in shapes.calls}
     return ShapeProfile(wall, cpu, tokens, parts_ms, operators / steps, profiled_wall,
-                        counter.get_total_flops() * scale, lstm_flops * scale, shape_seconds * scale)
+                        counter.get_total_flops() * scale, lstm_flops * scale, sum(seconds.values()) * scale, groups)
 
 
 def peak_rate(threads: int) -> float:
@@ -393,6 +444,10 @@ def main() -> None:
                        f"({measured.flops / (wall / 1e3) / 1e9 / peak:.0%} of peak); at its CPU time {cpu:.0f} ms: "
                        f"{fmt(measured.flops / (cpu / 1e3) / 1e9)} GFLOP/s "
                        f"({measured.flops / (cpu / 1e3) / 1e9 / peak:.0%} of peak)")
+        for group, title in ((OUTPUT_LAYER, "the output layer's (in the loss: logits, row and weight gradients)"),
+                             (MODEL_LAYERS, "the model's layers and attention")):
+            report.add_row(shape, f"products in training: {title}", f"{measured.groups[group].profiled_ms:.1f}", "",
+                           measured.groups[group].describe(measured.flops))
     report.notes += [
         f"whole update: median wall time of {', '.join(f'{n} {args.steps or (QUICK_STEPS if args.quick else STEPS[n])}' for n in names)} "
         f"timed updates after {1 if args.quick else WARMUP} warm-up ones, median of {repeats_of(args)} run(s); "

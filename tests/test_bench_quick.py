@@ -114,6 +114,16 @@ def test_train_profile_quick_splits_an_update_into_parts_that_add_up(work: Path)
     assert "tgt tok/s" in whole["note"] and figure(whole["ms / update"]) > 0
     (rate,) = [row for row in rows if row["part"] == "products in training: rate reached"]
     assert "% of peak" in rate["note"]
+    # the products apart: the output layer's (the loss's) and the rest share out the products' time and FLOPs
+    output_layer, model_layers = (next(row for row in rows if row["part"].startswith(f"products in training: {name}"))
+                                  for name in ("the output layer's", "the model's layers"))
+    assert figure(output_layer["ms / update"]) > 0 and figure(model_layers["ms / update"]) > 0
+    assert figure(output_layer["ms / update"]) + figure(model_layers["ms / update"]) == pytest.approx(
+        figure(products["ms / update"]), abs=0.15)
+    gflop = [float(row["note"].split(" GFLOP (")[0]) for row in (output_layer, model_layers)]
+    ceiling = next(row for row in rows if row["part"].startswith("ceiling: products at the peak"))
+    assert sum(gflop) == pytest.approx(float(ceiling["note"].split(" GFLOP per update")[0]), rel=0.01)
+    assert "GFLOP/s in training; alone at their own shapes' rates" in output_layer["note"]
     # issue 57's 70% target: the update it allows, and what that leaves beside the products
     (target,) = [row for row in rows if row["part"] == "target: products at 70% of peak over the whole update"]
     at_peak = figure(next(row for row in rows if row["part"].startswith("ceiling: products at the peak"))["ms / update"])
