@@ -24,7 +24,7 @@ loss, backward, clip, Adam) runs ``--steps`` times after a warm-up.
   and, in float32, oneDNN with a packed weight, which the loss uses;
   timed just before and just after each shape's runs: a shared host's speed drifts),
   and at the rates ``torch.mm`` / ``torch.bmm`` (or oneDNN, for the loss's products) reach on the
-  update's own product shapes,
+  update's own product shapes and operand layouts (an operand passed transposed stays so),
   timed alone (the LSTM layers at the peak rate): the time of an update that did nothing
   but its products. The rate the products reach inside training is their FLOPs over their
   profiled time, for all of them and apart for the output layer's (the loss's block products:
@@ -193,8 +193,15 @@ def part_microseconds(events) -> tuple[Counter, int, float]:
     return parts, operators, output_layer
 
 
+def _transposed(operand: torch.Tensor) -> bool:
+    """Whether a product's operand is laid out column-major in its last two dimensions (a ``.t()`` of a
+    row-major matrix): the libraries take such an operand as it is, at a rate of its own."""
+    return operand.stride(-2) == 1 and operand.stride(-1) != 1 and operand.size(-2) > 1
+
+
 class ProductShapes(TorchDispatchMode):
-    """Records the (batch, rows, inner, columns, library) of every matrix product it sees, by group:
+    """Records the (batch, rows, inner, columns, library, left transposed, right transposed) of every
+    matrix product it sees, by group:
     :data:`OUTPUT_LAYER` while the loss runs (:meth:`marking_the_loss`), else :data:`MODEL_LAYERS`."""
 
     def __init__(self):
@@ -229,22 +236,33 @@ class ProductShapes(TorchDispatchMode):
             left = None
         if left is not None:
             batch = left.size(0) if left.dim() == 3 else 1
-            self.calls[self.group][(batch, left.size(-2), left.size(-1), right.size(-1), TORCH)] += 1
+            self.calls[self.group][(batch, left.size(-2), left.size(-1), right.size(-1), TORCH, _transposed(left),
+                                    _transposed(right))] += 1
         elif ONEDNN and packet is torch.ops.mkldnn._linear_pointwise:  # x (..., in), packed weight (out, in)
             inputs, weight = args[0], args[1]
             self.calls[self.group][(1, inputs.numel() // inputs.size(-1), inputs.size(-1), weight.size(0),
-                                    ONEDNN_PACKED)] += 1
+                                    ONEDNN_PACKED, False, False)] += 1
         return func(*args, **(kwargs or {}))
 
 
-def product_rate(shape: tuple[int, int, int, int, str], clock=time.perf_counter, repeats: int = 5) -> float:
-    """Best GFLOP/s of a product of one shape in its library (:data:`TORCH`: ``torch.mm``, ``torch.bmm``
-    for a batch; :data:`ONEDNN_PACKED`: oneDNN with the right factor packed), at the current thread count."""
-    batch, rows, inner, columns, library = shape
+def _operand(batch: int, rows: int, columns: int, transposed: bool) -> torch.Tensor:
+    """A random (rows, columns) matrix, or ``batch`` of them, row-major or as the ``.t()`` of a row-major one."""
+    leading = (batch,) if batch > 1 else ()
+    if transposed:
+        return torch.randn(*leading, columns, rows).transpose(-1, -2)
+    return torch.randn(*leading, rows, columns)
+
+
+def product_rate(shape: tuple[int, int, int, int, str, bool, bool], clock=time.perf_counter,
+                 repeats: int = 5) -> float:
+    """Best GFLOP/s of a product of one shape and layout in its library (:data:`TORCH`: ``torch.mm``,
+    ``torch.bmm`` for a batch; :data:`ONEDNN_PACKED`: oneDNN with the right factor packed), at the
+    current thread count."""
+    batch, rows, inner, columns, library, left_transposed, right_transposed = shape
+    left, right = _operand(batch, rows, inner, left_transposed), _operand(batch, inner, columns, right_transposed)
     if batch == 1:
-        run = product_run(torch.randn(rows, inner), torch.randn(inner, columns), library)
+        run = product_run(left, right, library)
     else:
-        left, right = torch.randn(batch, rows, inner), torch.randn(batch, inner, columns)
         run = lambda: torch.bmm(left, right)  # noqa: E731
     flops = 2 * batch * rows * inner * columns
     calls = max(1, int(2e8 // max(flops, 1)))  # about 0.2 GFLOP per timing
@@ -357,7 +375,7 @@ def peak_rate(threads: int) -> float:
     timed by this process's CPU time, as the rates of the update's own shapes are."""
     if threads == 1:
         libraries = (TORCH, ONEDNN_PACKED) if ONEDNN else (TORCH,)
-        return max(product_rate((1, *shape, library), time.process_time) for shape in PEAK_SHAPES
+        return max(product_rate((1, *shape, library, False, False), time.process_time) for shape in PEAK_SHAPES
                    for library in libraries)
     return matmul_peak_gflops(threads=threads)
 

@@ -1,0 +1,59 @@
+"""``bench/train_profile.py``'s record of an update's products: each product's shape, library and
+operand layouts, grouped into the output layer's (the loss's) and the rest, since the ceiling
+"products at their own shapes' rates" times every recorded product alone as it was called. The
+quick run of the script is in ``test_bench_quick.py``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+import train_profile  # noqa: E402  (bench/ is not a package)
+from model_flops import ONEDNN, ONEDNN_PACKED, TORCH  # noqa: E402
+
+from nmt_cli.training.objectives import cross_entropy  # noqa: E402
+
+
+def test_each_product_is_recorded_with_the_layout_of_its_operands() -> None:
+    left, right, weight, rows = torch.randn(5, 3), torch.randn(5, 4), torch.randn(6, 4), torch.randn(2, 4)
+    shapes = train_profile.ProductShapes()
+    with shapes:
+        torch.mm(left.t(), right)  # (3, 5) @ (5, 4), the left one column-major
+        F.linear(rows, weight)  # rows @ weight.t(): the right one column-major
+        torch.bmm(torch.randn(2, 3, 5), torch.randn(2, 5, 4))
+    assert shapes.calls[train_profile.MODEL_LAYERS] == {
+        (1, 3, 5, 4, TORCH, True, False): 1, (1, 2, 4, 6, TORCH, False, True): 1, (2, 3, 5, 4, TORCH, False, False): 1}
+    assert not shapes.calls[train_profile.OUTPUT_LAYER]
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("transposed", [False, True])
+def test_an_operand_timed_alone_has_the_recorded_layout(batch: int, transposed: bool) -> None:
+    operand = train_profile._operand(batch, 7, 4, transposed)
+    assert operand.shape == ((batch,) if batch > 1 else ()) + (7, 4)
+    assert train_profile._transposed(operand) == transposed
+    assert train_profile.product_rate((batch, 7, 4, 5, TORCH, transposed, not transposed), repeats=1) > 0
+
+
+def test_the_losss_products_are_the_output_layers_and_the_mark_is_taken_off() -> None:
+    generator = torch.Generator().manual_seed(3)
+    features = torch.randn(2, 5, 8, generator=generator, requires_grad=True)
+    output_layer = torch.nn.Linear(8, 30, bias=False)
+    target, mask = torch.randint(0, 30, (2, 5), generator=generator), torch.ones(2, 5, dtype=torch.bool)
+    shipped_loss = cross_entropy.label_smoothed_cross_entropy
+    shapes = train_profile.ProductShapes()
+    with shapes, shapes.marking_the_loss():
+        loss, _ = cross_entropy.label_smoothed_cross_entropy(features, output_layer, target, mask, 0.1)
+        torch.mm(torch.randn(2, 3), torch.randn(3, 4))  # after the loss: the model's again
+    assert cross_entropy.label_smoothed_cross_entropy is shipped_loss
+    libraries = {shape[4] for shape in shapes.calls[train_profile.OUTPUT_LAYER]}
+    assert libraries == ({ONEDNN_PACKED, TORCH} if ONEDNN else {TORCH})  # logits and row gradient; weight gradient
+    # the weight gradient (V, F) += grad^T (V, n) @ rows (n, F) takes grad transposed
+    assert (1, 30, 10, 8, TORCH, True, False) in shapes.calls[train_profile.OUTPUT_LAYER]
+    assert shapes.calls[train_profile.MODEL_LAYERS] == {(1, 2, 3, 4, TORCH, False, False): 1}
