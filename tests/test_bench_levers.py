@@ -65,13 +65,11 @@ def test_the_packed_weights_lever_reorders_again_after_an_optimizer_step() -> No
     lever = next(lever for lever in MODEL_LAYER_LEVERS if lever.name == "model layers: oneDNN, weights packed")
     with lever.context(None)():
         for _ in range(3):
-            version = layer.weight._version
             y = layer(x)
             torch.testing.assert_close(y, x @ layer.weight.detach().t() + layer.bias.detach(), rtol=1e-5, atol=1e-5)
             y.square().sum().backward()
             optimizer.step()
             optimizer.zero_grad()
-            assert layer.weight._version == version  # so no version can tell that the weight changed
     assert not optimizer_module._global_optimizer_post_hooks  # the lever's hook is gone with it
 
 
