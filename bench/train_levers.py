@@ -36,6 +36,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, ContextManager
+from unittest.mock import patch
 
 import numpy as np
 import torch
@@ -138,37 +139,19 @@ def linear_products(product: Callable, weight_product: Callable):
             return _ProductsLinear.apply(x, weight, bias, product, weight_product)
         return original(x, weight, bias)
 
-    F.linear = linear
-    try:
+    with patch.object(F, "linear", linear):
         yield
-    finally:
-        F.linear = original
 
 
-@contextmanager
-def loss_block(elements: int):
+def loss_block(elements: int) -> ContextManager:
     """The loss's blocks of ``elements`` logits instead of the shipped ``CPU_BLOCK_ELEMENTS``."""
-    shipped = loss_module.CPU_BLOCK_ELEMENTS
-    loss_module.CPU_BLOCK_ELEMENTS = elements
-    try:
-        yield
-    finally:
-        loss_module.CPU_BLOCK_ELEMENTS = shipped
+    return patch.object(loss_module, "CPU_BLOCK_ELEMENTS", elements)
 
 
 def compiled_model(trainer) -> Callable[[], ContextManager]:
     """A context that trains through ``torch.compile(model, dynamic=True)``, compiled once."""
     compiled = torch.compile(trainer.model, dynamic=True)
-
-    @contextmanager
-    def use():
-        shipped = trainer.module
-        trainer.module = compiled
-        try:
-            yield
-        finally:
-            trainer.module = shipped
-    return use
+    return lambda: patch.object(trainer, "module", compiled)
 
 
 @dataclass(frozen=True)

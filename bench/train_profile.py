@@ -55,6 +55,8 @@ from collections import Counter
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ContextManager
+from unittest.mock import patch
 
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
@@ -132,14 +134,10 @@ def part_ranges():
     patches += [(AttentionalRNN, "_attend", ATTENTION), (cross_entropy, "label_smoothed_cross_entropy", LOSS),
                 (dropout_module, "dropout", DROPOUT), (Updater, "step", OPTIMIZER), (trainer_module, "collate", DATA),
                 (Batch, "to", DATA)]
-    originals = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
-    for owner, name, part in patches:
-        setattr(owner, name, _ranged(part, getattr(owner, name)))
-    try:
+    with ExitStack() as stack:
+        for owner, name, part in patches:
+            stack.enter_context(patch.object(owner, name, _ranged(part, getattr(owner, name))))
         yield
-    finally:
-        for owner, name, original in originals:
-            setattr(owner, name, original)
 
 
 def _range_of(event) -> str | None:
@@ -211,8 +209,7 @@ class ProductShapes(TorchDispatchMode):
         self.calls: dict[str, Counter] = {OUTPUT_LAYER: Counter(), MODEL_LAYERS: Counter()}
         self.group = MODEL_LAYERS
 
-    @contextmanager
-    def marking_the_loss(self):
+    def marking_the_loss(self) -> ContextManager:
         """The loss's products counted as the output layer's, for as long as the context lasts."""
         loss = cross_entropy.label_smoothed_cross_entropy
 
@@ -222,11 +219,7 @@ class ProductShapes(TorchDispatchMode):
                 return loss(*args, **kwargs)
             finally:
                 self.group = MODEL_LAYERS
-        cross_entropy.label_smoothed_cross_entropy = marked
-        try:
-            yield
-        finally:
-            cross_entropy.label_smoothed_cross_entropy = loss
+        return patch.object(cross_entropy, "label_smoothed_cross_entropy", marked)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         packet = func.overloadpacket
