@@ -16,7 +16,8 @@ BENCHMARKS.md). Rounding rows up to a few sizes bounded it further but cost spee
 :func:`pack_linear_layers` replaces every ``nn.Linear`` of a model in place. Training never
 sees a packed model: only :class:`~nmt_cli.decoding.Translator` packs, after loading. The
 training loss packs the output layer's weight itself, once per batch, for its blocks'
-products with it (:func:`pack_weight`, :func:`packed_linear`; ``training/loss.py``).
+products with it (:func:`pack_weight`, :func:`packed_linear`; ``training/loss.py``), and
+training's large layers reorder their weights once per update (``training/packed_layers.py``).
 """
 
 from __future__ import annotations

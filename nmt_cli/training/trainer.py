@@ -48,6 +48,7 @@ from nmt_cli.training.distributed import DistributedContext, init_distributed, w
 from nmt_cli.training.interrupt import StopRequest
 from nmt_cli.training.meter import IntervalMeter
 from nmt_cli.training.objectives import ObjectiveContext, build_objective
+from nmt_cli.training.packed_layers import pack_training_layers
 from nmt_cli.training.progress import RunLog
 from nmt_cli.training.report import SessionReport
 from nmt_cli.training.resume import capture_rng_state
@@ -171,6 +172,7 @@ class Trainer:
             self.state = TrainingState(init_from=started)
         self.objective = build_objective(config, ObjectiveContext(context.device, data))
         self.module, self._ddp = wrap_model(self.model, context, self.cfg.compile)
+        self.packed_weights = pack_training_layers(self.model, context.device, self.cfg.compile)
         self.epoch_batches = epoch_batches(data, self.train_split, self.cfg.max_tokens, self.cfg.seed,
                                            self.cfg.batch_window)
         self.stream_of_batches = BatchStream(self.epoch_batches, self.cfg.seed, context.rank, context.world_size,
@@ -246,6 +248,8 @@ class Trainer:
                 self.updater.backward(terms.loss * scale)
             self.interval.add_batch(terms.loss, terms.nll, terms.logged)
         applied = self.updater.step()
+        if self.packed_weights is not None:  # the step changed the weights their reorders were made of
+            self.packed_weights.clear()
         self.interval.add_update(tokens, applied)
         return interrupted > 0, timed_out > 0, applied
 

@@ -36,6 +36,7 @@ from torch import Tensor, nn
 from nmt_cli.config import ModelConfig
 from nmt_cli.models.attention.common import attend, masked_softmax
 from nmt_cli.models.dropout import dropout
+from nmt_cli.models.linear import products_of
 from nmt_cli.registry import ATTENTION_KERNELS
 
 __all__ = ["AttentionKernel", "MultiHeadAttention", "SoftmaxAttention", "build_kernel"]
@@ -291,7 +292,8 @@ class MultiHeadAttention(nn.Module):
             projected = (self.q_proj if first == 0 else self.kv_proj)(x)
             return self._split_heads(projected, parts)
         rows = slice(first * self.d_model, (first + parts) * self.d_model)
-        projected = F.linear(x, self.in_proj.weight[rows], self.in_proj.bias[rows])  # (B, T, parts*d)
+        project = products_of(self.in_proj)  # F.linear, or training's products (models/linear.py)
+        projected = project(x, self.in_proj.weight[rows], self.in_proj.bias[rows])  # (B, T, parts*d)
         return self._split_heads(projected, parts)
 
     def split_in_proj(self) -> None:
