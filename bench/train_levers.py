@@ -19,10 +19,14 @@ train`` builds it for ``train_speed.py``'s runs (``train_profile.build_trainer``
 Levers: the model's Linear layers through oneDNN (forward and input gradient by
 ``mkldnn::_linear_pointwise``, weight gradient by torch; on the plain weight with rows as they
 come, or padded to a multiple of 64, as oneDNN builds a kernel for every row count; or on
-weights reordered once per optimizer step, as the loss's output weight is), or all three products through
-numpy's OpenBLAS; the loss's block of logits (``training/loss.py``, ``CPU_BLOCK_ELEMENTS``)
-smaller or larger than shipped; ``torch.compile`` of the model with dynamic shapes (what
-``train.compile`` does, with shapes marked dynamic as batch shapes vary). ``--quick``: tiny,
+weights reordered once per optimizer step, as the loss's output weight is), or all three
+products through numpy's OpenBLAS (these replace ``F.linear``, which the layers that training
+already multiplies through oneDNN do not call); where training does that
+(``training/packed_layers.py``: base's layers, the RNN's readout), those layers on MKL as
+before; the loss's block of logits (``training/loss.py``, ``CPU_BLOCK_ELEMENTS``) smaller or
+larger than shipped; ``torch.compile`` of the model with dynamic shapes (what
+``train.compile`` does, with shapes marked dynamic as batch shapes vary). ``--lever NAME``
+runs only the levers named beside the update as shipped. ``--quick``: tiny,
 2 updates, one round, no compile (its warm-up takes minutes).
 """
 
@@ -41,14 +45,17 @@ from unittest.mock import patch
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import nn
 from torch.optim.optimizer import register_optimizer_step_post_hook
 from common import (RATIO_SPREAD_NOTE, THREADS, Report, bench_arguments, fmt, fmt_ratio_spread, load_averages,
                     median_interval, shared_load_note)
 from peers.corpus import prepare_multi30k
 from train_profile import SHAPES, build_trainer
 
+from nmt_cli.models.linear import products_of, set_products
 from nmt_cli.models.packed import can_pack, pack_weight, packed_linear
 from nmt_cli.training import loss as loss_module
+from nmt_cli.training.packed_layers import MIN_WEIGHT_ELEMENTS
 
 UPDATES = 10  # updates in one pass over the fixed batches
 QUICK_UPDATES = 2
@@ -160,10 +167,30 @@ class Lever:
     changes: str
     context: Callable[[object], Callable[[], ContextManager]]  # trainer -> a context factory
     quick: bool = True
+    applies: Callable[[object], bool] = lambda trainer: True  # whether it changes anything for this trainer
 
 
 def _plain(factory: Callable[[], ContextManager]) -> Callable[[object], Callable[[], ContextManager]]:
     return lambda trainer: factory
+
+
+def mkl_for_large_layers(trainer) -> Callable[[], ContextManager]:
+    """A context that puts the layers training multiplies through oneDNN (``training/packed_layers.py``)
+    back on ``F.linear`` (MKL) and afterwards gives them their products again."""
+    layers = [module for module in trainer.model.modules()
+              if isinstance(module, nn.Linear) and products_of(module) is not F.linear]
+
+    @contextmanager
+    def context():
+        products = [products_of(layer) for layer in layers]
+        for layer in layers:
+            set_products(layer, None)
+        try:
+            yield
+        finally:
+            for layer, own in zip(layers, products):
+                set_products(layer, own)
+    return context
 
 
 def openblas_threads() -> str:
@@ -186,6 +213,10 @@ def levers() -> list[Lever]:
             Lever("model layers: oneDNN, weights packed", "as above on each weight and its transpose reordered "
                   "once per optimizer step (the reorders timed), as the loss's output weight is",
                   _plain(packed_model_layers))]
+    found.append(Lever("large layers: MKL", f"the model's Linear layers of 2^{MIN_WEIGHT_ELEMENTS.bit_length() - 1} "
+                       "weights or more on torch's products (MKL), as before 37efa18, instead of oneDNN's on "
+                       "weights reordered once per update", mkl_for_large_layers,
+                       applies=lambda trainer: trainer.packed_weights is not None))
     found += [
         Lever("model layers: OpenBLAS", "all three products of the model's Linear layers by numpy's OpenBLAS "
               f"({openblas_threads()} threads of its own beside torch's)",
@@ -220,13 +251,15 @@ def worth_taking(rates: list[float], shipped: list[float]) -> str:
     return "yes: faster" if low > 1 else "no: slower" if high < 1 else "no: within noise"
 
 
-def measure_shape(report: Report, prepared: Path, name: str, updates: int, rounds: int, quick: bool) -> None:
+def measure_shape(report: Report, prepared: Path, name: str, updates: int, rounds: int, quick: bool,
+                  only: list[str] | None = None) -> None:
     spec = SHAPES[name]
     with tempfile.TemporaryDirectory() as scratch:
         trainer = build_trainer(prepared, spec, Path(scratch) / "run", THREADS)
         trainer.model.train()
         batches = [next(trainer.stream_of_batches) for _ in range(updates * trainer.cfg.update_freq)]
-        chosen = [lever for lever in levers() if lever.quick or not quick]
+        chosen = [lever for lever in levers() if (lever.quick or not quick) and lever.applies(trainer)
+                  and (only is None or lever.name in only or lever.name == AS_SHIPPED)]
         contexts = {lever.name: lever.context(trainer) for lever in chosen}
         first_pass = {lever.name: timed_pass(trainer, batches, contexts[lever.name]())[0] for lever in chosen}
         rates: dict[str, list[float]] = {lever.name: [] for lever in chosen}
@@ -250,22 +283,28 @@ def main() -> None:
     parser.add_argument("--models", default="tiny", help=f"comma list of {', '.join(SHAPES)} (default tiny)")
     parser.add_argument("--updates", type=int, default=None,
                         help=f"updates in a pass over the fixed batches (default {UPDATES}; --quick {QUICK_UPDATES})")
+    parser.add_argument("--lever", action="append", default=None, metavar="NAME",
+                        help="run only this lever beside the update as shipped (repeatable; default: every lever)")
     args = parser.parse_args()
     names = args.models.split(",")
     unknown = [name for name in names if name not in SHAPES]
     if unknown:
         parser.error(f"--models: unknown shape {unknown[0]!r} (choose from {', '.join(SHAPES)})")
+    offered = [lever.name for lever in levers() if lever.name != AS_SHIPPED]
+    if args.lever and (unknown := [name for name in args.lever if name not in offered]):
+        parser.error(f"--lever: unknown lever {unknown[0]!r} (choose from {'; '.join(offered)})")
     updates = args.updates or (QUICK_UPDATES if args.quick else UPDATES)
     rounds = args.repeats if args.repeats is not None else (1 if args.quick else ROUNDS)
     prepared = prepare_multi30k(args.work, args.quick)
     report = Report("train_levers", f"Levers on a training update against the update as shipped (fp32, {THREADS} "
                     "CPU threads)", ["shape", "lever", "what it changes", "tgt tok/s (range)", "first pass s",
                                      "against as shipped", "worth taking"], quick=args.quick)
-    report.variant = "models " + ", ".join(names) if args.models != "tiny" else ""
+    report.variant = ", ".join(filter(None, ["models " + ", ".join(names) if args.models != "tiny" else "",
+                                             "levers " + "; ".join(args.lever) if args.lever else ""]))
     torch.set_num_threads(THREADS)
     load_before = load_averages()
     for name in names:
-        measure_shape(report, prepared, name, updates, rounds, args.quick)
+        measure_shape(report, prepared, name, updates, rounds, args.quick, args.lever)
     report.notes += [
         f"Each lever trains on the same {updates} updates' token batches (train_speed.py's settings: batches of at "
         f"most 2,048 tokens, {THREADS} threads); one untimed pass first (first pass s: a compiled model compiles "

@@ -91,3 +91,25 @@ def test_a_loss_block_lever_changes_the_block_and_puts_it_back() -> None:
 ])
 def test_a_lever_is_worth_taking_only_when_its_whole_interval_lies_above_one(rates, shipped, verdict: str) -> None:
     assert train_levers.worth_taking(rates, shipped) == verdict
+
+
+@pytest.mark.skipif(not can_pack(torch.device("cpu")), reason="this torch build has no oneDNN products")
+def test_the_mkl_lever_puts_the_large_layers_on_f_linear_and_back() -> None:
+    from types import SimpleNamespace
+
+    from nmt_cli.models.linear import products_of
+    from nmt_cli.training.packed_layers import pack_training_layers
+
+    large, small = torch.nn.Linear(512, 512), torch.nn.Linear(16, 16)
+    model = torch.nn.Sequential(large, small)
+    trainer = SimpleNamespace(model=model, packed_weights=pack_training_layers(model, torch.device("cpu"), False))
+    lever = next(lever for lever in train_levers.levers() if lever.name == "large layers: MKL")
+    assert lever.applies(trainer)
+    assert not lever.applies(SimpleNamespace(packed_weights=None))  # the tiny Transformer: no layer that large
+    own = products_of(large)
+    assert own is not F.linear and products_of(small) is F.linear
+    with lever.context(trainer)():
+        assert products_of(large) is F.linear
+        x = torch.randn(4, 512)
+        torch.testing.assert_close(large(x), F.linear(x, large.weight, large.bias), rtol=0, atol=0)
+    assert products_of(large) is own

@@ -123,3 +123,18 @@ def test_training_with_packed_layers_resumes_exactly_and_follows_plain_training(
     final = "checkpoints/step-00000012/model.safetensors"
     split_weights, whole_weights = load_file(tmp_path / "split" / final), load_file(tmp_path / "whole" / final)
     assert all(torch.equal(split_weights[name], whole_weights[name]) for name in whole_weights)
+
+
+def test_a_base_sized_transformer_packs_its_layers_and_leaves_the_output_layer_to_the_loss():
+    from nmt_cli.models import build_model
+
+    config = Config().with_overrides({"model.d_model": 512, "model.heads": 8, "model.ffn_dim": 2048,
+                                      "model.encoder_layers": 1, "model.decoder_layers": 1}).model
+    model = build_model(config, 600, 600, True)
+    assert pack_training_layers(model, CPU, compiled=False) is not None
+    packed = {name for name, module in model.named_modules() if isinstance(module, nn.Linear)
+              and products_of(module) is not F.linear}
+    assert packed and all(name.rsplit(".", 1)[-1] in {"in_proj", "out_proj", "linear1", "linear2"} for name in packed)
+    assert products_of(model.output_layer()) is F.linear
+    tiny = build_model(Config().with_overrides({"model.d_model": 128, "model.ffn_dim": 512}).model, 8000, 8000, True)
+    assert pack_training_layers(tiny, CPU, compiled=False) is None  # no layer of 2^18 weights but the output layer

@@ -101,10 +101,12 @@ def pack_training_layers(model: nn.Module, device: torch.device, compiled: bool)
     """Give every float32 ``nn.Linear`` of ``model`` with at least :data:`MIN_WEIGHT_ELEMENTS` weights
     oneDNN's products (:func:`~nmt_cli.models.linear.set_products`); return their store, whose
     :meth:`~PackedWeights.clear` the trainer calls after each optimizer step, or None where no layer
-    takes them (another device, no oneDNN, a compiled model, no layer that large)."""
+    takes them (another device, no oneDNN, a compiled model, no layer that large). The output layer
+    is left alone: the loss multiplies by its weight in its own blocks (``training/loss.py``)."""
     if not can_pack(device) or compiled:
         return None
-    layers = [module for module in model.modules() if type(module) is nn.Linear
+    output_layer = model.output_layer() if hasattr(model, "output_layer") else None  # the loss's own products
+    layers = [module for module in model.modules() if type(module) is nn.Linear and module is not output_layer
               and module.weight.dtype == torch.float32 and module.weight.numel() >= MIN_WEIGHT_ELEMENTS]
     if not layers:
         return None
