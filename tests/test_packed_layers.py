@@ -15,6 +15,7 @@ from nmt_cli.models.attention.multihead import MultiHeadAttention, SoftmaxAttent
 from nmt_cli.models.linear import products_of
 from nmt_cli.models.packed import can_pack, pack_linear_layers, packed_linear
 from nmt_cli.training import packed_layers, train
+from nmt_cli.training import trainer as trainer_module
 from nmt_cli.training.packed_layers import MIN_WEIGHT_ELEMENTS, pack_training_layers
 from tests.test_resume import SETTINGS, _logged_by_step
 
@@ -85,6 +86,8 @@ def test_reorders_are_remade_after_each_optimizer_step():
         optimizer.zero_grad()
         store.clear()
         assert len(store) == 0
+    store.release()
+    assert products_of(layer) is F.linear and not store.layers
 
 
 def test_what_keeps_f_linear():
@@ -110,13 +113,20 @@ def test_training_with_packed_layers_resumes_exactly_and_follows_plain_training(
     settings = {**SETTINGS, "train.max_steps": 12, "train.precision": "fp32"}  # auto is bf16 on some CPUs
     train(Config().with_overrides(settings), tiny_prepared, tmp_path / "plain", stream=io.StringIO())
     monkeypatch.setattr(packed_layers, "MIN_WEIGHT_ELEMENTS", 1)
-    calls = []
+    calls, stores = [], []
     monkeypatch.setattr(packed_layers, "packed_linear", lambda *args: calls.append(1) or packed_linear(*args))
+
+    def recorded(*args):
+        stores.append(pack_training_layers(*args))
+        return stores[-1]
+    monkeypatch.setattr(trainer_module, "pack_training_layers", recorded)
     train(Config().with_overrides(settings), tiny_prepared, tmp_path / "whole", stream=io.StringIO())
     train(Config().with_overrides({**settings, "train.max_steps": 5}), tiny_prepared, tmp_path / "split",
           stream=io.StringIO())
     train(Config().with_overrides(settings), tiny_prepared, tmp_path / "split", stream=io.StringIO())
     assert calls, "no layer took oneDNN's products"
+    # each run gave its layers F.linear back at its end: nothing else clears the reorders afterwards
+    assert len(stores) == 3 and all(store is not None and not store.layers and not len(store) for store in stores)
     whole = _logged_by_step(tmp_path / "whole")
     assert _logged_by_step(tmp_path / "split") == whole
     assert whole == pytest.approx(_logged_by_step(tmp_path / "plain"), abs=2e-4)

@@ -46,6 +46,7 @@ class PackedWeights:
 
     def __init__(self) -> None:
         self._reordered: dict[tuple, tuple[Tensor, Tensor]] = {}
+        self.layers: list[nn.Linear] = []  # the layers whose products use these reorders
 
     def reordered(self, weight: Tensor, transposed: bool) -> Tensor:
         key = (weight.data_ptr(), tuple(weight.shape), weight.stride(), transposed)
@@ -58,6 +59,14 @@ class PackedWeights:
     def clear(self) -> None:
         """Forget every reorder: call after the optimizer changed the weights."""
         self._reordered.clear()
+
+    def release(self) -> None:
+        """Give the layers back ``F.linear`` and forget every reorder, when training ends: whatever
+        changes the weights afterwards would not clear them."""
+        for layer in self.layers:
+            set_products(layer, None)
+        self.layers = []
+        self.clear()
 
     def __len__(self) -> int:
         return len(self._reordered)
@@ -100,7 +109,8 @@ def _products(store: PackedWeights):
 def pack_training_layers(model: nn.Module, device: torch.device, compiled: bool) -> PackedWeights | None:
     """Give every float32 ``nn.Linear`` of ``model`` with at least :data:`MIN_WEIGHT_ELEMENTS` weights
     oneDNN's products (:func:`~nmt_cli.models.linear.set_products`); return their store, whose
-    :meth:`~PackedWeights.clear` the trainer calls after each optimizer step, or None where no layer
+    :meth:`~PackedWeights.clear` the trainer calls after each optimizer step (and
+    :meth:`~PackedWeights.release` when the run ends), or None where no layer
     takes them (another device, no oneDNN, a compiled model, no layer that large). The output layer
     is left alone: the loss multiplies by its weight in its own blocks (``training/loss.py``)."""
     if not can_pack(device) or compiled:
@@ -114,4 +124,5 @@ def pack_training_layers(model: nn.Module, device: torch.device, compiled: bool)
     products = _products(store)
     for layer in layers:
         set_products(layer, products)
+    store.layers = layers
     return store

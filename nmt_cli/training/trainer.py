@@ -191,7 +191,7 @@ class Trainer:
         self._open_log()
         stop = None
         self.model.train()
-        with self._stop_request.listening():
+        with self._stop_request.listening(), self._packed_layers():
             while (stop := self._budget_spent()) is None:
                 interrupted, out_of_time, applied = self._update()
                 if applied:  # an update skipped for fp16 overflow is not a step
@@ -202,6 +202,15 @@ class Trainer:
                 if stop is not None:
                     break
             return self._finish(stop)
+
+    @contextlib.contextmanager
+    def _packed_layers(self):
+        """The layers multiplied through oneDNN (training/packed_layers.py) get F.linear back when the run ends."""
+        try:
+            yield
+        finally:
+            if self.packed_weights is not None:
+                self.packed_weights.release()
 
     def _after_step(self) -> str | None:
         """Log, validate and save as the step number asks; ``early_stop`` when patience ran out."""
