@@ -45,7 +45,6 @@ from unittest.mock import patch
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import nn
 from torch.optim.optimizer import register_optimizer_step_post_hook
 from common import (RATIO_SPREAD_NOTE, THREADS, Report, bench_arguments, fmt, fmt_ratio_spread, load_averages,
                     median_interval, shared_load_note)
@@ -177,8 +176,7 @@ def _plain(factory: Callable[[], ContextManager]) -> Callable[[object], Callable
 def mkl_for_large_layers(trainer) -> Callable[[], ContextManager]:
     """A context that puts the layers training multiplies through oneDNN (``training/packed_layers.py``)
     back on ``F.linear`` (MKL) and afterwards gives them their products again."""
-    layers = [module for module in trainer.model.modules()
-              if isinstance(module, nn.Linear) and products_of(module) is not F.linear]
+    layers = trainer.packed_weights.layers
 
     @contextmanager
     def context():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -16,8 +17,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 import train_levers  # noqa: E402  (bench/ is not a package)
 
+from nmt_cli.models.linear import products_of  # noqa: E402
 from nmt_cli.models.packed import can_pack  # noqa: E402
 from nmt_cli.training import loss as loss_module  # noqa: E402
+from nmt_cli.training.packed_layers import pack_training_layers  # noqa: E402
 
 
 def linear_and_gradients(rows: int) -> tuple[torch.Tensor, ...]:
@@ -95,11 +98,6 @@ def test_a_lever_is_worth_taking_only_when_its_whole_interval_lies_above_one(rat
 
 @pytest.mark.skipif(not can_pack(torch.device("cpu")), reason="this torch build has no oneDNN products")
 def test_the_mkl_lever_puts_the_large_layers_on_f_linear_and_back() -> None:
-    from types import SimpleNamespace
-
-    from nmt_cli.models.linear import products_of
-    from nmt_cli.training.packed_layers import pack_training_layers
-
     large, small = torch.nn.Linear(512, 512), torch.nn.Linear(16, 16)
     model = torch.nn.Sequential(large, small)
     trainer = SimpleNamespace(model=model, packed_weights=pack_training_layers(model, torch.device("cpu"), False))

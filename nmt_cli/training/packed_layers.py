@@ -44,9 +44,9 @@ class PackedWeights:
     no other tensor takes its address while its reorder is kept.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, layers: list[nn.Linear]) -> None:
         self._reordered: dict[tuple, tuple[Tensor, Tensor]] = {}
-        self.layers: list[nn.Linear] = []  # the layers whose products use these reorders
+        self.layers = layers  # the layers whose products use these reorders
 
     def reordered(self, weight: Tensor, transposed: bool) -> Tensor:
         key = (weight.data_ptr(), tuple(weight.shape), weight.stride(), transposed)
@@ -120,9 +120,8 @@ def pack_training_layers(model: nn.Module, device: torch.device, compiled: bool)
               and module.weight.dtype == torch.float32 and module.weight.numel() >= MIN_WEIGHT_ELEMENTS]
     if not layers:
         return None
-    store = PackedWeights()
+    store = PackedWeights(layers)
     products = _products(store)
     for layer in layers:
         set_products(layer, products)
-    store.layers = layers
     return store
