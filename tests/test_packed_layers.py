@@ -11,6 +11,7 @@ from safetensors.torch import load_file
 from torch import nn
 
 from nmt_cli.config import Config
+from nmt_cli.models import build_model
 from nmt_cli.models.attention.multihead import MultiHeadAttention, SoftmaxAttention
 from nmt_cli.models.linear import products_of
 from nmt_cli.models.packed import can_pack, pack_linear_layers, packed_linear
@@ -136,8 +137,6 @@ def test_training_with_packed_layers_resumes_exactly_and_follows_plain_training(
 
 
 def test_a_base_sized_transformer_packs_its_layers_and_leaves_the_output_layer_to_the_loss():
-    from nmt_cli.models import build_model
-
     config = Config().with_overrides({"model.d_model": 512, "model.heads": 8, "model.ffn_dim": 2048,
                                       "model.encoder_layers": 1, "model.decoder_layers": 1}).model
     model = build_model(config, 600, 600, True)
