@@ -17,13 +17,13 @@ train`` builds it for ``train_speed.py``'s runs (``train_profile.build_trainer``
   (``common.median_interval``).
 
 Levers: the model's Linear layers through oneDNN (forward and input gradient by
-``mkldnn::_linear_pointwise``, weight gradient by torch; on the plain weight with rows as they
-come, or padded to a multiple of 64, as oneDNN builds a kernel for every row count; or on
-weights reordered once per optimizer step, as the loss's output weight is), or all three
+``mkldnn::_linear_pointwise``, weight gradient by torch) on the plain weight, with rows as they
+come or padded to a multiple of 64 (oneDNN builds a kernel for every row count), or all three
 products through numpy's OpenBLAS (these replace ``F.linear``, which the layers that training
-already multiplies through oneDNN do not call); where training does that
-(``training/packed_layers.py``: base's layers, the RNN's readout), those layers on MKL as
-before; the loss's block of logits (``training/loss.py``, ``CPU_BLOCK_ELEMENTS``) smaller or
+already multiplies through oneDNN do not call); every layer, whatever its size, multiplied as
+training multiplies the large ones (``training/packed_layers.py``: base's layers, the RNN's
+readout, on weights reordered once per update), and where training does that, those layers on
+MKL as before; the loss's block of logits (``training/loss.py``, ``CPU_BLOCK_ELEMENTS``) smaller or
 larger than shipped; ``torch.compile`` of the model with dynamic shapes (what
 ``train.compile`` does, with shapes marked dynamic as batch shapes vary). ``--lever NAME``
 runs only the levers named beside the update as shipped. ``--quick``: tiny,
@@ -45,23 +45,21 @@ from unittest.mock import patch
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch.optim.optimizer import register_optimizer_step_post_hook
 from common import (RATIO_SPREAD_NOTE, THREADS, Report, bench_arguments, fmt, fmt_ratio_spread, load_averages,
                     median_interval, shared_load_note)
 from peers.corpus import prepare_multi30k
 from train_profile import SHAPES, build_trainer
 
 from nmt_cli.models.linear import products_of, set_products
-from nmt_cli.models.packed import can_pack, pack_weight, packed_linear
+from nmt_cli.models.packed import can_pack
 from nmt_cli.training import loss as loss_module
-from nmt_cli.training.packed_layers import MIN_WEIGHT_ELEMENTS
+from nmt_cli.training.packed_layers import MIN_WEIGHT_ELEMENTS, pack_training_layers
 
 UPDATES = 10  # updates in one pass over the fixed batches
 QUICK_UPDATES = 2
 ROUNDS = 9  # timed passes per lever (--repeats): 9 paired ratios give a 96% interval
 AS_SHIPPED = "as shipped"
 PAD_ROWS = 64
-PACK_ROWS = 2048  # the rows a packed weight's layout is tuned for: a batch of train_speed's 2,048 tokens
 
 
 class _ProductsLinear(torch.autograd.Function):
@@ -97,29 +95,6 @@ def _onednn(rows: torch.Tensor, weight: torch.Tensor, pad: int = 1) -> torch.Ten
     if padded != count:
         rows = torch.cat([rows, rows.new_zeros(padded - count, rows.size(1))])
     return torch.ops.mkldnn._linear_pointwise(rows, weight.contiguous(), None, "none", [], "")[:count]
-
-
-@contextmanager
-def packed_model_layers():
-    """:func:`linear_products` with the forward and input-gradient products by oneDNN on each weight
-    (and its transpose) reordered once (:func:`~nmt_cli.models.packed.pack_weight`) until the next
-    optimizer step, which empties the store through a post-step hook: the fused Adam step changes
-    the weights in place without bumping their version counters, so a version cannot tell. The
-    reorders happen inside the pass, so its time includes them."""
-    packed: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}  # (address, strides, shape) -> (weight, reorder)
-
-    def product(rows: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        key = (weight.data_ptr(), weight.stride(), tuple(weight.shape))
-        if key not in packed:  # the weight is held, so that no other tensor takes its address meanwhile
-            packed[key] = (weight, pack_weight(weight.detach(), PACK_ROWS))
-        return packed_linear(rows, packed[key][1])
-
-    hook = register_optimizer_step_post_hook(lambda optimizer, args, kwargs: packed.clear())
-    try:
-        with linear_products(product, _torch_weight_gradient):
-            yield
-    finally:
-        hook.remove()
 
 
 def _numpy(rows: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -191,6 +166,29 @@ def mkl_for_large_layers(trainer) -> Callable[[], ContextManager]:
     return context
 
 
+def every_layer_packed(trainer) -> Callable[[], ContextManager]:
+    """A context in which every Linear layer but the output layer, whatever its size, multiplies as
+    training multiplies the large ones (``training/packed_layers.py``: oneDNN on each weight and its
+    transpose reordered on first use after an optimizer step); the trainer clears the reorders after
+    each step, as it does its own, and the layers get their own products back afterwards."""
+    shipped = trainer.packed_weights
+    device = next(trainer.model.parameters()).device
+
+    @contextmanager
+    def context():
+        own = [(layer, products_of(layer)) for layer in (shipped.layers if shipped is not None else [])]
+        store = pack_training_layers(trainer.model, device, compiled=False, min_weights=0)
+        try:
+            with patch.object(trainer, "packed_weights", store):
+                yield
+        finally:
+            if store is not None:
+                store.release()
+            for layer, products in own:
+                set_products(layer, products)
+    return context
+
+
 def openblas_threads() -> str:
     """The threads numpy's OpenBLAS took when it loaded: ``OPENBLAS_NUM_THREADS``, else one a core."""
     return os.environ.get("OPENBLAS_NUM_THREADS") or str(os.cpu_count())
@@ -208,9 +206,9 @@ def levers() -> list[Lever]:
                   f"multiple of {PAD_ROWS} so that oneDNN builds fewer kernels",
                   _plain(lambda: linear_products(lambda rows, weight: _onednn(rows, weight, PAD_ROWS),
                                                  _torch_weight_gradient))),
-            Lever("model layers: oneDNN, weights packed", "as above on each weight and its transpose reordered "
-                  "once per optimizer step (the reorders timed), as the loss's output weight is",
-                  _plain(packed_model_layers))]
+            Lever("model layers: oneDNN, weights packed", "every Linear layer, whatever its size, as training "
+                  "multiplies the large ones: oneDNN on each weight and its transpose reordered once per update "
+                  "(the reorders timed), weight gradient by torch (MKL)", every_layer_packed)]
     found.append(Lever("large layers: MKL", f"the model's Linear layers of 2^{MIN_WEIGHT_ELEMENTS.bit_length() - 1} "
                        "weights or more on torch's products (MKL), as before 37efa18, instead of oneDNN's on "
                        "weights reordered once per update", mkl_for_large_layers,

@@ -11,7 +11,6 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.nn.functional as F
-import torch.optim.optimizer as optimizer_module
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
@@ -36,9 +35,11 @@ def linear_and_gradients(rows: int) -> tuple[torch.Tensor, ...]:
 
 
 MODEL_LAYER_LEVERS = [lever for lever in train_levers.levers() if lever.name.startswith("model layers")]
+PACKED = "model layers: oneDNN, weights packed"
+F_LINEAR_LEVERS = [lever for lever in MODEL_LAYER_LEVERS if lever.name != PACKED]
 
 
-@pytest.mark.parametrize("lever", MODEL_LAYER_LEVERS, ids=lambda lever: lever.name)
+@pytest.mark.parametrize("lever", F_LINEAR_LEVERS, ids=lambda lever: lever.name)
 @pytest.mark.parametrize("rows", [1, 37, 64])
 def test_a_model_layer_lever_computes_the_same_output_and_gradients(lever, rows: int) -> None:
     expected = linear_and_gradients(rows)
@@ -58,22 +59,31 @@ def test_the_onednn_levers_are_offered_where_onednn_is() -> None:
 
 
 @pytest.mark.skipif(not can_pack(torch.device("cpu")), reason="this torch build has no oneDNN products")
-def test_the_packed_weights_lever_reorders_again_after_an_optimizer_step() -> None:
-    """The fused Adam step changes the weight in place without bumping its version counter; the
-    lever must still multiply by the new weight, not by the reorder of the old one."""
-    generator = torch.Generator().manual_seed(5)
-    layer = torch.nn.Linear(24, 40)
-    optimizer = torch.optim.Adam(layer.parameters(), lr=0.1, fused=True)
-    x = torch.randn(37, 24, generator=generator)
-    lever = next(lever for lever in MODEL_LAYER_LEVERS if lever.name == "model layers: oneDNN, weights packed")
-    with lever.context(None)():
-        for _ in range(3):
-            y = layer(x)
-            torch.testing.assert_close(y, x @ layer.weight.detach().t() + layer.bias.detach(), rtol=1e-5, atol=1e-5)
-            y.square().sum().backward()
-            optimizer.step()
-            optimizer.zero_grad()
-    assert not optimizer_module._global_optimizer_post_hooks  # the lever's hook is gone with it
+@pytest.mark.parametrize("rows", [1, 37])
+def test_the_packed_weights_lever_packs_every_layer_for_the_trainer_to_clear_and_puts_them_back(rows: int) -> None:
+    """Every layer, small ones too, on the trainer's store (which the trainer clears after each
+    optimizer step); afterwards the large layer has the products training gave it, the small one
+    ``F.linear``, and the trainer its own store."""
+    large, small = torch.nn.Linear(512, 512), torch.nn.Linear(512, 40)
+    model = torch.nn.Sequential(large, small)
+    shipped = pack_training_layers(model, torch.device("cpu"), False)
+    trainer = SimpleNamespace(model=model, packed_weights=shipped)
+    own = products_of(large)
+    x = torch.randn(2, rows, 512, generator=torch.Generator().manual_seed(rows), requires_grad=True)
+    model(x).square().sum().backward()
+    expected = [parameter.grad.clone() for parameter in model.parameters()]
+    model.zero_grad()
+    lever = next(lever for lever in MODEL_LAYER_LEVERS if lever.name == PACKED)
+    with lever.context(trainer)():
+        store = trainer.packed_weights
+        assert store is not shipped and store.layers == [large, small]
+        assert products_of(small) is not F.linear and products_of(large) is not own
+        model(x).square().sum().backward()
+        assert len(store) == 4  # each weight and its transpose, reordered for the trainer to clear
+    for name, want, (_, parameter) in zip(("large weight", "large bias", "small weight", "small bias"), expected,
+                                          model.named_parameters()):
+        torch.testing.assert_close(parameter.grad, want, rtol=1e-4, atol=1e-4, msg=name)
+    assert trainer.packed_weights is shipped and products_of(large) is own and products_of(small) is F.linear
 
 
 def test_a_loss_block_lever_changes_the_block_and_puts_it_back() -> None:

@@ -113,12 +113,11 @@ def test_training_with_packed_layers_resumes_exactly_and_follows_plain_training(
     rounding, and a run split in two sessions equal to the whole one to the last bit."""
     settings = {**SETTINGS, "train.max_steps": 12, "train.precision": "fp32"}  # auto is bf16 on some CPUs
     train(Config().with_overrides(settings), tiny_prepared, tmp_path / "plain", stream=io.StringIO())
-    monkeypatch.setattr(packed_layers, "MIN_WEIGHT_ELEMENTS", 1)
     calls, stores = [], []
     monkeypatch.setattr(packed_layers, "packed_linear", lambda *args: calls.append(1) or packed_linear(*args))
 
     def recorded(*args):
-        stores.append(pack_training_layers(*args))
+        stores.append(pack_training_layers(*args, min_weights=1))
         return stores[-1]
     monkeypatch.setattr(trainer_module, "pack_training_layers", recorded)
     train(Config().with_overrides(settings), tiny_prepared, tmp_path / "whole", stream=io.StringIO())

@@ -106,8 +106,9 @@ def _products(store: PackedWeights):
     return products
 
 
-def pack_training_layers(model: nn.Module, device: torch.device, compiled: bool) -> PackedWeights | None:
-    """Give every float32 ``nn.Linear`` of ``model`` with at least :data:`MIN_WEIGHT_ELEMENTS` weights
+def pack_training_layers(model: nn.Module, device: torch.device, compiled: bool,
+                         min_weights: int = MIN_WEIGHT_ELEMENTS) -> PackedWeights | None:
+    """Give every float32 ``nn.Linear`` of ``model`` with at least ``min_weights`` weights
     oneDNN's products (:func:`~nmt_cli.models.linear.set_products`); return their store, whose
     :meth:`~PackedWeights.clear` the trainer calls after each optimizer step (and
     :meth:`~PackedWeights.release` when the run ends), or None where no layer
@@ -117,7 +118,7 @@ def pack_training_layers(model: nn.Module, device: torch.device, compiled: bool)
         return None
     output_layer = model.output_layer() if hasattr(model, "output_layer") else None  # the loss's own products
     layers = [module for module in model.modules() if type(module) is nn.Linear and module is not output_layer
-              and module.weight.dtype == torch.float32 and module.weight.numel() >= MIN_WEIGHT_ELEMENTS]
+              and module.weight.dtype == torch.float32 and module.weight.numel() >= min_weights]
     if not layers:
         return None
     store = PackedWeights(layers)
