@@ -10,8 +10,8 @@ loss, backward, clip, Adam) runs ``--steps`` times after a warm-up.
 - **Parts**: one more pass over as many updates under ``torch.profiler``; each operator's
   own time (exclusive of the operators it calls) goes to a part. Matrix products (``mm``,
   ``addmm``, ``bmm``) and oneDNN's fused LSTM layers are parts wherever they run. The other
-  operators go to the part of the code that ran them (attention, the loss, dropout, the
-  optimizer step, collating the batch), found from ``record_function`` ranges put around
+  operators go to the part of the code that ran them (oneDNN's weight reorders, attention, the
+  loss, dropout, the optimizer step, collating the batch), found from ``record_function`` ranges put around
   those functions for the profile, and, in backward, from the forward operator whose
   autograd node runs them (the profiler's sequence numbers). The rest are other kernels
   (layer norm, embeddings, residual adds, ReLU, copies) or framework operators that move
@@ -74,10 +74,12 @@ from nmt_cli.data.prepared import PreparedData
 from nmt_cli.models import dropout as dropout_module
 from nmt_cli.models.attention.multihead import MultiHeadAttention
 from nmt_cli.models.rnn import AttentionalRNN
+from nmt_cli.training import loss as loss_module
 from nmt_cli.training import trainer as trainer_module
 from nmt_cli.training.batching import Batch
 from nmt_cli.training.distributed import init_distributed
 from nmt_cli.training.objectives import cross_entropy
+from nmt_cli.training.packed_layers import PackedWeights
 from nmt_cli.training.run_dir import RunDirectory
 from nmt_cli.training.updater import Updater
 
@@ -95,6 +97,8 @@ RATE_ROUNDS = 3
 PEAK_SHARE_TARGET = 0.70
 PRODUCTS = "matrix products (mm, addmm, bmm)"
 LSTM = "LSTM layers (oneDNN: gate products and gate functions)"
+REORDERS = ("weight reorders for oneDNN (packed layers' weights and their transposes once per update, the output "
+            "layer's once per loss call)")
 ATTENTION = "attention (fused kernel, or the explicit one's scaling and softmax; head split/merge; RNN: scores, softmax, context)"
 LOSS = "loss: log-softmax, exp, smoothed-CE gradient (output-layer products above)"
 DROPOUT = "dropout (mask draw and apply)"
@@ -103,7 +107,7 @@ DATA = "data: collate and copy the batch"
 OTHER = "other kernels (layer norm, embeddings, residual adds, ReLU, copies)"
 FRAMEWORK = "framework operators (views, autograd bookkeeping)"
 PYTHON = "Python and dispatch (wall time outside every operator)"
-PARTS = (PRODUCTS, LSTM, ATTENTION, LOSS, DROPOUT, OPTIMIZER, DATA, OTHER, FRAMEWORK, PYTHON)
+PARTS = (PRODUCTS, LSTM, REORDERS, ATTENTION, LOSS, DROPOUT, OPTIMIZER, DATA, OTHER, FRAMEWORK, PYTHON)
 
 PRODUCT_OPS = {"aten::mm", "aten::addmm", "aten::addmm_", "aten::bmm", "aten::baddbmm", "aten::addbmm",
                "mkldnn::_linear_pointwise"}
@@ -131,7 +135,8 @@ def _ranged(part: str, function):
 def part_ranges():
     """Ranges around the functions each part is made of, for the length of a profile."""
     patches = [(MultiHeadAttention, name, ATTENTION) for name in ("forward", "causal", "cross", "summarize_memory")]
-    patches += [(AttentionalRNN, "_attend", ATTENTION), (cross_entropy, "label_smoothed_cross_entropy", LOSS),
+    patches += [(PackedWeights, "reordered", REORDERS), (loss_module._OutputProducts, "__init__", REORDERS),
+                (AttentionalRNN, "_attend", ATTENTION), (cross_entropy, "label_smoothed_cross_entropy", LOSS),
                 (dropout_module, "dropout", DROPOUT), (Updater, "step", OPTIMIZER), (trainer_module, "collate", DATA),
                 (Batch, "to", DATA)]
     with ExitStack() as stack:
@@ -182,6 +187,8 @@ def part_microseconds(events) -> tuple[Counter, int, float]:
                 output_layer += event.self_cpu_time_total
         elif event.name in LSTM_OPS:
             part = LSTM
+        elif _range_of(event) == REORDERS:  # in forward or in backward, whichever layer asked
+            part = REORDERS
         else:
             node = _backward_node(event)
             part = (forward_part.get(node.sequence_nr) if node is not None else _range_of(event))

@@ -11,13 +11,16 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 import train_profile  # noqa: E402  (bench/ is not a package)
 from model_flops import ONEDNN, ONEDNN_PACKED, TORCH  # noqa: E402
 
+from nmt_cli.models.packed import can_pack  # noqa: E402
 from nmt_cli.training.objectives import cross_entropy  # noqa: E402
+from nmt_cli.training.packed_layers import pack_training_layers  # noqa: E402
 
 
 def test_each_product_is_recorded_with_the_layout_of_its_operands() -> None:
@@ -57,3 +60,31 @@ def test_the_losss_products_are_the_output_layers_and_the_mark_is_taken_off() ->
     # the weight gradient (V, F) += grad^T (V, n) @ rows (n, F) takes grad transposed
     assert (1, 30, 10, 8, TORCH, True, False) in shapes.calls[train_profile.OUTPUT_LAYER]
     assert shapes.calls[train_profile.MODEL_LAYERS] == {(1, 2, 3, 4, TORCH, False, False): 1}
+
+
+@pytest.mark.skipif(not can_pack(torch.device("cpu")), reason="this torch build has no oneDNN products")
+def test_onednn_weight_reorders_are_a_part_of_their_own_wherever_they_run() -> None:
+    """A packed layer's reorders (its weight in forward, the transpose in backward), run inside
+    attention's range, and the loss's reorders of the output weight go to the reorders' part; the
+    products stay products."""
+    generator = torch.Generator().manual_seed(4)
+    layer, output_layer = torch.nn.Linear(16, 16), torch.nn.Linear(16, 30, bias=False)
+    store = pack_training_layers(torch.nn.Sequential(layer), torch.device("cpu"), False, min_weights=1)
+    features = torch.randn(2, 5, 16, generator=generator, requires_grad=True)
+    target, mask = torch.randint(0, 30, (2, 5), generator=generator), torch.ones(2, 5, dtype=torch.bool)
+    attention = train_profile._ranged(train_profile.ATTENTION, layer)
+    with train_profile.part_ranges(), profile(activities=[ProfilerActivity.CPU]) as profiler:
+        loss, _ = cross_entropy.label_smoothed_cross_entropy(attention(features), output_layer, target, mask, 0.1)
+        loss.backward()
+    store.release()
+    events = profiler.events()
+    reorders = [event for event in events if event.name == "mkldnn::_reorder_linear_weight"]
+    assert len(reorders) == 4  # the layer's weight and its transpose; the output weight and its transpose
+    assert all(train_profile._range_of(event) == train_profile.REORDERS for event in reorders)
+    in_reorders = [event for event in events if not event.name.startswith(train_profile.RANGE)
+                   and train_profile._range_of(event) == train_profile.REORDERS]
+    parts, _, _ = train_profile.part_microseconds(events)
+    # all of them, the backward one too (whose autograd node would have put it in attention)
+    assert parts[train_profile.REORDERS] == pytest.approx(sum(event.self_cpu_time_total for event in in_reorders))
+    assert parts[train_profile.REORDERS] > 0
+    assert parts[train_profile.PRODUCTS] > 0 and parts[train_profile.LOSS] > 0
