@@ -40,7 +40,8 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
+from unittest.mock import patch
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
@@ -196,6 +197,16 @@ def run_measured(command: Sequence[str], log: Path, env: dict[str, str] | None =
     peak_kib = int(rss_report.read_text()) if rss_report.is_file() else 0  # absent: the command did not start
     rss_report.unlink(missing_ok=True)
     return Measured(returncode, seconds, peak_kib / 1024, log)
+
+
+@contextlib.contextmanager
+def wrapped_functions(functions: Sequence[tuple[object, str, str]], wrap: Callable) -> Iterator[None]:
+    """Each ``(owner, name, part)`` function replaced by ``wrap(part, function)`` for as long as the
+    context lasts (a profile's parts), and put back afterwards, even on an error."""
+    with contextlib.ExitStack() as stack:
+        for owner, name, part in functions:
+            stack.enter_context(patch.object(owner, name, wrap(part, getattr(owner, name))))
+        yield
 
 
 def fresh_dir(path: Path) -> Path:

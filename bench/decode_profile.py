@@ -40,7 +40,7 @@ from collections import Counter
 import torch
 from torch import nn
 
-from common import Report, bench_arguments, fmt, repeats_of
+from common import Report, bench_arguments, fmt, repeats_of, wrapped_functions
 from engine_ratio import ENGINES, LENGTH, forced_work, random_engines, shared_tokenizer
 from peers.arch import DecodeSpec
 from peers.ours import WARMUP_SENTENCES, decode_overrides
@@ -90,17 +90,10 @@ def part_seconds(translator, texts: list[str]) -> tuple[Counter, float]:
                (type(model), "step_log_probs", log_softmax), (type(model), "decode_step", DECODER_REST),
                (type(model), "reorder_state", reorder), (type(model), "reorder_memory", reorder),
                (type(model), "encode", encoder)]
-    originals = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
-    for owner, name, part in patches:
-        setattr(owner, name, timer.wrap(part, getattr(owner, name)))
-    try:
+    with wrapped_functions(patches, timer.wrap):
         started = time.perf_counter()
-        outside = timer.wrap(OUTSIDE, translator.translate)
-        outside(texts)
+        timer.wrap(OUTSIDE, translator.translate)(texts)
         wall = time.perf_counter() - started
-    finally:
-        for owner, name, original in originals:
-            setattr(owner, name, original)
     return timer.seconds, wall
 
 

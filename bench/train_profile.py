@@ -63,7 +63,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
-from common import THREADS, Report, bench_arguments, fmt, repeats_of
+from common import THREADS, Report, bench_arguments, fmt, repeats_of, wrapped_functions
 from model_flops import EXTRA_FORMULAS, ONEDNN, ONEDNN_PACKED, PEAK_SHAPES, TORCH, matmul_peak_gflops, product_run
 from peers.arch import BASE_TRANSFORMER, TINY_LUONG_RNN, TINY_RNN, TINY_TRANSFORMER, RnnSpec, TrainSpec, TransformerSpec
 from peers.corpus import prepare_multi30k
@@ -139,9 +139,7 @@ def part_ranges():
                 (AttentionalRNN, "_attend", ATTENTION), (cross_entropy, "label_smoothed_cross_entropy", LOSS),
                 (dropout_module, "dropout", DROPOUT), (Updater, "step", OPTIMIZER), (trainer_module, "collate", DATA),
                 (Batch, "to", DATA)]
-    with ExitStack() as stack:
-        for owner, name, part in patches:
-            stack.enter_context(patch.object(owner, name, _ranged(part, getattr(owner, name))))
+    with wrapped_functions(patches, _ranged):
         yield
 
 

@@ -16,6 +16,7 @@ from torch.profiler import ProfilerActivity, profile
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 import train_profile  # noqa: E402  (bench/ is not a package)
+from common import wrapped_functions  # noqa: E402
 from model_flops import ONEDNN, ONEDNN_PACKED, TORCH  # noqa: E402
 
 from nmt_cli.models.packed import can_pack  # noqa: E402
@@ -88,3 +89,31 @@ def test_onednn_weight_reorders_are_a_part_of_their_own_wherever_they_run() -> N
     assert parts[train_profile.REORDERS] == pytest.approx(sum(event.self_cpu_time_total for event in in_reorders))
     assert parts[train_profile.REORDERS] > 0
     assert parts[train_profile.PRODUCTS] > 0 and parts[train_profile.LOSS] > 0
+
+
+def test_a_profiles_wrapped_functions_are_put_back_as_they_were_even_after_an_error() -> None:
+    """``common.wrapped_functions``, which both profiles' parts use: an inherited method is not left
+    behind on the subclass, and an error inside the context does not keep the wrappers."""
+    class Family:
+        def step(self) -> str:
+            return "step"
+
+    class Model(Family):
+        def encode(self) -> str:
+            return "encode"
+
+    own_encode, parts = Model.encode, []
+
+    def wrap(part, function):
+        def wrapped(*args, **kwargs):
+            parts.append(part)
+            return function(*args, **kwargs)
+        return wrapped
+
+    with pytest.raises(RuntimeError), wrapped_functions([(Model, "step", "decoder"), (Model, "encode", "encoder")],
+                                                        wrap):
+        model = Model()
+        assert (model.step(), model.encode()) == ("step", "encode")
+        raise RuntimeError("a failed decode")
+    assert parts == ["decoder", "encoder"]
+    assert "step" not in Model.__dict__ and Model.encode is own_encode
