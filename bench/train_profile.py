@@ -47,7 +47,6 @@ and rnn, 2 updates.
 
 from __future__ import annotations
 
-import os
 import statistics
 import tempfile
 import time
@@ -63,7 +62,8 @@ from torch.profiler import ProfilerActivity, profile, record_function
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
-from common import THREADS, Report, bench_arguments, fmt, repeats_of, wrapped_functions
+from common import (THREADS, Report, bench_arguments, fmt, load_averages, repeats_of, shared_load_note,
+                    wrapped_functions)
 from model_flops import EXTRA_FORMULAS, ONEDNN, ONEDNN_PACKED, PEAK_SHAPES, TORCH, matmul_peak_gflops, product_run
 from peers.arch import BASE_TRANSFORMER, TINY_LUONG_RNN, TINY_RNN, TINY_TRANSFORMER, RnnSpec, TrainSpec, TransformerSpec
 from peers.corpus import prepare_multi30k
@@ -424,7 +424,7 @@ def main() -> None:
     report.variant = ", ".join(filter(None, [
         f"{args.threads} thread{'s' if args.threads > 1 else ''}" if args.threads != THREADS else "",
         "models " + ", ".join(names) if args.models else ""]))
-    load_before = os.getloadavg()[0]
+    load_before = load_averages()
     peaks = {}
     torch.set_num_threads(args.threads)
     for name in names:
@@ -481,8 +481,8 @@ def main() -> None:
         "GFLOP/s)"
         + (", kernels timed by this process's CPU time (one thread: not slowed by other processes)"
            if args.threads == 1 else "") + "; FLOPs of matrix products only, counted as model_flops.py counts them",
-        f"the machine is shared: 1-minute load average {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} "
-        "at the end; the CPU time beside the wall time shows how much of an update was this process's",
+        shared_load_note(load_before) + " The CPU time beside the wall time shows how much of an update was this "
+        "process's.",
     ]
     report.emit(args.json)
 
