@@ -10,12 +10,13 @@ loss, backward, clip, Adam) runs ``--steps`` times after a warm-up.
 - **Parts**: one more pass over as many updates under ``torch.profiler``; each operator's
   own time (exclusive of the operators it calls) goes to a part. Matrix products (``mm``,
   ``addmm``, ``bmm``) and oneDNN's fused LSTM layers are parts wherever they run. The other
-  operators go to the part of the code that ran them (oneDNN's weight reorders, attention, the
-  loss, dropout, the optimizer step, collating the batch), found from ``record_function`` ranges put around
-  those functions for the profile, and, in backward, from the forward operator whose
-  autograd node runs them (the profiler's sequence numbers). The rest are other kernels
-  (layer norm, embeddings, residual adds, ReLU, copies) or framework operators that move
-  no data (views, autograd bookkeeping). What no operator covers is **Python and dispatch**:
+  operators go to the part of the code that ran them (oneDNN's weight reorders, attention,
+  the loss, dropout, the optimizer step, collating the batch), found from ``record_function``
+  ranges put around those functions for the profile, and, in backward, from the forward
+  operator whose autograd node runs them (the profiler's sequence numbers; a reorder counts
+  as a reorder wherever it runs). The rest are other kernels (layer norm, embeddings,
+  residual adds, ReLU, copies) or framework operators that move no data (views, autograd
+  bookkeeping). What no operator covers is **Python and dispatch**:
   the profiled wall time less every operator's time. Parts are shares of the profiled wall
   time; the profiler's own cost (the profiled less the plain wall time, in the whole-update
   row) falls mostly on this part and on the small operators.
