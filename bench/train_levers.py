@@ -39,7 +39,7 @@ import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, ContextManager
+from typing import Callable, ContextManager, Iterator
 from unittest.mock import patch
 
 import numpy as np
@@ -148,6 +148,17 @@ def _plain(factory: Callable[[], ContextManager]) -> Callable[[object], Callable
     return lambda trainer: factory
 
 
+@contextmanager
+def own_products_kept(layers: list) -> Iterator[None]:
+    """The products each layer has now (``models/linear.py``) given back when the context ends."""
+    own = [(layer, products_of(layer)) for layer in layers]
+    try:
+        yield
+    finally:
+        for layer, products in own:
+            set_products(layer, products)
+
+
 def mkl_for_large_layers(trainer) -> Callable[[], ContextManager]:
     """A context that puts the layers training multiplies through oneDNN (``training/packed_layers.py``)
     back on ``F.linear`` (MKL) and afterwards gives them their products again."""
@@ -155,14 +166,10 @@ def mkl_for_large_layers(trainer) -> Callable[[], ContextManager]:
 
     @contextmanager
     def context():
-        products = [products_of(layer) for layer in layers]
-        for layer in layers:
-            set_products(layer, None)
-        try:
+        with own_products_kept(layers):
+            for layer in layers:
+                set_products(layer, None)
             yield
-        finally:
-            for layer, own in zip(layers, products):
-                set_products(layer, own)
     return context
 
 
@@ -176,16 +183,14 @@ def every_layer_packed(trainer) -> Callable[[], ContextManager]:
 
     @contextmanager
     def context():
-        own = [(layer, products_of(layer)) for layer in (shipped.layers if shipped is not None else [])]
-        store = pack_training_layers(trainer.model, device, compiled=False, min_weights=0)
-        try:
-            with patch.object(trainer, "packed_weights", store):
-                yield
-        finally:
-            if store is not None:
-                store.release()
-            for layer, products in own:
-                set_products(layer, products)
+        with own_products_kept(shipped.layers if shipped is not None else []):
+            store = pack_training_layers(trainer.model, device, compiled=False, min_weights=0)
+            try:
+                with patch.object(trainer, "packed_weights", store):
+                    yield
+            finally:
+                if store is not None:
+                    store.release()
     return context
 
 
