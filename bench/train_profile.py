@@ -180,17 +180,18 @@ def part_microseconds(events) -> tuple[Counter, int, float]:
         if event.name.startswith(RANGE):  # a range's own time is Python
             continue
         operators += 1
+        ranged = _range_of(event)
         if event.name in PRODUCT_OPS:
             part = PRODUCTS
-            if _range_of(event) == LOSS:
+            if ranged == LOSS:
                 output_layer += event.self_cpu_time_total
         elif event.name in LSTM_OPS:
             part = LSTM
-        elif _range_of(event) == REORDERS:  # in forward or in backward, whichever layer asked
+        elif ranged == REORDERS:  # in forward or in backward, whichever layer asked
             part = REORDERS
         else:
             node = _backward_node(event)
-            part = (forward_part.get(node.sequence_nr) if node is not None else _range_of(event))
+            part = forward_part.get(node.sequence_nr) if node is not None else ranged
             if part is None:
                 framework = (event.name in VIEW_OPS or node is not None and not event.name.startswith("aten::")
                              or "AccumulateGrad" in event.name)
