@@ -11,6 +11,7 @@ import time
 import pytest
 import torch
 
+from nmt_cli.decoding import workers as workers_module
 from nmt_cli.decoding.workers import WorkerPool, map_in_processes
 from nmt_cli.errors import NmtError
 
@@ -166,3 +167,23 @@ def test_a_failed_call_closes_the_pool():
     with pytest.raises(NmtError, match="^input 3: bad$"):
         pool.map([0, 1, 2, 3])
     assert pool.closed and live_children() == before
+
+
+def test_signals_held_never_leaves_the_thread_blocking_signals(monkeypatch) -> None:
+    """A handler that raises as it is put back (a signal another thread took, run at once) must not
+    keep this thread's signals blocked: every child it starts later would inherit the block and
+    never see SIGTERM or Ctrl-C."""
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    handlers = {number: signal.getsignal(number) for number in signal.valid_signals()
+                if callable(signal.getsignal(number))}
+    with pytest.raises(RuntimeError, match="handler raised"):
+        with workers_module._signals_held():
+            assert signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+
+            def raising(number, handler):
+                raise RuntimeError("handler raised")
+            monkeypatch.setattr(signal, "signal", raising)
+    monkeypatch.undo()
+    for number, handler in handlers.items():  # the test's raising stand-in left them unrestored
+        signal.signal(number, handler)
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == before

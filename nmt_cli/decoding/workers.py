@@ -168,9 +168,11 @@ def _signals_held():
     try:
         yield usual_mask
     finally:
-        for number, handler in handlers.items():
-            signal.signal(number, handler)
-        signal.pthread_sigmask(signal.SIG_SETMASK, usual_mask)
+        try:  # a signal another thread took may raise from a handler as soon as it is back
+            for number, handler in handlers.items():
+                signal.signal(number, handler)
+        finally:  # never leave this thread's signals blocked: its later children would inherit that
+            signal.pthread_sigmask(signal.SIG_SETMASK, usual_mask)
         for number, frame in noted:
             handlers[number](number, frame)
 
