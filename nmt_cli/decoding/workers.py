@@ -160,12 +160,12 @@ def _signals_held():
     usual_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _ASYNCHRONOUS_SIGNALS)
     noted: list[tuple[int, object]] = []
     handlers = {}
-    if threading.current_thread() is threading.main_thread():
-        for number in _ASYNCHRONOUS_SIGNALS:
-            handler = signal.getsignal(number)
-            if callable(handler):
-                handlers[number] = signal.signal(number, lambda number, frame: noted.append((number, frame)))
-    try:
+    try:  # from here on the block is always lifted, whatever raises
+        if threading.current_thread() is threading.main_thread():
+            for number in _ASYNCHRONOUS_SIGNALS:
+                handler = signal.getsignal(number)
+                if callable(handler):
+                    handlers[number] = signal.signal(number, lambda number, frame: noted.append((number, frame)))
         yield usual_mask
     finally:
         try:  # a signal another thread took may raise from a handler as soon as it is back
