@@ -4,7 +4,9 @@ a kept pool reused until it is closed."""
 from __future__ import annotations
 
 import os
+import select
 import signal
+import socket
 import threading
 import time
 
@@ -92,9 +94,15 @@ def test_an_interrupted_parent_leaves_no_worker_running():
     assert live_children() == before
 
 
-def _fork_then_interrupt(real_fork, side, thread=None):
+def _fork_then_interrupt(real_fork, side, thread=None, taken=None):
     """``os.fork`` followed at once by a Ctrl-C to the parent (to ``thread`` of it when given)
-    or to the new child: the worst moment for one."""
+    or to the new child: the worst moment for one.
+
+    A signal sent to another thread arrives whenever the kernel next runs that thread, which on
+    a loaded machine can be after the pool is built; so the fork returns only once the signal
+    has been taken there, which ``taken`` (the read end of the process's signal wakeup socket)
+    tells.
+    """
     def fork():
         pid = real_fork()
         if (pid != 0) == (side == "parent"):
@@ -102,8 +110,18 @@ def _fork_then_interrupt(real_fork, side, thread=None):
                 os.kill(os.getpid(), signal.SIGINT)
             else:
                 signal.pthread_kill(thread.ident, signal.SIGINT)
+                _wait_for_signal(taken, signal.SIGINT)
         return pid
     return fork
+
+
+def _wait_for_signal(taken: socket.socket, number: int, timeout: float = 30.0) -> None:
+    """Read the wakeup socket until the C-level handler wrote ``number`` into it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if select.select([taken], [], [], deadline - time.monotonic())[0] and number in taken.recv(64):
+            return
+    raise AssertionError(f"signal {number} was not taken within {timeout} s")
 
 
 @pytest.mark.parametrize("taken_by", ["the forking thread", "another thread"])
@@ -112,15 +130,39 @@ def test_ctrl_c_right_after_a_fork_still_stops_that_worker(monkeypatch, taken_by
     idle = threading.Event()
     other = threading.Thread(target=idle.wait)  # a thread that does not block signals, as a server has
     other.start()
+    taken, wakeup = socket.socketpair()
+    wakeup.setblocking(False)
+    previous_wakeup = signal.set_wakeup_fd(wakeup.fileno())
     try:
-        monkeypatch.setattr(os, "fork", _fork_then_interrupt(os.fork, "parent",
-                                                             other if taken_by == "another thread" else None))
+        monkeypatch.setattr(os, "fork", _fork_then_interrupt(
+            os.fork, "parent", other if taken_by == "another thread" else None, taken))
         with pytest.raises(KeyboardInterrupt):
             WorkerPool(lambda number, item: item, workers=2)
     finally:
+        signal.set_wakeup_fd(previous_wakeup)
+        taken.close()
+        wakeup.close()
         idle.set()
         other.join()
     assert live_children() == before
+
+
+def test_a_second_ctrl_c_while_the_pool_closes_still_stops_every_worker(monkeypatch):
+    """Closing is what a first Ctrl-C does; a second one then (a user pressing twice) is raised
+    only once every worker is reaped."""
+    before = live_children()
+    pool = WorkerPool(lambda number, item: item, workers=2)
+    real_waitpid = os.waitpid
+
+    def interrupted_waitpid(pid, options):
+        os.kill(os.getpid(), signal.SIGINT)
+        return real_waitpid(pid, options)
+
+    monkeypatch.setattr(os, "waitpid", interrupted_waitpid)
+    with pytest.raises(KeyboardInterrupt):
+        pool.close()
+    monkeypatch.undo()
+    assert pool.closed and live_children() == before
 
 
 def test_ctrl_c_reaching_a_new_worker_before_its_handlers_is_ignored_there(monkeypatch):

@@ -231,14 +231,20 @@ def _exit_status(pid: int) -> str:
 
 
 def _stop_workers(workers: dict[Connection, int]) -> None:
-    """Kill every worker that may still run, reap it and close its pipe."""
-    for connection, pid in list(workers.items()):
-        try:
-            finished, _ = os.waitpid(pid, os.WNOHANG)
-            if finished == 0:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-        except (ChildProcessError, ProcessLookupError):
-            pass
-        connection.close()
-    workers.clear()
+    """Kill every worker that may still run, reap it and close its pipe.
+
+    Signals are held meanwhile: a pool is mostly closed because of a Ctrl-C, and a second
+    one (a user pressing twice, or a first one another thread took late) raising halfway
+    through would leave the rest of the workers running; it is raised once all are reaped.
+    """
+    with _signals_held():
+        for connection, pid in list(workers.items()):
+            try:
+                finished, _ = os.waitpid(pid, os.WNOHANG)
+                if finished == 0:
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+            except (ChildProcessError, ProcessLookupError):
+                pass
+            connection.close()
+        workers.clear()
