@@ -23,8 +23,8 @@ products through numpy's OpenBLAS (these replace ``F.linear``, which the layers 
 already multiplies through oneDNN do not call); every layer, whatever its size, multiplied as
 training multiplies the large ones (``training/packed_layers.py``: base's layers, the RNN's
 readout, on weights reordered once per update), and where training does that, those layers on
-MKL as before; the loss's block of logits (``training/loss.py``, ``CPU_BLOCK_ELEMENTS``) smaller or
-larger than shipped; ``torch.compile`` of the model with dynamic shapes (what
+MKL as before; the loss's block of logits (``training/loss.py``, ``CPU_BLOCK_ELEMENTS``) a quarter,
+a half, twice and four times the shipped one; ``torch.compile`` of the model with dynamic shapes (what
 ``train.compile`` does, with shapes marked dynamic as batch shapes vary). ``--lever NAME``
 runs only the levers named beside the update as shipped. ``--quick``: tiny,
 2 updates, one round, no compile (its warm-up takes minutes).
@@ -222,10 +222,11 @@ def levers() -> list[Lever]:
         Lever("model layers: OpenBLAS", "all three products of the model's Linear layers by numpy's OpenBLAS "
               f"({openblas_threads()} threads of its own beside torch's)",
               _plain(lambda: linear_products(_numpy, _numpy_weight_gradient)))]
-    for exponent in (19, 20, 22):
-        if 2**exponent != shipped_block:
+    shipped_exponent = shipped_block.bit_length() - 1
+    for exponent in range(shipped_exponent - 2, shipped_exponent + 3):  # two halvings and two doublings
+        if exponent != shipped_exponent:
             found.append(Lever(f"loss blocks of 2^{exponent} logits", f"the loss's block of logits "
-                               f"(shipped: 2^{shipped_block.bit_length() - 1})",
+                               f"(shipped: 2^{shipped_exponent})",
                                _plain(lambda elements=2**exponent: loss_block(elements))))
     found.append(Lever("torch.compile", "the model (encoder and decoder, not the loss) compiled by inductor with "
                        "dynamic shapes", compiled_model, quick=False))

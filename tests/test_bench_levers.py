@@ -89,7 +89,7 @@ def test_the_packed_weights_lever_packs_every_layer_for_the_trainer_to_clear_and
 def test_a_loss_block_lever_changes_the_block_and_puts_it_back() -> None:
     shipped = loss_module.CPU_BLOCK_ELEMENTS
     block_levers = [lever for lever in train_levers.levers() if lever.name.startswith("loss blocks")]
-    assert len(block_levers) == 3 and all(f"2^{shipped.bit_length() - 1} " not in lever.name for lever in block_levers)
+    assert len(block_levers) == 4 and all(f"2^{shipped.bit_length() - 1} " not in lever.name for lever in block_levers)
     for lever in block_levers:
         with lever.context(None)():
             assert loss_module.CPU_BLOCK_ELEMENTS == 2 ** int(lever.name.split("^")[1].split()[0]) != shipped
