@@ -21,9 +21,11 @@ from nmt_cli.models.packed import can_pack, pack_weight, packed_linear
 
 __all__ = ["label_smoothed_cross_entropy"]
 
-#: logits per block: 2M float32 values (8 MiB) on CPU, where the block should stay in cache;
-#: on a GPU bigger blocks keep its matrix multiplications efficient
-CPU_BLOCK_ELEMENTS = 2**21
+#: logits per block: 4M float32 values (16 MiB) on CPU, small enough for the last-level cache and
+#: large enough that the block's products run near their rate (the smallest block measured faster
+#: than the half-size one at every shape: bench/train_levers.py); on a GPU bigger blocks keep its
+#: matrix multiplications efficient
+CPU_BLOCK_ELEMENTS = 2**22
 GPU_BLOCK_ELEMENTS = 2**26
 
 
