@@ -21,9 +21,11 @@ Levers: the model's Linear layers through oneDNN (forward and input gradient by
 come or padded to a multiple of 64 (oneDNN builds a kernel for every row count), or all three
 products through numpy's OpenBLAS (these replace ``F.linear``, which the layers that training
 already multiplies through oneDNN do not call); every layer, whatever its size, multiplied as
-training multiplies the large ones (``training/packed_layers.py``: base's layers, the RNN's
-readout, on weights reordered once per update), and where training does that, those layers on
-MKL as before; the loss's block of logits (``training/loss.py``, ``CPU_BLOCK_ELEMENTS``) a quarter,
+training multiplies the large ones on CPUs other than Intel's (``training/packed_layers.py``:
+base's layers, the RNN's readout, on weights reordered once per update); training's choice of
+library swapped (``models/packed.py``, ``onednn_trains_faster``): the large layers on MKL where
+training packs them, on oneDNN where it does not, and the loss's products on the library it does
+not take; the loss's block of logits (``training/loss.py``, ``CPU_BLOCK_ELEMENTS``) a quarter,
 a half, twice and four times the shipped one; ``torch.compile`` of the model with dynamic shapes (what
 ``train.compile`` does, with shapes marked dynamic as batch shapes vary). ``--lever NAME``
 runs only the levers named beside the update as shipped. ``--quick``: tiny,
@@ -53,6 +55,7 @@ from train_profile import SHAPES, build_trainer
 from nmt_cli.models.linear import products_of, set_products
 from nmt_cli.models.packed import can_pack
 from nmt_cli.training import loss as loss_module
+from nmt_cli.training import packed_layers as packed_layers_module
 from nmt_cli.training.packed_layers import MIN_WEIGHT_ELEMENTS, pack_training_layers
 
 UPDATES = 10  # updates in one pass over the fixed batches
@@ -60,6 +63,7 @@ QUICK_UPDATES = 2
 ROUNDS = 9  # timed passes per lever (--repeats): 9 paired ratios give a 96% interval
 AS_SHIPPED = "as shipped"
 PAD_ROWS = 64
+LARGE_EXPONENT = MIN_WEIGHT_ELEMENTS.bit_length() - 1  # the layers training packs: 2^18 weights or more
 
 
 class _ProductsLinear(torch.autograd.Function):
@@ -173,25 +177,52 @@ def mkl_for_large_layers(trainer) -> Callable[[], ContextManager]:
     return context
 
 
-def every_layer_packed(trainer) -> Callable[[], ContextManager]:
-    """A context in which every Linear layer but the output layer, whatever its size, multiplies as
-    training multiplies the large ones (``training/packed_layers.py``: oneDNN on each weight and its
-    transpose reordered on first use after an optimizer step); the trainer clears the reorders after
-    each step, as it does its own, and the layers get their own products back afterwards."""
-    shipped = trainer.packed_weights
-    device = next(trainer.model.parameters()).device
+def packed_on_onednn(model, min_weights: int = MIN_WEIGHT_ELEMENTS):
+    """:func:`~nmt_cli.training.packed_layers.pack_training_layers` as on a CPU where oneDNN trains
+    faster, whichever CPU this is: the store, or None where no layer has ``min_weights``."""
+    with patch.object(packed_layers_module, "onednn_trains_faster", can_pack):
+        return pack_training_layers(model, next(model.parameters()).device, compiled=False, min_weights=min_weights)
 
-    @contextmanager
-    def context():
-        with own_products_kept(shipped.layers if shipped is not None else []):
-            store = pack_training_layers(trainer.model, device, compiled=False, min_weights=0)
-            try:
-                with patch.object(trainer, "packed_weights", store):
-                    yield
-            finally:
-                if store is not None:
-                    store.release()
-    return context
+
+def layers_packed(min_weights: int) -> Callable[[object], Callable[[], ContextManager]]:
+    """A lever's context factory: the Linear layers of at least ``min_weights`` weights but the
+    output layer multiply as training multiplies the large ones where oneDNN trains faster
+    (``training/packed_layers.py``: oneDNN on each weight and its transpose reordered on first use
+    after an optimizer step); the trainer clears the reorders after each step, as it does its own,
+    and the layers get their own products back afterwards."""
+    def factory(trainer) -> Callable[[], ContextManager]:
+        shipped = trainer.packed_weights
+
+        @contextmanager
+        def context():
+            with own_products_kept(shipped.layers if shipped is not None else []):
+                store = packed_on_onednn(trainer.model, min_weights)
+                try:
+                    with patch.object(trainer, "packed_weights", store):
+                        yield
+                finally:
+                    if store is not None:
+                        store.release()
+        return context
+    return factory
+
+
+def would_pack_large_layers(trainer) -> bool:
+    """Whether the model has layers that training would pack where oneDNN trains faster, and
+    training here does not."""
+    if trainer.packed_weights is not None or not can_pack(next(trainer.model.parameters()).device):
+        return False
+    store = packed_on_onednn(trainer.model)
+    if store is None:
+        return False
+    store.release()
+    return True
+
+
+def loss_products_swapped() -> ContextManager:
+    """The loss's logits and row-gradient products on the library training does not take on this CPU."""
+    shipped = loss_module.onednn_trains_faster
+    return patch.object(loss_module, "onednn_trains_faster", lambda device: not shipped(device))
 
 
 def openblas_threads() -> str:
@@ -203,6 +234,7 @@ def levers() -> list[Lever]:
     shipped_block = loss_module.CPU_BLOCK_ELEMENTS
     found = [Lever(AS_SHIPPED, "nothing: the update nmt train runs", _plain(nullcontext))]
     if can_pack(torch.device("cpu")):
+        onednn_loss = loss_module.onednn_trains_faster(torch.device("cpu"))
         found += [
             Lever("model layers: oneDNN", "forward and input-gradient products of the model's Linear layers by "
                   "oneDNN (a kernel built per row count), weight gradient by torch (MKL)",
@@ -212,11 +244,20 @@ def levers() -> list[Lever]:
                   _plain(lambda: linear_products(lambda rows, weight: _onednn(rows, weight, PAD_ROWS),
                                                  _torch_weight_gradient))),
             Lever("model layers: oneDNN, weights packed", "every Linear layer, whatever its size, as training "
-                  "multiplies the large ones: oneDNN on each weight and its transpose reordered once per update "
-                  "(the reorders timed), weight gradient by torch (MKL)", every_layer_packed)]
-    found.append(Lever("large layers: MKL", f"the model's Linear layers of 2^{MIN_WEIGHT_ELEMENTS.bit_length() - 1} "
-                       "weights or more on torch's products (MKL), as before 37efa18, instead of oneDNN's on "
-                       "weights reordered once per update", mkl_for_large_layers,
+                  "multiplies the large ones where oneDNN trains faster: oneDNN on each weight and its transpose "
+                  "reordered once per update (the reorders timed), weight gradient by torch (MKL)",
+                  layers_packed(0)),
+            Lever("large layers: oneDNN", f"the model's Linear layers of 2^{LARGE_EXPONENT} weights or more on "
+                  "oneDNN's products on weights reordered once per update, as training takes them on CPUs other "
+                  "than Intel's, instead of torch's (MKL)", layers_packed(MIN_WEIGHT_ELEMENTS),
+                  applies=would_pack_large_layers),
+            Lever(f"loss products: {'MKL' if onednn_loss else 'oneDNN'}", "the loss's logits and row-gradient "
+                  f"products on {'torch' if onednn_loss else 'oneDNN'}'s instead of "
+                  f"{'oneDNN' if onednn_loss else 'torch'}'s (MKL's), as training takes them on "
+                  f"{'Intel' if onednn_loss else 'other'} CPUs", _plain(loss_products_swapped))]
+    found.append(Lever("large layers: MKL", f"the model's Linear layers of 2^{LARGE_EXPONENT} weights or more on "
+                       "torch's products (MKL), as before 37efa18 and as training takes them on Intel CPUs, instead "
+                       "of oneDNN's on weights reordered once per update", mkl_for_large_layers,
                        applies=lambda trainer: trainer.packed_weights is not None))
     found += [
         Lever("model layers: OpenBLAS", "all three products of the model's Linear layers by numpy's OpenBLAS "

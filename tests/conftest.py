@@ -18,6 +18,8 @@ import pytest
 import torch
 from filelock import FileLock
 
+from nmt_cli.models import packed
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("NMT_SHARED_DATA", REPO.parent / "shared" / "data"))
 
@@ -46,6 +48,14 @@ def cpu_as_auto() -> Iterator[None]:
 def cuda_as_auto(monkeypatch: pytest.MonkeyPatch) -> None:
     """Undo :func:`cpu_as_auto` for one test."""
     monkeypatch.setattr(torch.cuda, "is_available", CUDA_IS_AVAILABLE)
+
+
+@pytest.fixture
+def training_on_onednn(monkeypatch: pytest.MonkeyPatch) -> None:
+    """float32 training multiplies through oneDNN, as on a CPU other than an Intel one
+    (``models/packed.py``: ``onednn_trains_faster``), whichever CPU runs the test: the tests of that
+    path must not depend on the machine."""
+    monkeypatch.setattr(packed, "cpu_vendor", lambda: "AuthenticAMD")
 
 
 def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], None]) -> Path:

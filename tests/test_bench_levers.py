@@ -16,6 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 import train_levers  # noqa: E402  (bench/ is not a package)
 
+from nmt_cli.models import packed as packed_module  # noqa: E402
 from nmt_cli.models.linear import products_of  # noqa: E402
 from nmt_cli.models.packed import can_pack  # noqa: E402
 from nmt_cli.training import loss as loss_module  # noqa: E402
@@ -59,6 +60,7 @@ def test_the_onednn_levers_are_offered_where_onednn_is() -> None:
 
 
 @pytest.mark.skipif(not can_pack(torch.device("cpu")), reason="this torch build has no oneDNN products")
+@pytest.mark.usefixtures("training_on_onednn")  # the shipped store below packs the large layer, on any CPU
 @pytest.mark.parametrize("rows", [1, 37])
 def test_the_packed_weights_lever_packs_every_layer_for_the_trainer_to_clear_and_puts_them_back(rows: int) -> None:
     """Every layer, small ones too, on the trainer's store (which the trainer clears after each
@@ -107,6 +109,7 @@ def test_a_lever_is_worth_taking_only_when_its_whole_interval_lies_above_one(rat
 
 
 @pytest.mark.skipif(not can_pack(torch.device("cpu")), reason="this torch build has no oneDNN products")
+@pytest.mark.usefixtures("training_on_onednn")
 def test_the_mkl_lever_puts_the_large_layers_on_f_linear_and_back() -> None:
     large, small = torch.nn.Linear(512, 512), torch.nn.Linear(16, 16)
     model = torch.nn.Sequential(large, small)
@@ -121,3 +124,38 @@ def test_the_mkl_lever_puts_the_large_layers_on_f_linear_and_back() -> None:
         x = torch.randn(4, 512)
         torch.testing.assert_close(large(x), F.linear(x, large.weight, large.bias), rtol=0, atol=0)
     assert products_of(large) is own
+
+
+@pytest.mark.skipif(not can_pack(torch.device("cpu")), reason="this torch build has no oneDNN products")
+def test_on_an_intel_cpu_the_onednn_lever_packs_the_large_layers_for_the_trainer_and_gives_them_back(
+        monkeypatch) -> None:
+    monkeypatch.setattr(packed_module, "cpu_vendor", lambda: "GenuineIntel")
+    large, small = torch.nn.Linear(512, 512), torch.nn.Linear(16, 16)
+    model = torch.nn.Sequential(large, small)
+    trainer = SimpleNamespace(model=model, packed_weights=pack_training_layers(model, torch.device("cpu"), False))
+    assert trainer.packed_weights is None  # training packs nothing here
+    lever = next(lever for lever in train_levers.levers() if lever.name == "large layers: oneDNN")
+    assert lever.applies(trainer) and products_of(large) is F.linear  # asking built and released a store
+    assert not lever.applies(SimpleNamespace(model=torch.nn.Sequential(small), packed_weights=None))
+    x = torch.randn(4, 512, requires_grad=True)
+    with lever.context(trainer)():
+        store = trainer.packed_weights
+        assert store is not None and store.layers == [large] and products_of(small) is F.linear
+        large(x).sum().backward()
+        assert len(store) == 2  # the weight and its transpose, for the trainer to clear after the step
+    assert trainer.packed_weights is None and products_of(large) is F.linear
+
+
+@pytest.mark.skipif(not can_pack(torch.device("cpu")), reason="this torch build has no oneDNN products")
+@pytest.mark.parametrize("vendor, lever_name", [("GenuineIntel", "loss products: oneDNN"),
+                                                 ("AuthenticAMD", "loss products: MKL")])
+def test_the_loss_products_lever_takes_the_library_training_does_not(monkeypatch, vendor: str,
+                                                                      lever_name: str) -> None:
+    monkeypatch.setattr(packed_module, "cpu_vendor", lambda: vendor)
+    cpu = torch.device("cpu")
+    shipped = loss_module.onednn_trains_faster(cpu)
+    lever = next(lever for lever in train_levers.levers() if lever.name.startswith("loss products"))
+    assert lever.name == lever_name
+    with lever.context(None)():
+        assert loss_module.onednn_trains_faster(cpu) is not shipped
+    assert loss_module.onednn_trains_faster(cpu) is shipped

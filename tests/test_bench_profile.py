@@ -45,6 +45,7 @@ def test_an_operand_timed_alone_has_the_recorded_layout(batch: int, transposed: 
     assert train_profile.product_rate((batch, 7, 4, 5, TORCH, transposed, not transposed), repeats=1) > 0
 
 
+@pytest.mark.usefixtures("training_on_onednn")  # the loss on oneDNN where it has it, on any CPU
 def test_the_losss_products_are_the_output_layers_and_the_mark_is_taken_off() -> None:
     generator = torch.Generator().manual_seed(3)
     features = torch.randn(2, 5, 8, generator=generator, requires_grad=True)
@@ -64,6 +65,7 @@ def test_the_losss_products_are_the_output_layers_and_the_mark_is_taken_off() ->
 
 
 @pytest.mark.skipif(not can_pack(torch.device("cpu")), reason="this torch build has no oneDNN products")
+@pytest.mark.usefixtures("training_on_onednn")
 def test_onednn_weight_reorders_are_a_part_of_their_own_wherever_they_run() -> None:
     """A packed layer's reorders (its weight in forward, the transpose in backward), run inside
     attention's range, and the loss's reorders of the output weight go to the reorders' part; the

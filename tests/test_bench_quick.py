@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
@@ -23,6 +24,7 @@ sys.path.insert(0, str(BENCH))
 
 from peers.install import availability  # noqa: E402  (bench/ is not a package)
 
+from nmt_cli.models.packed import can_pack  # noqa: E402
 from nmt_cli.precision import cpu_has_native_bf16  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -85,6 +87,8 @@ def test_train_levers_quick_times_every_lever_against_the_shipped_update(work: P
     assert {"model layers: OpenBLAS", "loss blocks of 2^20 logits"} <= set(rows)
     assert "torch.compile" not in rows  # its warm-up takes minutes: not in --quick
     assert "large layers: MKL" not in rows  # the tiny Transformer has no layer that training packs
+    assert "large layers: oneDNN" not in rows  # nor one it would pack on another CPU
+    assert len([name for name in rows if name.startswith("loss products: ")]) == int(can_pack(torch.device("cpu")))
     shipped_rate = figure(shipped["tgt tok/s (range)"].split(" (")[0])
     for name, row in rows.items():
         rate, spread = row["tgt tok/s (range)"].rstrip(")").split(" (")

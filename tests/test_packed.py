@@ -16,7 +16,7 @@ from torch import nn
 from nmt_cli.checkpoint import load_checkpoint
 from nmt_cli.config import ModelConfig
 from nmt_cli.decoding import Translator, load_translator
-from nmt_cli.models.packed import PackedLinear, can_pack, pack_linear_layers
+from nmt_cli.models.packed import PackedLinear, can_pack, cpu_vendor, pack_linear_layers
 from tests.test_export import save_run
 from tests.test_quantization import FAMILIES, SIZES, teacher_forced_log_probs
 from tests.test_translator import tiny_tokenizer
@@ -67,3 +67,10 @@ def test_translator_packs_on_the_cpu_and_translates_as_the_plain_model(trained_t
     plain = Translator(checkpoint.build_model("cpu"), checkpoint.tokenizer, packed.decode, "cpu")
     same = sum(a.tokens == b.tokens for a, b in zip(packed.translate(texts), plain.translate(texts)))
     assert same >= 0.99 * len(texts)
+
+
+def test_the_cpu_vendor_is_the_one_proc_cpuinfo_names():
+    info = Path("/proc/cpuinfo")
+    named = [line.partition(":")[2].strip() for line in info.read_text().splitlines()
+             if line.startswith("vendor_id")] if info.is_file() else []
+    assert cpu_vendor() == (named[0] if named else "")

@@ -12,15 +12,17 @@ from torch import nn
 
 from nmt_cli.config import Config
 from nmt_cli.models import build_model
+from nmt_cli.models import packed as packed_module
 from nmt_cli.models.attention.multihead import MultiHeadAttention, SoftmaxAttention
 from nmt_cli.models.linear import products_of
-from nmt_cli.models.packed import can_pack, pack_linear_layers, packed_linear
+from nmt_cli.models.packed import can_pack, onednn_trains_faster, pack_linear_layers, packed_linear
 from nmt_cli.training import packed_layers, train
 from nmt_cli.training import trainer as trainer_module
 from nmt_cli.training.packed_layers import MIN_WEIGHT_ELEMENTS, pack_training_layers
 from tests.test_resume import SETTINGS, _logged_by_step
 
-pytestmark = pytest.mark.skipif(not can_pack(torch.device("cpu")), reason="this torch build has no oneDNN kernels")
+pytestmark = [pytest.mark.skipif(not can_pack(torch.device("cpu")), reason="this torch build has no oneDNN kernels"),
+              pytest.mark.usefixtures("training_on_onednn")]  # the path taken on CPUs other than Intel's
 
 CPU = torch.device("cpu")
 
@@ -146,3 +148,15 @@ def test_a_base_sized_transformer_packs_its_layers_and_leaves_the_output_layer_t
     assert products_of(model.output_layer()) is F.linear
     tiny = build_model(Config().with_overrides({"model.d_model": 128, "model.ffn_dim": 512}).model, 8000, 8000, True)
     assert pack_training_layers(tiny, CPU, compiled=False) is None  # no layer of 2^18 weights but the output layer
+
+
+def test_on_an_intel_cpu_training_keeps_torchs_products(monkeypatch):
+    """MKL takes its fast code paths on Intel CPUs, where training measured faster without
+    oneDNN's reorders (``models/packed.py``); the vendor is read once from ``/proc/cpuinfo``."""
+    large = nn.Linear(512, 512)
+    monkeypatch.setattr(packed_module, "cpu_vendor", lambda: "GenuineIntel")
+    assert not onednn_trains_faster(CPU)
+    assert pack_training_layers(nn.Sequential(large), CPU, compiled=False) is None
+    assert products_of(large) is F.linear
+    monkeypatch.setattr(packed_module, "cpu_vendor", lambda: "")  # not told: as before the two were told apart
+    assert onednn_trains_faster(CPU) and not onednn_trains_faster(torch.device("meta"))

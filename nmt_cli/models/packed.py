@@ -14,7 +14,8 @@ many sizes holds more than it would with MKL, bounded by that cache (peak RSS in
 BENCHMARKS.md). Rounding rows up to a few sizes bounded it further but cost speed.
 
 :func:`pack_linear_layers` replaces every ``nn.Linear`` of a model in place. Training never
-sees a packed model: only :class:`~nmt_cli.decoding.Translator` packs, after loading. The
+sees a packed model: only :class:`~nmt_cli.decoding.Translator` packs, after loading. On
+CPUs where oneDNN trains faster than MKL (:func:`onednn_trains_faster`: not Intel's), the
 training loss packs the output layer's weight itself, once per batch, for its blocks'
 products with it (:func:`pack_weight`, :func:`packed_linear`; ``training/loss.py``), and
 training's large layers reorder their weights once per update (``training/packed_layers.py``).
@@ -22,12 +23,16 @@ training's large layers reorder their weights once per update (``training/packed
 
 from __future__ import annotations
 
+import functools
+from pathlib import Path
+
 import torch
 from torch import Tensor, nn
 
 from nmt_cli.models.attention.multihead import MultiHeadAttention
 
-__all__ = ["PackedLinear", "can_pack", "pack_linear_layers", "pack_weight", "packed_linear"]
+__all__ = ["PackedLinear", "can_pack", "cpu_vendor", "onednn_trains_faster", "pack_linear_layers", "pack_weight",
+           "packed_linear"]
 
 #: rows the reordered layout is tuned for; decoding steps have tens to hundreds (the layout
 #: works for any number of rows, and the rate hardly depends on this hint)
@@ -38,6 +43,32 @@ def can_pack(device: torch.device) -> bool:
     """Whether this torch build offers the oneDNN kernels, and the model runs on the CPU."""
     return (device.type == "cpu" and torch.backends.mkldnn.is_available()
             and hasattr(torch.ops.mkldnn, "_reorder_linear_weight") and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
+
+
+@functools.cache
+def cpu_vendor() -> str:
+    """The CPU's vendor as ``/proc/cpuinfo`` names it (``GenuineIntel``, ``AuthenticAMD``); ``""``
+    where it does not (another OS, another architecture)."""
+    try:
+        with Path("/proc/cpuinfo").open(encoding="ascii", errors="replace") as info:
+            for line in info:
+                if line.startswith("vendor_id"):
+                    return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def onednn_trains_faster(device: torch.device) -> bool:
+    """Whether float32 training should multiply through oneDNN rather than torch's own products.
+
+    torch's float32 products are MKL's, which takes its fast code paths only on Intel CPUs: there
+    training measured faster on MKL's products, which need no reorder of a weight that changes
+    every step, and on an AMD EPYC on oneDNN's (``bench/train_levers.py`` offers the other library
+    as a lever on each). Where the vendor is not known, oneDNN, as before the two were told apart.
+    Inference packs wherever :func:`can_pack`: its weights are reordered once.
+    """
+    return can_pack(device) and cpu_vendor() != "GenuineIntel"
 
 
 def pack_weight(weight: Tensor, rows_hint: int = ROWS_HINT) -> Tensor:

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from nmt_cli.models.packed import can_pack, pack_weight, packed_linear
+from nmt_cli.models.packed import onednn_trains_faster, pack_weight, packed_linear
 
 __all__ = ["label_smoothed_cross_entropy"]
 
@@ -63,16 +63,16 @@ class _OutputProducts:
     """A block's two products with the output layer's weight ``W`` (V, F): the logits ``x W^T + b``
     (in ``exact``) and the rows' gradient ``dz W``.
 
-    On a CPU in float32 both run through oneDNN with ``W`` reordered once per loss call
-    (:func:`~nmt_cli.models.packed.pack_weight`): torch's own float32 products go through MKL,
-    which on AMD CPUs takes a slower code path (:mod:`nmt_cli.models.packed`), and ``W`` is
-    the largest operand of the update. Elsewhere, torch's products.
+    On a CPU in float32 where oneDNN trains faster than MKL (not on Intel CPUs:
+    :func:`~nmt_cli.models.packed.onednn_trains_faster`) both run through oneDNN with ``W``
+    reordered once per loss call (:func:`~nmt_cli.models.packed.pack_weight`); ``W`` is the
+    largest operand of the update. Elsewhere, torch's products.
     """
 
     def __init__(self, projection: Tensor, offset: Tensor | None, exact: torch.dtype, rows_hint: int,
                  with_gradient: bool):
         self.projection, self.offset, self.exact = projection, offset, exact
-        self.onednn = projection.dtype == torch.float32 and can_pack(projection.device)
+        self.onednn = projection.dtype == torch.float32 and onednn_trains_faster(projection.device)
         if self.onednn:
             self.logits_weight = pack_weight(projection, rows_hint)  # z = x W^T
             self.gradient_weight = pack_weight(projection.t(), rows_hint) if with_gradient else None  # dz W

@@ -1,8 +1,9 @@
 """float32 CPU training: the large Linear layers multiply through oneDNN on weights reordered once per update.
 
-torch's float32 products go through MKL, which takes a slower code path on AMD CPUs
-(:mod:`nmt_cli.models.packed`); oneDNN's product on a weight reordered into its blocked
-layout is faster at a Transformer-base layer's shapes. A training weight changes at every
+torch's float32 products go through MKL, which takes a slower code path on CPUs other than
+Intel's; there oneDNN's product on a weight reordered into its blocked layout is faster at a
+Transformer-base layer's shapes, and on an Intel CPU MKL's, so there nothing is packed
+(:func:`~nmt_cli.models.packed.onednn_trains_faster`). A training weight changes at every
 optimizer step, so each is reordered on its first product after a step, kept for the rest
 of the update (every batch of ``train.update_freq``, forward and backward) and dropped by
 :meth:`PackedWeights.clear` after the step. Per layer (``y = x W^T + b``):
@@ -26,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from nmt_cli.models.linear import set_products
-from nmt_cli.models.packed import can_pack, pack_weight, packed_linear
+from nmt_cli.models.packed import onednn_trains_faster, pack_weight, packed_linear
 
 __all__ = ["MIN_WEIGHT_ELEMENTS", "PackedWeights", "pack_training_layers"]
 
@@ -112,9 +113,9 @@ def pack_training_layers(model: nn.Module, device: torch.device, compiled: bool,
     oneDNN's products (:func:`~nmt_cli.models.linear.set_products`); return their store, whose
     :meth:`~PackedWeights.clear` the trainer calls after each optimizer step (and
     :meth:`~PackedWeights.release` when the run ends), or None where no layer
-    takes them (another device, no oneDNN, a compiled model, no layer that large). The output layer
-    is left alone: the loss multiplies by its weight in its own blocks (``training/loss.py``)."""
-    if not can_pack(device) or compiled:
+    takes them (another device, no oneDNN, an Intel CPU, a compiled model, no layer that large). The
+    output layer is left alone: the loss multiplies by its weight in its own blocks (``training/loss.py``)."""
+    if not onednn_trains_faster(device) or compiled:
         return None
     output_layer = model.output_layer() if hasattr(model, "output_layer") else None  # the loss's own products
     layers = [module for module in model.modules() if type(module) is nn.Linear and module is not output_layer
