@@ -68,12 +68,13 @@ def _cpu_attention_backward_flops(grad_out, query, key, value, *args, **kwargs) 
 
 
 def _packed_product_flops(input_shape, weight_shape, *args, **kwargs) -> int:
-    """oneDNN's product with a packed weight (``mkldnn._linear_pointwise``: the float32 loss's products
-    with the output layer on a CPU): ``x W^T``, the weight (out, in)."""
+    """oneDNN's product with a packed weight (``mkldnn._linear_pointwise``: float32 training's products
+    on CPUs other than Intel's, the loss's with the output layer and the large layers'): ``x W^T``,
+    the weight (out, in)."""
     return 2 * int(np.prod(input_shape[:-1])) * int(np.prod(weight_shape))
 
 
-#: whether this torch has oneDNN's packed products, which the float32 loss takes on a CPU
+#: whether this torch has oneDNN's packed products, which float32 training takes on CPUs other than Intel's
 ONEDNN = can_pack(torch.device("cpu"))
 
 #: products torch's counter has no formula for (it knows mm, bmm, addmm and the GPU attentions)

@@ -234,7 +234,8 @@ def main() -> None:
         "tgt tok/s: this script's clock over every update after the first progress line (target tokens as each "
         "toolkit counts its batches'); tgt tok/update: mean over the run; peak RSS: the training process (wait4 "
         "maxrss); matmul GFLOP/s: tok/s x the FLOPs counted on nmt-cli's model (FlopCounterMode), peak: best "
-        "rate of torch.mm and of oneDNN's packed product (the float32 loss's) on 2 threads; nmt-cli / toolkit: "
+        "rate of torch.mm and of oneDNN's packed product (float32 training's on CPUs other than Intel's) on 2 "
+        "threads; nmt-cli / toolkit: "
         + RATIO_SPREAD_NOTE)
     report.emit(args.json)
 
