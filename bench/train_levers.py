@@ -235,6 +235,7 @@ def levers() -> list[Lever]:
     found = [Lever(AS_SHIPPED, "nothing: the update nmt train runs", _plain(nullcontext))]
     if can_pack(torch.device("cpu")):
         onednn_loss = loss_module.onednn_trains_faster(torch.device("cpu"))
+        libraries, other_cpus = ("torch's (MKL)", "oneDNN's"), "CPUs other than Intel's"
         found += [
             Lever("model layers: oneDNN", "forward and input-gradient products of the model's Linear layers by "
                   "oneDNN (a kernel built per row count), weight gradient by torch (MKL)",
@@ -252,9 +253,9 @@ def levers() -> list[Lever]:
                   "than Intel's, instead of torch's (MKL)", layers_packed(MIN_WEIGHT_ELEMENTS),
                   applies=would_pack_large_layers),
             Lever(f"loss products: {'MKL' if onednn_loss else 'oneDNN'}", "the loss's logits and row-gradient "
-                  f"products on {'torch' if onednn_loss else 'oneDNN'}'s instead of "
-                  f"{'oneDNN' if onednn_loss else 'torch'}'s (MKL's), as training takes them on "
-                  f"{'Intel' if onednn_loss else 'other'} CPUs", _plain(loss_products_swapped))]
+                  f"products on {' instead of '.join(libraries if onednn_loss else libraries[::-1])}, as training "
+                  f"takes them on {'Intel CPUs' if onednn_loss else other_cpus}",
+                  _plain(loss_products_swapped))]
     found.append(Lever("large layers: MKL", f"the model's Linear layers of 2^{LARGE_EXPONENT} weights or more on "
                        "torch's products (MKL), as before 37efa18 and as training takes them on Intel CPUs, instead "
                        "of oneDNN's on weights reordered once per update", mkl_for_large_layers,
