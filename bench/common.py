@@ -54,6 +54,7 @@ THREADS = 2
 sys.path.insert(0, str(REPO))  # bench scripts run as files; make the project importable
 
 from nmt_cli.fileio import atomic_write_bytes, atomic_write_json  # noqa: E402  (after the path fix above)
+from nmt_cli.host import cpuinfo_field  # noqa: E402
 
 
 def absolute_path(value: str) -> Path:
@@ -487,12 +488,8 @@ def section_header(script: str, variant: str, made: dict, outcome: str = "", reg
 
 def cpu_model() -> str:
     """The CPU model name from /proc/cpuinfo (``platform.processor()`` elsewhere)."""
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.is_file():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown CPU"
+    model = cpuinfo_field("model name")
+    return model if model is not None else platform.processor() or "unknown CPU"
 
 
 #: /proc/cpuinfo flags that decide which kernels CTranslate2, oneDNN and fbgemm pick
@@ -503,13 +500,7 @@ VECTOR_FLAGS = (("avx2", "AVX2"), ("fma", "FMA"), ("avx512f", "AVX-512"), ("avx5
 
 def vector_extensions() -> str:
     """The vector and matrix extensions this CPU reports, e.g. ``AVX2, FMA`` (or ``none of ...``)."""
-    cpuinfo = Path("/proc/cpuinfo")
-    flags: set[str] = set()
-    if cpuinfo.is_file():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-                break
+    flags = set((cpuinfo_field("flags") or "").split())
     found = [name for flag, name in VECTOR_FLAGS if flag in flags]
     return ", ".join(found) if found else "none of AVX2/AVX-512/AMX"
 

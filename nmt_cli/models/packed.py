@@ -24,11 +24,11 @@ training's large layers reorder their weights once per update (``training/packed
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 
+from nmt_cli.host import cpuinfo_field
 from nmt_cli.models.attention.multihead import MultiHeadAttention
 
 __all__ = ["PackedLinear", "can_pack", "cpu_vendor", "onednn_trains_faster", "pack_linear_layers", "pack_weight",
@@ -49,14 +49,7 @@ def can_pack(device: torch.device) -> bool:
 def cpu_vendor() -> str:
     """The CPU's vendor as ``/proc/cpuinfo`` names it (``GenuineIntel``, ``AuthenticAMD``); ``""``
     where it does not (another OS, another architecture)."""
-    try:
-        with Path("/proc/cpuinfo").open(encoding="ascii", errors="replace") as info:
-            for line in info:
-                if line.startswith("vendor_id"):
-                    return line.partition(":")[2].strip()
-    except OSError:
-        pass
-    return ""
+    return cpuinfo_field("vendor_id") or ""
 
 
 def onednn_trains_faster(device: torch.device) -> bool:
