@@ -25,7 +25,8 @@ training multiplies the large ones on CPUs other than Intel's (``training/packed
 base's layers, the RNN's readout, on weights reordered once per update); training's choice of
 library swapped (``models/packed.py``, ``onednn_trains_faster``): the large layers on MKL where
 training packs them, on oneDNN where it does not, and the loss's products on the library it does
-not take; the loss's block of logits (``training/loss.py``, ``CPU_BLOCK_ELEMENTS``) a quarter,
+not take; each block of the loss's logits in an array of its own instead of the one the loss call reuses;
+the loss's block of logits (``training/loss.py``, ``CPU_BLOCK_ELEMENTS``) a quarter,
 a half, twice and four times the shipped one; ``torch.compile`` of the model with dynamic shapes (what
 ``train.compile`` does, with shapes marked dynamic as batch shapes vary). ``--lever NAME``
 runs only the levers named beside the update as shipped. ``--quick``: tiny,
@@ -225,6 +226,16 @@ def loss_products_swapped() -> ContextManager:
     return patch.object(loss_module, "onednn_trains_faster", lambda device: not shipped(device))
 
 
+def loss_logits_per_block() -> ContextManager:
+    """Each block's logits in a newly allocated array instead of the one array the loss call reuses."""
+    return patch.object(loss_module._OutputProducts, "logits", loss_module._OutputProducts.fresh_logits)
+
+
+def loss_reuses_logits_array(trainer) -> bool:
+    """Whether the float32 loss writes its logits into one reused array here (torch's products, not oneDNN's)."""
+    return not loss_module.onednn_trains_faster(next(trainer.model.parameters()).device)
+
+
 def openblas_threads() -> str:
     """The threads numpy's OpenBLAS took when it loaded: ``OPENBLAS_NUM_THREADS``, else one a core."""
     return os.environ.get("OPENBLAS_NUM_THREADS") or str(os.cpu_count())
@@ -264,6 +275,9 @@ def levers() -> list[Lever]:
         Lever("model layers: OpenBLAS", "all three products of the model's Linear layers by numpy's OpenBLAS "
               f"({openblas_threads()} threads of its own beside torch's)",
               _plain(lambda: linear_products(_numpy, _numpy_weight_gradient)))]
+    found.append(Lever("loss logits: an array per block", "each block of the loss's logits written by torch's "
+                       "product into a newly allocated array, as before this lever, instead of into one array the "
+                       "loss call's blocks reuse", _plain(loss_logits_per_block), applies=loss_reuses_logits_array))
     shipped_exponent = shipped_block.bit_length() - 1
     for exponent in range(shipped_exponent - 2, shipped_exponent + 3):  # two halvings and two doublings
         if exponent != shipped_exponent:

@@ -159,3 +159,16 @@ def test_the_loss_products_lever_takes_the_library_training_does_not(monkeypatch
     with lever.context(None)():
         assert loss_module.onednn_trains_faster(cpu) is not shipped
     assert loss_module.onednn_trains_faster(cpu) is shipped
+
+
+@pytest.mark.parametrize("vendor", ["GenuineIntel", "AuthenticAMD"])
+def test_the_logits_array_lever_gives_each_block_an_array_of_its_own_where_the_loss_reuses_one(
+        monkeypatch, vendor: str) -> None:
+    monkeypatch.setattr(packed_module, "cpu_vendor", lambda: vendor)
+    trainer = SimpleNamespace(model=torch.nn.Linear(2, 2))
+    lever = next(lever for lever in train_levers.levers() if lever.name == "loss logits: an array per block")
+    assert lever.applies(trainer) is (vendor == "GenuineIntel" or not can_pack(torch.device("cpu")))  # torch's products
+    shipped = loss_module._OutputProducts.logits
+    with lever.context(trainer)():
+        assert loss_module._OutputProducts.logits is loss_module._OutputProducts.fresh_logits
+    assert loss_module._OutputProducts.logits is shipped

@@ -175,6 +175,37 @@ def test_onednn_products_give_the_loss_and_gradients_of_torchs_products(bias, mo
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("from_largest", [False, True])
+def test_torchs_products_write_every_blocks_logits_into_one_array_with_the_figures_of_an_array_each(
+        from_largest, monkeypatch):
+    """With torch's products (an Intel CPU) every block's logits go into the one array of the loss
+    call, and the figures are those of a new array per block, also where the log-partition needs
+    the largest logit again (taken into an array of its own, not over the block's softmax)."""
+    torch.manual_seed(7)
+    features, layer = torch.randn(3, 37, 16, requires_grad=True), nn.Linear(16, 300)
+    target, mask = torch.randint(0, 300, (3, 37)), torch.rand(3, 37) > 0.2
+    monkeypatch.setattr(loss_module, "CPU_BLOCK_ELEMENTS", 25 * 300)  # blocks of 25 rows: 4 and a short one
+    monkeypatch.setattr(packed_module, "cpu_vendor", lambda: "GenuineIntel")
+    if from_largest:
+        monkeypatch.setattr(loss_module, "SMALLEST_TARGET_PROB", 2.0)  # every block takes max z again
+    addresses = []
+    shipped_logits = loss_module._OutputProducts.logits
+
+    def logits(products, inputs):
+        block = shipped_logits(products, inputs)
+        addresses.append(block.data_ptr())
+        return block
+
+    monkeypatch.setattr(loss_module._OutputProducts, "logits", logits)
+    reused = _loss_figures(features, layer, target, mask)
+    assert len(addresses) == 5 and len(set(addresses)) == 1
+    monkeypatch.setattr(loss_module._OutputProducts, "logits", loss_module._OutputProducts.fresh_logits)
+    for got, want in zip(reused, _loss_figures(features, layer, target, mask)):
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    expected_loss, _ = reference_smoothed_loss(layer(features), target, mask, 0.1)
+    torch.testing.assert_close(reused[0], expected_loss, rtol=1e-5, atol=1e-4)
+
+
 def test_without_gradient_the_values_are_the_same_and_nothing_is_kept():
     torch.manual_seed(4)
     features, layer = torch.randn(2, 6, 8), nn.Linear(8, 30)

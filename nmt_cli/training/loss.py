@@ -66,26 +66,41 @@ class _OutputProducts:
     On a CPU in float32 where oneDNN trains faster than MKL (not on Intel CPUs:
     :func:`~nmt_cli.models.packed.onednn_trains_faster`) both run through oneDNN with ``W``
     reordered once per loss call (:func:`~nmt_cli.models.packed.pack_weight`); ``W`` is the
-    largest operand of the update. Elsewhere, torch's products.
+    largest operand of the update. Elsewhere, torch's products, which write the logits (float32 or
+    float64) into one array that every block of the call reuses: the product is slower into a newly
+    allocated array (bench/train_levers.py, lever "loss logits: an array per block").
     """
 
     def __init__(self, projection: Tensor, offset: Tensor | None, exact: torch.dtype, rows_hint: int,
                  with_gradient: bool):
         self.projection, self.offset, self.exact = projection, offset, exact
         self.onednn = projection.dtype == torch.float32 and onednn_trains_faster(projection.device)
+        self.reuses_array = not self.onednn and projection.dtype == exact
+        self.logits_array: Tensor | None = None  # made by the first block, the largest
         if self.onednn:
             self.logits_weight = pack_weight(projection, rows_hint)  # z = x W^T
             self.gradient_weight = pack_weight(projection.t(), rows_hint) if with_gradient else None  # dz W
 
     def logits(self, inputs: Tensor) -> Tensor:
-        """(n, V) logits of ``inputs`` (n, F)."""
+        """(n, V) logits of ``inputs`` (n, F), in the array the next block's logits overwrite."""
+        if not self.reuses_array:
+            return self.fresh_logits(inputs)
+        if self.logits_array is None:
+            self.logits_array = inputs.new_empty(inputs.size(0), self.projection.size(0))
+        out = self.logits_array[:inputs.size(0)]
+        if self.offset is None:
+            return torch.mm(inputs, self.projection.t(), out=out)
+        return torch.addmm(self.offset, inputs, self.projection.t(), out=out)
+
+    def fresh_logits(self, inputs: Tensor) -> Tensor:
+        """(n, V) logits of ``inputs`` (n, F) in a new array, leaving the block's untouched."""
         if self.onednn:
             return packed_linear(inputs, self.logits_weight, self.offset)
         return F.linear(inputs, self.projection, self.offset).to(self.exact)
 
     def row_max(self, inputs: Tensor) -> Tensor:
-        """(n,) the largest logit of each row, the product taken again."""
-        return self.logits(inputs).amax(dim=-1)
+        """(n,) the largest logit of each row, the product taken again (the block's array holds its softmax)."""
+        return self.fresh_logits(inputs).amax(dim=-1)
 
     def rows_gradient(self, grad: Tensor, out: Tensor) -> None:
         """``out = grad W``: (n, V) -> (n, F), for products in ``exact``."""
