@@ -69,14 +69,16 @@ def reference_smoothed_loss(logits, target, mask, eps):
 @pytest.mark.parametrize("eps", [0.0, 0.1])
 @pytest.mark.parametrize("bias", [False, True])
 def test_blockwise_gradient_equals_autograd_of_the_formula(eps, bias, monkeypatch):
-    """Blocks of 2 rows (15 rows: the last block is short) give autograd's gradient for the
-    features, the weight and the bias; a loss scale (``backward(2.5 * loss)``) carries through."""
-    monkeypatch.setattr(loss_module, "CPU_BLOCK_ELEMENTS", 2 * 13)
+    """Blocks of 5 rows (of 15 rows, 12 or 13 real ones: the last block is short) give autograd's
+    gradient for the features, the weight and the bias; a loss scale (``backward(2.5 * loss)``)
+    carries through."""
+    monkeypatch.setattr(loss_module, "CPU_BLOCK_ELEMENTS", 5 * 13)
     torch.manual_seed(3)
     features = torch.randn(3, 5, 4, dtype=torch.float64, requires_grad=True)
     layer = nn.Linear(4, 13, bias=bias).double()
     target = torch.randint(0, 13, (3, 5))
     mask = torch.rand(3, 5) > 0.3
+    assert int(mask.sum()) % 5 > 0
     parameters = [features, *layer.parameters()]
 
     expected_loss, expected_nll = reference_smoothed_loss(layer(features), target, mask, eps)
@@ -118,8 +120,8 @@ def test_confident_wrong_rows_keep_a_finite_loss_and_gradient():
 
 
 def test_padding_rows_whose_target_underflows_leave_the_loss_finite_and_exact():
-    """A padded position's target (the pad piece) gets p_y = 0 in float32: its row weighs 0, so it
-    must neither turn the loss into NaN (0 * inf) nor change the real rows' figures."""
+    """A padded position's target (the pad piece) gets p_y = 0 in float32: it must neither turn the
+    loss into NaN (0 * inf) nor change the real rows' figures (on a CPU its row is left out)."""
     features = torch.tensor([[[0.0, 300.0], [0.5, -0.5], [1.0, -1.0]]], requires_grad=True)
     layer = _identity_layer(2)
     target, mask = torch.tensor([[0, 0, 1]]), torch.tensor([[False, True, True]])
@@ -129,6 +131,25 @@ def test_padding_rows_whose_target_underflows_leave_the_loss_finite_and_exact():
     torch.testing.assert_close(nll.double(), expected_nll.detach(), rtol=1e-6, atol=1e-6)
     (grad,) = torch.autograd.grad(loss, features)
     assert torch.isfinite(grad).all() and torch.equal(grad[0, 0], torch.zeros(2))
+
+
+def test_on_a_cpu_the_padding_rows_never_reach_the_products_and_get_no_gradient(monkeypatch):
+    torch.manual_seed(8)
+    features, layer = torch.randn(4, 7, 16, requires_grad=True), nn.Linear(16, 40)
+    target = torch.randint(0, 40, (4, 7))
+    mask = torch.arange(7)[None] < torch.tensor([7, 5, 2, 6])[:, None]
+    rows_multiplied = []
+    shipped_logits = loss_module._OutputProducts.logits
+    monkeypatch.setattr(loss_module._OutputProducts, "logits",
+                        lambda products, inputs: rows_multiplied.append(inputs.size(0)) or shipped_logits(products, inputs))
+    loss, nll, grad_features, *_ = _loss_figures(features, layer, target, mask)
+    assert sum(rows_multiplied) == int(mask.sum()) == 20
+    assert torch.equal(grad_features[~mask], torch.zeros(8, 16)) and grad_features[mask].abs().sum() > 0
+    expected_loss, expected_nll = reference_smoothed_loss(layer(features), target, mask, 0.1)
+    torch.testing.assert_close(loss, expected_loss, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(nll, expected_nll.detach(), rtol=1e-5, atol=1e-4)
+    none_real = _loss_figures(features, layer, target, torch.zeros_like(mask))
+    assert none_real[0].item() == 0.0 and all(torch.equal(grad, torch.zeros_like(grad)) for grad in none_real[2:])
 
 
 def _loss_figures(features, layer, target, mask) -> tuple[torch.Tensor, ...]:
@@ -160,17 +181,19 @@ def test_onednn_products_give_the_loss_and_gradients_of_torchs_products(bias, mo
     torch.manual_seed(6)
     features, layer = torch.randn(3, 37, 16, requires_grad=True), nn.Linear(16, 300, bias=bias)
     target, mask = torch.randint(0, 300, (3, 37)), torch.rand(3, 37) > 0.2
-    monkeypatch.setattr(loss_module, "CPU_BLOCK_ELEMENTS", 25 * 300)  # blocks of 25 rows: 4 and a short one
+    monkeypatch.setattr(loss_module, "CPU_BLOCK_ELEMENTS", 25 * 300)  # blocks of 25 rows
+    blocks, short = divmod(int(mask.sum()), 25)  # of the real rows: padding is left out
+    assert blocks >= 3 and short > 0
 
     calls = []
     packed_linear = loss_module.packed_linear
     monkeypatch.setattr(loss_module, "packed_linear", lambda *args: calls.append(1) or packed_linear(*args))
     monkeypatch.setattr(packed_module, "cpu_vendor", lambda: "AuthenticAMD")
     onednn = _loss_figures(features, layer, target, mask)
-    assert len(calls) == 2 * 5  # each block's logits and rows' gradient
+    assert len(calls) == 2 * (blocks + 1)  # each block's logits and rows' gradient
     monkeypatch.setattr(packed_module, "cpu_vendor", lambda: "GenuineIntel")
     with_torch = _loss_figures(features, layer, target, mask)
-    assert len(calls) == 2 * 5
+    assert len(calls) == 2 * (blocks + 1)
     for got, want in zip(onednn, with_torch):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 
@@ -184,7 +207,9 @@ def test_torchs_products_write_every_blocks_logits_into_one_array_with_the_figur
     torch.manual_seed(7)
     features, layer = torch.randn(3, 37, 16, requires_grad=True), nn.Linear(16, 300)
     target, mask = torch.randint(0, 300, (3, 37)), torch.rand(3, 37) > 0.2
-    monkeypatch.setattr(loss_module, "CPU_BLOCK_ELEMENTS", 25 * 300)  # blocks of 25 rows: 4 and a short one
+    monkeypatch.setattr(loss_module, "CPU_BLOCK_ELEMENTS", 25 * 300)  # blocks of 25 rows
+    blocks, short = divmod(int(mask.sum()), 25)  # of the real rows: padding is left out
+    assert blocks >= 3 and short > 0
     monkeypatch.setattr(packed_module, "cpu_vendor", lambda: "GenuineIntel")
     if from_largest:
         monkeypatch.setattr(loss_module, "SMALLEST_TARGET_PROB", 2.0)  # every block takes max z again
@@ -198,7 +223,7 @@ def test_torchs_products_write_every_blocks_logits_into_one_array_with_the_figur
 
     monkeypatch.setattr(loss_module._OutputProducts, "logits", logits)
     reused = _loss_figures(features, layer, target, mask)
-    assert len(addresses) == 5 and len(set(addresses)) == 1
+    assert len(addresses) == blocks + 1 and len(set(addresses)) == 1
     monkeypatch.setattr(loss_module._OutputProducts, "logits", loss_module._OutputProducts.fresh_logits)
     for got, want in zip(reused, _loss_figures(features, layer, target, mask)):
         torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)

@@ -38,22 +38,20 @@ def _block_rows(device: torch.device, vocab: int) -> int:
 SMALLEST_TARGET_PROB = 1e-30
 
 
-def _log_partition(probs: Tensor, labels: Tensor, target_logits: Tensor, weights: Tensor,
+def _log_partition(probs: Tensor, labels: Tensor, target_logits: Tensor,
                    row_max: Tensor | Callable[[], Tensor]) -> Tensor:
     """``logsumexp_v z_v`` of each row of a block, from the softmax ``probs`` of its logits.
 
-    ``lse = z_y - log p_y`` for the target ``y``, when every real row's ``p_y`` is at least
+    ``lse = z_y - log p_y`` for the target ``y``, when every row's ``p_y`` is at least
     :data:`SMALLEST_TARGET_PROB`: two gathers (``z_y``, ``p_y``) instead of two passes over the
     ``(n, V)`` block (``max z``, ``max p``), which on a CPU are what the loss spends most on apart
-    from its products. Padding rows (weight 0) count as ``p_y = 1``; their loss is multiplied by 0
-    and must stay finite. Otherwise,
-    and on other devices (where the check would wait for the device), ``lse = max z - log
-    max p``: ``max p >= 1 / V`` cannot underflow. ``row_max`` is ``max z`` (n,), or a function
-    that computes it (the logits themselves are gone: the softmax overwrote them).
+    from its products. On a CPU only, where the rows are real target tokens (padding rows, whose
+    target may well underflow, were left out) and the check waits for no device. Otherwise
+    ``lse = max z - log max p``: ``max p >= 1 / V`` cannot underflow. ``row_max`` is ``max z``
+    (n,), or a function that computes it (the logits themselves are gone: the softmax overwrote them).
     """
     if probs.device.type == "cpu":
-        real = weights > 0
-        target_probs = torch.where(real, probs.gather(-1, labels).squeeze(-1), 1.0)
+        target_probs = probs.gather(-1, labels).squeeze(-1)
         if bool((target_probs >= SMALLEST_TARGET_PROB).all()):
             return target_logits - target_probs.log()
     return (row_max() if callable(row_max) else row_max) - probs.amax(dim=-1).log()
@@ -163,7 +161,7 @@ class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
                 row_max = (functools.partial(products.row_max, inputs[block])
                            if device.type == "cpu" else logits.amax(dim=-1))  # (n,): max z, on a CPU only if needed
                 probs = torch.ops.aten._softmax.out(logits, -1, False, out=logits)  # in place: the logits are gone
-                log_partition = _log_partition(probs, labels, target_logits, weights, row_max)  # (n,): logsumexp_v z_v
+                log_partition = _log_partition(probs, labels, target_logits, row_max)  # (n,): logsumexp_v z_v
                 nll = log_partition - target_logits  # (n,)
                 if smoothing:
                     exact_inputs = inputs[block].to(exact)
@@ -221,15 +219,19 @@ def label_smoothed_cross_entropy(
     (the definition of ``torch.nn.functional.cross_entropy(label_smoothing=eps)``).
     Sums, not means: the caller divides by the number of target tokens of the whole
     update (all accumulated batches and processes), so every token weighs the same.
-    Only the loss carries a gradient. No boolean indexing, hence no device synchronisation.
+    Only the loss carries a gradient. On a CPU the padding rows are left out before the
+    products (a few percent of a batch's rows); elsewhere they stay in with weight 0, as
+    leaving them out would wait for the device to count them.
 
     features (B, T, F), target (B, T) long, mask (B, T) bool -> (loss_sum, nll_sum) scalars
     (float32; float64 for float64 inputs).
     """
-    rows = features.reshape(-1, features.size(-1))  # (B*T, F)
+    rows, target, mask = features.reshape(-1, features.size(-1)), target.reshape(-1), mask.reshape(-1)  # (B*T, ...)
+    if rows.device.type == "cpu" and not bool(mask.all()):
+        real = mask.nonzero().squeeze(1)
+        rows, target, mask = rows.index_select(0, real), target.index_select(0, real), mask.index_select(0, real)
     weight, bias = output_layer.weight, output_layer.bias
     with_gradient = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (rows, weight, bias)
     )
-    return _ProjectedSmoothedCrossEntropy.apply(rows, weight, bias, target.reshape(-1), mask.reshape(-1),
-                                                float(smoothing), with_gradient)
+    return _ProjectedSmoothedCrossEntropy.apply(rows, weight, bias, target, mask, float(smoothing), with_gradient)
