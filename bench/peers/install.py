@@ -34,12 +34,14 @@ TORCH_PIN = "torch==2.13.0"
 
 @dataclass(frozen=True)
 class PeerSpec:
-    """One peer: its venv, the pip steps that install it, and the packages whose versions we report."""
+    """One peer: its venv, the pip steps that install it, the packages whose versions we report, and
+    the commands of its venv that the bench runs (an install that lacks one is no install)."""
 
     name: str
     label: str
     steps: tuple[tuple[str, ...], ...]
     reported_packages: tuple[str, ...]
+    commands: tuple[str, ...]
     needs_torch: bool = True
 
 
@@ -54,18 +56,21 @@ PEERS: dict[str, PeerSpec] = {
             label="OpenNMT-py 3.5.1",
             steps=(("--no-deps", "OpenNMT-py==3.5.1"), OPENNMT_DEPS),
             reported_packages=("OpenNMT-py", "torch"),
+            commands=("onmt_train", "onmt_translate"),
         ),
         PeerSpec(
             name="fairseq",
             label="fairseq-fixed 0.12.3.1",
             steps=(("fairseq-fixed==0.12.3.1",),),
             reported_packages=("fairseq-fixed", "torch"),
+            commands=("fairseq-preprocess", "fairseq-train", "fairseq-generate"),
         ),
         PeerSpec(
             name="eflomal",
             label="eflomal 2.0.0",
             steps=(("eflomal==2.0.0",),),
             reported_packages=("eflomal",),
+            commands=("eflomal-align",),
             needs_torch=False,
         ),
     )
@@ -83,9 +88,14 @@ def venv_bin(peer: str, tool: str) -> Path:
 
 
 def install_record(peer: str) -> dict | None:
-    """The ``installed.json`` record of ``peer`` (versions, seconds), or None when not installed."""
+    """The ``installed.json`` record of ``peer`` (versions, seconds), or None when not installed.
+
+    A venv whose Python or one of whose commands is gone (a venv moved from another checkout keeps
+    its record but not always its tools) counts as not installed, so that ``install`` redoes it.
+    """
     path = venv_dir(peer) / "installed.json"
-    if not path.is_file() or not venv_bin(peer, "python").is_file():
+    tools = [venv_bin(peer, tool) for tool in ("python", *PEERS[peer].commands)]
+    if not path.is_file() or not all(tool.is_file() and os.access(tool, os.X_OK) for tool in tools):
         return None
     return json.loads(path.read_text())
 
