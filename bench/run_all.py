@@ -9,7 +9,9 @@ gets a section with its log tail instead of its table. ``make bench`` runs this 
 
 Sections are made in parts: with ``--scripts`` naming a few (one section each), the sections
 of the others are carried over from the existing file as they are, each with its own header,
-so one script's new run never drops the rest. Options a section needs beyond the shared
+so one script's new run never drops the rest; so is the page's one hand-written section, "Sections
+moved in by hand", where runs made elsewhere (a detached worktree, another machine) and moved into
+the page are recorded. Options a section needs beyond the shared
 ones (:data:`PASS_THROUGH`: ``--steps``, ``--seeds``, ``--corpora`` ... of align_quality) are
 passed on to the scripts that take them. A script's report run at other settings than its
 default (its ``variant``, such as ``align_quality --steps 10000``) has a section of its own
@@ -44,6 +46,8 @@ from nmt_cli.fileio import atomic_write_text
 
 #: how a section carried over from an earlier file begins its note (it keeps the first note it got)
 CARRIED = "_Carried over from an earlier BENCHMARKS.md"
+#: the heading of the page's one hand-written section: how runs made elsewhere were moved in; carried as it is
+HAND_NOTES = "## Sections moved in by hand"
 SCRIPTS = ("train_speed", "time_to_quality", "train_profile", "train_levers", "attention_kernels", "bf16_quality",
            "translate_speed", "engine_ratio", "decode_profile",
            "decode_length", "prepare_scale", "align_quality", "align_dev_sweep", "serve_load", "terminology",
@@ -146,7 +150,10 @@ def script_of(key: str) -> str:
 def earlier_sections(path: Path) -> dict[str, str]:
     """The sections of an earlier ``BENCHMARKS.md`` by :func:`section_key`, as they are; one
     without a header naming its machine (written before sections had one) is marked with the
-    CPU the file's Machine table named."""
+    CPU the file's Machine table named. Of sections with the same key (a run's section kept beside
+    a later one of the same script and variant, told apart by its heading: another machine), the
+    first has the key, which a new run of that variant replaces; each later one is keyed by its
+    heading as well (:func:`kept_key`), so that it is carried over and never dropped."""
     if not path.is_file():
         return {}
     text = path.read_text(encoding="utf-8")
@@ -157,14 +164,35 @@ def earlier_sections(path: Path) -> dict[str, str]:
         if marker is not None:
             marked = CARRIED in block or MACHINE_ITEM.search(block)
             note = "" if marked else f"\n\n{CARRIED}, whose Machine table named: {cpu}._"
-            sections[section_key(marker.group(1), marker.group(2) or "")] = "## " + block.rstrip() + note + "\n"
+            key = section_key(marker.group(1), marker.group(2) or "")
+            if key in sections:
+                key = kept_key(key, block.splitlines()[0])
+            sections[key] = "## " + block.rstrip() + note + "\n"
     return sections
 
 
+def earlier_hand_notes(path: Path) -> str | None:
+    """The :data:`HAND_NOTES` section of an earlier ``BENCHMARKS.md``, as it is, or None."""
+    text = path.read_text(encoding="utf-8") if path.is_file() else ""
+    start = text.find(f"\n{HAND_NOTES}\n")
+    if start < 0:
+        return None
+    end = text.find("\n## ", start + 1)
+    return text[start + 1:end if end >= 0 else len(text)].rstrip() + "\n"
+
+
+def kept_key(key: str, heading: str) -> str:
+    """The key of a section whose :func:`section_key` an earlier section of the page has: that key
+    and its heading, which no new run makes (``attention_kernels [Training attention kernels by key
+    length (2 CPU threads), AMD EPYC with AVX2]``)."""
+    return f"{key} [{heading}]"
+
+
 def render(reports: dict[str, tuple[dict | None, str]], quick: bool, options: list[str],
-           carried: dict[str, str]) -> str:
+           carried: dict[str, str], hand_notes: str | None = None) -> str:
     """The whole ``BENCHMARKS.md``; ``options`` are the command-line options it was made with;
-    ``carried`` are earlier sections (:func:`earlier_sections`); those this run did not make again stay."""
+    ``carried`` are earlier sections (:func:`earlier_sections`); those this run did not make again stay,
+    and so does the earlier page's :data:`HAND_NOTES` (``hand_notes``), after the versions."""
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     command = " ".join(["python bench/run_all.py", *options])
     made_now = [name for name in SCRIPTS if name in reports]
@@ -174,7 +202,9 @@ def render(reports: dict[str, tuple[dict | None, str]], quick: bool, options: li
              "unchanged. Sections were measured at different commits, on different machines: each starts with "
              "its own commit (and whether the tree was clean), machine, the command that made it and the "
              "command that regenerates it. Each table's notes say how its figures were made; a ratio compares "
-             "rows of its own table.",
+             "rows of its own table." + (" Runs made elsewhere and moved in by hand are recorded under "
+                                         "[Sections moved in by hand](#sections-moved-in-by-hand)." if hand_notes
+                                         else ""),
              ""]
     if quick:
         lines += ["**Quick mode: tiny data and a few steps; these figures only show that the scripts run.**", ""]
@@ -190,6 +220,8 @@ def render(reports: dict[str, tuple[dict | None, str]], quick: bool, options: li
               f"The peer toolkits as installed for the last run ({stamp}, {measured_at()['machine']}); "
               "a section made earlier names its peers' versions in its rows.", "",
               markdown_table(["toolkit", "versions"], versions), ""]
+    if hand_notes:
+        lines += [hand_notes]
     for name in SCRIPTS:  # one order whichever sections this run made: a partial run does not reshuffle the page
         sections = {}  # section_key -> markdown, the script's default section first
         if name in reports:
@@ -257,7 +289,9 @@ def main(argv: list[str] | None = None) -> None:
         reports[name] = run_script(name, args, results)
         print(f"  {reports[name][1].splitlines()[0]}", flush=True)
     carried = {} if args.quick else earlier_sections(args.out)
-    atomic_write_text(args.out, render(reports, args.quick, sys.argv[1:] if argv is None else argv, carried))
+    hand_notes = None if args.quick else earlier_hand_notes(args.out)
+    atomic_write_text(args.out, render(reports, args.quick, sys.argv[1:] if argv is None else argv, carried,
+                                       hand_notes))
     if args.json is not None:
         atomic_write_text(args.json, json.dumps({name: report for name, (report, _) in reports.items()}, indent=2))
     print(f"wrote {args.out}")

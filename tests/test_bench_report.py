@@ -281,3 +281,38 @@ def test_a_report_records_the_tree_the_machine_and_its_command_without_where_fil
     assert made["machine"] == f"{made['cpu']} ({made['vector_extensions']}), {made['cores']} cores"
     assert common.commit_text({"commit": "abc-dirty"}).startswith("abc with uncommitted changes")
     assert common.commit_text({"commit": "abc"}) == "abc (clean tree)" and common.commit_text({}) == "not recorded"
+
+
+def test_a_section_kept_beside_one_of_the_same_variant_and_the_hand_notes_survive_a_new_run(tmp_path, monkeypatch):
+    """Two sections of one script and variant, told apart by their headings (the second measured on
+    another machine and moved in by hand), and the page's hand-written notes: a new run of that
+    script replaces the first section only, and everything else is carried over as it was."""
+    import json
+
+    import run_all
+
+    kept = ("## Word alignment, AMD EPYC with AVX2\n\n"
+            "`bench/align_quality.py`, 9 s, measured 2026-11-20 10:00 UTC:\n\n- machine: AMD EPYC (AVX2), 2 cores\n\n"
+            "| d |\n|---|\n| other machine |\n")
+    notes = f"{run_all.HAND_NOTES}\n\nThe second alignment section ran on another machine and was moved in by hand.\n"
+    page = ("# Benchmarks\n\nWritten by hand.\n\n" + notes + "\n"
+            "## Word alignment\n\n`bench/align_quality.py`, 8 s, measured 2026-11-20 09:00 UTC:\n\n"
+            "- machine: Intel Xeon, 2 cores\n\n| d |\n|---|\n| first machine |\n\n" + kept)
+    out = tmp_path / "BENCHMARKS.md"
+    out.write_text(page, encoding="utf-8")
+    sections = run_all.earlier_sections(out)
+    assert list(sections) == ["align_quality", run_all.kept_key("align_quality", "Word alignment, AMD EPYC with AVX2")]
+    assert run_all.earlier_hand_notes(out) == notes
+
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "align_quality.json").write_text(json.dumps(a_report()))
+    monkeypatch.setattr(run_all, "install", lambda peer: None)
+    run_all.main(["--scripts", "align_quality", "--reuse", "--work", str(tmp_path), "--out", str(out)])
+    text = out.read_text(encoding="utf-8")
+    assert "first machine" not in text and "| 1 |" in text  # the new run replaced its own section
+    assert kept.rstrip() in text and notes.rstrip() in text  # and dropped nothing else
+    assert text.index("## Versions") < text.index(run_all.HAND_NOTES) < text.index("## Word alignment\n")
+    assert "[Sections moved in by hand](#sections-moved-in-by-hand)" in text
+    run_all.main(["--scripts", "align_quality", "--reuse", "--work", str(tmp_path), "--out", str(out)])
+    again = out.read_text(encoding="utf-8")
+    assert again.count(run_all.HAND_NOTES) == 1 and again.count(kept.rstrip()) == 1
