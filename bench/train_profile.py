@@ -3,11 +3,15 @@
 The runs of ``train_speed.py`` (same Multi30k de->en pieces, shapes, token batches and
 settings, ``peers.ours.train_section``), in this process: a :class:`~nmt_cli.training.trainer.Trainer`
 is built as ``nmt train`` builds it and its own update (``Trainer._update``: collate, forward,
-loss, backward, clip, Adam) runs ``--steps`` times after a warm-up.
+loss, backward, clip, Adam) runs on the token batches of ``--steps`` updates, drawn once: a
+warm-up pass over them (at least 3 updates), then every pass below over the same batches. A batch
+larger than any before makes glibc's heap grow, and the first touch of each new page is a page
+fault, which a short warm-up on fresh batches left in base's timed and profiled updates; after the
+warm-up pass no timed or profiled update meets a batch the heap has not held.
 
 - **Wall time per update**: the median over the timed updates without the profiler (its
   CPU time beside it: on a shared machine the wall time also holds other people's work).
-- **Parts**: one more pass over as many updates under ``torch.profiler``; each operator's
+- **Parts**: one more pass over the same batches under ``torch.profiler``; each operator's
   own time (exclusive of the operators it calls) goes to a part. Matrix products (``mm``,
   ``addmm``, ``bmm``) and oneDNN's fused LSTM layers are parts wherever they run. The other
   operators go to the part of the code that ran them (oneDNN's weight reorders, attention,
@@ -48,6 +52,7 @@ and rnn, 2 updates.
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import tempfile
 import time
@@ -328,9 +333,12 @@ def profile_shape(prepared: Path, spec: TransformerSpec | RnnSpec, steps: int, w
 
 
 def _profile_trainer(trainer, steps: int, warmup: int, threads: int) -> ShapeProfile:
-    """:func:`profile_shape` on a built trainer."""
+    """:func:`profile_shape` on a built trainer: the batches of ``steps`` updates are drawn once and
+    every pass (warm-up, timed, profiled, counted) cycles over them."""
     trainer.model.train()
-    for _ in range(warmup):
+    batches = [next(trainer.stream_of_batches) for _ in range(steps * trainer.cfg.update_freq)]
+    trainer.stream_of_batches = itertools.cycle(batches)
+    for _ in range(max(warmup, steps)):  # every batch at least once
         trainer._update()
     wall, cpu = [], []
     tokens_before = trainer.interval.tokens
@@ -474,8 +482,9 @@ def main() -> None:
                            measured.groups[group].describe(measured.flops))
     report.notes += [
         f"whole update: median wall time of {', '.join(f'{n} {args.steps or (QUICK_STEPS if args.quick else STEPS[n])}' for n in names)} "
-        f"timed updates after {1 if args.quick else WARMUP} warm-up ones, median of {repeats_of(args)} run(s); "
-        "parts: one more pass of as many updates under torch.profiler (each operator's own time; "
+        f"timed updates on batches drawn once, after a warm-up pass over the same batches (at least "
+        f"{1 if args.quick else WARMUP} updates), median of {repeats_of(args)} run(s); "
+        "parts: one more pass over the same updates under torch.profiler (each operator's own time; "
         "Python and dispatch: the profiled wall time less every operator's time; shares of the profiled wall time)",
         f"peak: the best rate of torch.mm and of oneDNN's packed product on {args.threads} thread(s) over "
         f"model_flops.PEAK_SHAPES, timed just before and "

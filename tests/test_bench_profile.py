@@ -119,3 +119,26 @@ def test_a_profiles_wrapped_functions_are_put_back_as_they_were_even_after_an_er
         raise RuntimeError("a failed decode")
     assert parts == ["decoder", "encoder"]
     assert "step" not in Model.__dict__ and Model.encode is own_encode
+
+
+def test_every_pass_of_the_profile_runs_on_the_batches_drawn_once_for_it() -> None:
+    """Warm-up, timed, profiled and counted updates all take the same few batches, so no timed or
+    profiled update meets a batch (and a heap size) that the warm-up did not."""
+    from types import SimpleNamespace
+
+    fresh = iter(range(1000))  # the trainer's endless stream of batches
+    taken = []
+
+    class Trainer(SimpleNamespace):
+        def _update(self):
+            for _ in range(self.cfg.update_freq):
+                taken.append(next(self.stream_of_batches))
+            torch.mm(torch.randn(4, 3), torch.randn(3, 5))
+            self.interval.tokens += 10
+
+    trainer = Trainer(model=torch.nn.Linear(2, 2), stream_of_batches=fresh, cfg=SimpleNamespace(update_freq=2),
+                      interval=SimpleNamespace(tokens=0))
+    profile_of = train_profile._profile_trainer(trainer, steps=3, warmup=2, threads=1)
+    assert next(fresh) == 6  # the batches of 3 updates of 2 batches each, drawn once
+    assert set(taken) == set(range(6)) and len(taken) == 2 * (3 + 3 + 3 + 1)  # warm-up, timed, profiled, counted
+    assert taken[:6] == list(range(6)) and profile_of.tokens == 10 and len(profile_of.wall_ms) == 3
