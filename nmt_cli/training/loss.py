@@ -45,9 +45,9 @@ def _log_partition(probs: Tensor, labels: Tensor, target_logits: Tensor,
     ``lse = z_y - log p_y`` for the target ``y``, when every row's ``p_y`` is at least
     :data:`SMALLEST_TARGET_PROB`: two gathers (``z_y``, ``p_y``) instead of two passes over the
     ``(n, V)`` block (``max z``, ``max p``), which on a CPU are what the loss spends most on apart
-    from its products. On a CPU only, where the rows are real target tokens (padding rows, whose
-    target may well underflow, were left out) and the check waits for no device. Otherwise
-    ``lse = max z - log max p``: ``max p >= 1 / V`` cannot underflow. ``row_max`` is ``max z``
+    from its products. It is taken on a CPU only, where the rows are real target tokens (padding
+    rows, whose target may well underflow, were left out) and the check waits for no device.
+    Otherwise ``lse = max z - log max p``: ``max p >= 1 / V`` cannot underflow. ``row_max`` is ``max z``
     (n,), or a function that computes it (the logits themselves are gone: the softmax overwrote them).
     """
     if probs.device.type == "cpu":
