@@ -1,5 +1,5 @@
 """``bench/peers/install.py``: a peer counts as installed only when its record and every command
-the bench runs from its venv are there."""
+the bench runs from its venv are there, with the interpreters they name."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ sys.path.insert(0, str(REPO / "bench"))
 from peers import install as install_module  # noqa: E402  (bench/ is not a package)
 
 
-def _tool(path: Path, executable: bool = True) -> None:
+def _tool(path: Path, executable: bool = True, interpreter: str = "/bin/sh") -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("#!/bin/sh\n")
+    path.write_text(f"#!{interpreter}\n")
     path.chmod(0o755 if executable else 0o644)
 
 
@@ -35,6 +35,8 @@ def test_a_venv_that_lost_a_command_is_not_installed_and_is_installed_again(peer
     assert install_module.availability(peer) == (True, spec.label)
 
     missing = install_module.venv_bin(peer, spec.commands[-1])
+    _tool(missing, interpreter=str(tmp_path / "moved-away" / "bin" / "python"))  # a venv made elsewhere
+    assert install_module.install_record(peer) is None
     _tool(missing, executable=False)
     assert install_module.install_record(peer) is None
     missing.unlink()

@@ -90,14 +90,28 @@ def venv_bin(peer: str, tool: str) -> Path:
 def install_record(peer: str) -> dict | None:
     """The ``installed.json`` record of ``peer`` (versions, seconds), or None when not installed.
 
-    A venv whose Python or one of whose commands is gone (a venv moved from another checkout keeps
-    its record but not always its tools) counts as not installed, so that ``install`` redoes it.
+    A venv whose Python or one of whose commands is gone, or runs an interpreter that is gone (a
+    venv moved from another checkout keeps its record, but not always its tools, and its scripts'
+    ``#!`` lines name the old path), counts as not installed, so that ``install`` redoes it.
     """
     path = venv_dir(peer) / "installed.json"
     tools = [venv_bin(peer, tool) for tool in ("python", *PEERS[peer].commands)]
-    if not path.is_file() or not all(tool.is_file() and os.access(tool, os.X_OK) for tool in tools):
+    if not path.is_file() or not all(_runnable(tool) for tool in tools):
         return None
     return json.loads(path.read_text())
+
+
+def _runnable(tool: Path) -> bool:
+    """Whether ``tool`` is an executable file whose ``#!`` interpreter, if it names one, is one too."""
+    if not (tool.is_file() and os.access(tool, os.X_OK)):
+        return False
+    with tool.open("rb") as file:
+        first_line = file.readline(4096)
+    if not first_line.startswith(b"#!"):
+        return True
+    words = first_line[2:].split()
+    interpreter = Path(os.fsdecode(words[0])) if words else None
+    return interpreter is not None and interpreter.is_file() and os.access(interpreter, os.X_OK)
 
 
 def failure_record(peer: str) -> dict | None:
