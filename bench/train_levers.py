@@ -26,6 +26,8 @@ base's layers, the RNN's readout, on weights reordered once per update); trainin
 library swapped (``models/packed.py``, ``onednn_trains_faster``): the large layers on MKL where
 training packs them, on oneDNN where it does not, and the loss's products on the library it does
 not take; each block of the loss's logits in an array of its own instead of the one the loss call reuses;
+attention's heads as views of its projection with the bias in the product (copied inside the
+batched products) instead of added in one copy into contiguous heads;
 the loss's block of logits (``training/loss.py``, ``CPU_BLOCK_ELEMENTS``) a quarter,
 a half, twice and four times the shipped one; ``torch.compile`` of the model with dynamic shapes (what
 ``train.compile`` does, with shapes marked dynamic as batch shapes vary). ``--lever NAME``
@@ -53,6 +55,7 @@ from common import (RATIO_SPREAD_NOTE, THREADS, Report, bench_arguments, fmt, fm
 from peers.corpus import prepare_multi30k
 from train_profile import SHAPES, build_trainer
 
+from nmt_cli.models.attention.multihead import MultiHeadAttention
 from nmt_cli.models.linear import products_of, set_products
 from nmt_cli.models.packed import can_pack
 from nmt_cli.training import loss as loss_module
@@ -236,6 +239,16 @@ def loss_reuses_logits_array(trainer) -> bool:
     return not loss_module.onednn_trains_faster(next(trainer.model.parameters()).device)
 
 
+def heads_as_views() -> ContextManager:
+    """Attention's projection with its bias in the product and its heads views of the output (copied
+    where ``matmul`` needs them contiguous), instead of the bias added in one copy into contiguous heads."""
+    def project(attention: MultiHeadAttention, x: torch.Tensor, first: int, parts: int) -> tuple[torch.Tensor, ...]:
+        rows = slice(first * attention.d_model, (first + parts) * attention.d_model)
+        projected = products_of(attention.in_proj)(x, attention.in_proj.weight[rows], attention.in_proj.bias[rows])
+        return attention._split_heads(projected, parts)
+    return patch.object(MultiHeadAttention, "_project", project)
+
+
 def openblas_threads() -> str:
     """The threads numpy's OpenBLAS took when it loaded: ``OPENBLAS_NUM_THREADS``, else one a core."""
     return os.environ.get("OPENBLAS_NUM_THREADS") or str(os.cpu_count())
@@ -278,6 +291,9 @@ def levers() -> list[Lever]:
     found.append(Lever("loss logits: an array per block", "each block of the loss's logits written by torch's "
                        "product into a newly allocated array, as before this lever, instead of into one array the "
                        "loss call's blocks reuse", _plain(loss_logits_per_block), applies=loss_reuses_logits_array))
+    found.append(Lever("attention heads: views", "attention's Q/K/V projection with its bias in the product and its "
+                       "heads views of the output, copied inside the batched products, instead of the bias added in "
+                       "one copy into contiguous heads", _plain(heads_as_views)))
     shipped_exponent = shipped_block.bit_length() - 1
     for exponent in range(shipped_exponent - 2, shipped_exponent + 3):  # two halvings and two doublings
         if exponent != shipped_exponent:

@@ -17,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import train_levers  # noqa: E402  (bench/ is not a package)
 
 from nmt_cli.models import packed as packed_module  # noqa: E402
+from nmt_cli.models.attention.multihead import MultiHeadAttention, SoftmaxAttention  # noqa: E402
 from nmt_cli.models.linear import products_of  # noqa: E402
 from nmt_cli.models.packed import can_pack  # noqa: E402
 from nmt_cli.training import loss as loss_module  # noqa: E402
@@ -172,3 +173,27 @@ def test_the_logits_array_lever_gives_each_block_an_array_of_its_own_where_the_l
     with lever.context(trainer)():
         assert loss_module._OutputProducts.logits is loss_module._OutputProducts.fresh_logits
     assert loss_module._OutputProducts.logits is shipped
+
+
+def test_the_heads_lever_gives_the_same_attention_with_heads_as_views_of_the_projection() -> None:
+    """Old way and shipped way: the same output and gradients; the lever's heads are views, the shipped ones not."""
+    torch.manual_seed(2)
+    attention = MultiHeadAttention(d_model=16, heads=4, kernel=SoftmaxAttention())
+    x = torch.randn(3, 5, 16, requires_grad=True)
+    lever = next(lever for lever in train_levers.levers() if lever.name == "attention heads: views")
+
+    def run():
+        attention.zero_grad()
+        x.grad = None
+        output = attention.causal(x)
+        output.backward(torch.ones_like(output))
+        return output, x.grad, attention.in_proj.weight.grad, attention.in_proj.bias.grad, attention._project(x, 0, 3)
+
+    *shipped, shipped_heads = run()
+    with lever.context(None)():
+        *views, view_heads = run()
+    for got, want in zip(views, shipped):
+        torch.testing.assert_close(got, want)
+    assert all(head.is_contiguous() for head in shipped_heads)
+    assert not any(head.is_contiguous() for head in view_heads)
+

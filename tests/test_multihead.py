@@ -188,6 +188,41 @@ def test_multihead_causal_and_cross_match_loop_over_heads(layer, kernel_choice):
     torch.testing.assert_close(layer.cross(x, summary)[0], output)
 
 
+def test_multihead_gradients_match_loop_over_heads(layer, kernel_choice):
+    """The projection into heads adds its bias while it copies (``_BiasedHeads``): the gradients of the
+    input, the memory, W^Q/K/V and their bias are those of the per-head loop, and every head tensor is contiguous."""
+    x = torch.randn(2, 4, 8, dtype=torch.float64, requires_grad=True)
+    memory = torch.randn(2, 6, 8, dtype=torch.float64, requires_grad=True)
+    mask = torch.tensor([[True] * 6, [True, True, False, False, False, False]])
+    upstream = torch.randn(2, 4, 8, dtype=torch.float64)
+    params = (x, memory, layer.in_proj.weight, layer.in_proj.bias)
+
+    def gradients(output):
+        return torch.autograd.grad(output, params, upstream, allow_unused=True)
+
+    fast = layer.causal(x) + layer.cross(x, layer.summarize_memory(memory, mask))[0]
+    loop = (heads_loop(layer, x, x, lambda b, i, j: j <= i)
+            + heads_loop(layer, x, memory, lambda b, i, j: bool(mask[b, j])))
+    for got, want in zip(gradients(fast), gradients(loop)):
+        torch.testing.assert_close(got, want)
+    assert all(part.is_contiguous() and part.shape == (2, 2, 4, 4) for part in layer._project(x, first=0, parts=3))
+
+
+def test_a_head_part_without_gradient_gives_its_projection_rows_zero_gradient():
+    """Only Q and K used: the V rows of W^{Q,K,V} and of its bias get exactly zero gradient."""
+    torch.manual_seed(1)
+    layer = MultiHeadAttention(d_model=8, heads=2, kernel=SoftmaxAttention()).double()
+    x = torch.randn(2, 3, 8, dtype=torch.float64)
+    q, k, _ = layer._project(x, first=0, parts=3)
+    (q * k).sum().backward()
+    assert torch.count_nonzero(layer.in_proj.weight.grad[16:]) == 0
+    assert torch.count_nonzero(layer.in_proj.bias.grad[16:]) == 0
+    expected_q = F.linear(x, layer.in_proj.weight[:8], layer.in_proj.bias[:8])
+    expected_k = F.linear(x, layer.in_proj.weight[8:16], layer.in_proj.bias[8:16])
+    torch.testing.assert_close(layer.in_proj.bias.grad[:8], expected_k.sum((0, 1)))
+    torch.testing.assert_close(layer.in_proj.bias.grad[8:16], expected_q.sum((0, 1)))
+
+
 def test_attention_dropout_only_in_training(qkv):
     q, k, v, key_mask = qkv
     kernel = SoftmaxAttention(dropout=0.5)

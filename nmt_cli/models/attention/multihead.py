@@ -277,7 +277,7 @@ class MultiHeadAttention(nn.Module):
         nn.init.zeros_(self.out_proj.bias)
 
     def _split_heads(self, projected: Tensor, parts: int) -> tuple[Tensor, ...]:
-        """(B, T, parts * d_model) -> ``parts`` tensors (B, H, T, d_k)."""
+        """(B, T, parts * d_model) -> ``parts`` views (B, H, T, d_k) (a split projection's output)."""
         batch, length, _ = projected.shape
         return projected.view(batch, length, parts, self.heads, -1).permute(2, 0, 3, 1, 4).unbind(0)
 
@@ -287,14 +287,23 @@ class MultiHeadAttention(nn.Module):
         return self.out_proj(context.transpose(1, 2).reshape(batch, length, self.d_model))
 
     def _project(self, x: Tensor, first: int, parts: int) -> tuple[Tensor, ...]:
-        """Apply ``parts`` of [W^Q; W^K; W^V] starting at block ``first`` (0 = Q, 1 = K)."""
-        if self.q_proj is not None:  # split by split_in_proj
-            projected = (self.q_proj if first == 0 else self.kv_proj)(x)
-            return self._split_heads(projected, parts)
-        rows = slice(first * self.d_model, (first + parts) * self.d_model)
+        """Apply ``parts`` of [W^Q; W^K; W^V] starting at block ``first`` (0 = Q, 1 = K): (B, T, d) ->
+        ``parts`` tensors (B, H, T, d_k).
+
+        The product leaves the bias out; :class:`_BiasedHeads` adds it while it copies each part into
+        a contiguous per-head layout, which the attention's batched products take without another
+        copy (the bias would otherwise be a pass over the output of its own, and every head split a
+        copy inside ``matmul``).
+        """
+        if self.q_proj is not None:  # split by split_in_proj: layers packed or quantized for inference
+            layer = self.in_proj if parts == 3 else self.q_proj if first == 0 else self.kv_proj
+            return self._split_heads(layer(x), parts)
+        weight, bias = self.in_proj.weight, self.in_proj.bias
+        if parts < 3:
+            rows = slice(first * self.d_model, (first + parts) * self.d_model)
+            weight, bias = weight[rows], bias[rows]
         project = products_of(self.in_proj)  # F.linear, or training's products (models/linear.py)
-        projected = project(x, self.in_proj.weight[rows], self.in_proj.bias[rows])  # (B, T, parts*d)
-        return self._split_heads(projected, parts)
+        return _BiasedHeads.apply(project(x, weight, None), bias, self.heads, parts)
 
     def split_in_proj(self) -> None:
         """Copy the Q rows and the K, V rows of ``in_proj`` into two Linear layers of their own.
@@ -314,18 +323,18 @@ class MultiHeadAttention(nn.Module):
 
     def forward(self, x: Tensor, key_mask: Tensor) -> Tensor:
         """Non-causal self-attention: (B, T, d_model), mask (B, T) -> (B, T, d_model)."""
-        q, k, v = self._split_heads(self.in_proj(x), 3)  # (B, H, T, d_k) each
+        q, k, v = self._project(x, first=0, parts=3)  # (B, H, T, d_k) each
         context, _ = self.kernel.read(q, self.kernel.summarize(k, v, key_mask), need_weights=False)
         return self._merge_heads(context)
 
     def causal(self, x: Tensor) -> Tensor:
         """Causal self-attention over a whole right-padded sequence: (B, T, d) -> (B, T, d)."""
-        q, k, v = self._split_heads(self.in_proj(x), 3)
+        q, k, v = self._project(x, first=0, parts=3)
         return self._merge_heads(self.kernel.causal(q, k, v))
 
     def step(self, x: Tensor, state: KernelState | None) -> tuple[Tensor, KernelState]:
         """Causal self-attention for one new position: (B, 1, d) -> (B, 1, d) and the new state."""
-        q, k, v = self._split_heads(self.in_proj(x), 3)  # (B, H, 1, d_k) each
+        q, k, v = self._project(x, first=0, parts=3)  # (B, H, 1, d_k) each
         context, state = self.kernel.step(q, k, v, state)
         return self._merge_heads(context), state
 
@@ -350,6 +359,38 @@ class MultiHeadAttention(nn.Module):
             context = _ungroup_rows(context, group)
             weights = None if weights is None else _ungroup_rows(weights, group)
         return self._merge_heads(context), weights
+
+
+class _BiasedHeads(torch.autograd.Function):
+    """``projected + bias`` split into ``parts`` contiguous tensors of heads, one copy each:
+    (B, T, parts * H * d_k), (parts * H * d_k,) -> ``parts`` x (B, H, T, d_k).
+
+    The gradient writes the parts' gradients back into the projection's layout, again one copy
+    each, and sums it over the rows for the bias.
+    """
+
+    @staticmethod
+    def forward(ctx, projected: Tensor, bias: Tensor, heads: int, parts: int) -> tuple[Tensor, ...]:
+        batch, length, width = projected.shape
+        ctx.bias_dtype = bias.dtype
+        by_head = projected.view(batch, length, parts, heads, -1).permute(2, 0, 3, 1, 4)  # (parts, B, H, T, d_k)
+        bias = bias.to(projected.dtype).view(parts, 1, heads, 1, -1)
+        return tuple(torch.add(by_head[part], bias[part], out=projected.new_empty(by_head.shape[1:]))
+                     for part in range(parts))
+
+    @staticmethod
+    def backward(ctx, *grads: Tensor):
+        given = next(grad for grad in grads if grad is not None)
+        batch, heads, length, width = given.shape
+        grad_projected = given.new_empty(batch, length, len(grads), heads, width)
+        for part, grad in enumerate(grads):
+            if grad is None:
+                grad_projected[:, :, part].zero_()
+            else:
+                grad_projected[:, :, part].copy_(grad.transpose(1, 2))
+        grad_projected = grad_projected.view(batch, length, -1)
+        grad_bias = grad_projected.flatten(0, 1).sum(0, dtype=ctx.bias_dtype) if ctx.needs_input_grad[1] else None
+        return grad_projected, grad_bias, None, None
 
 
 def _group_rows(x: Tensor, group: int) -> Tensor:
