@@ -27,7 +27,8 @@ library swapped (``models/packed.py``, ``onednn_trains_faster``): the large laye
 training packs them, on oneDNN where it does not, and the loss's products on the library it does
 not take; each block of the loss's logits in an array of its own instead of the one the loss call reuses;
 attention's heads as views of its projection with the bias in the product (copied inside the
-batched products) instead of added in one copy into contiguous heads;
+batched products) instead of added in one copy into contiguous heads; dropout masks of bools
+instead of float32 ones that hold the scale;
 the loss's block of logits (``training/loss.py``, ``CPU_BLOCK_ELEMENTS``) a quarter,
 a half, twice and four times the shipped one; ``torch.compile`` of the model with dynamic shapes (what
 ``train.compile`` does, with shapes marked dynamic as batch shapes vary). ``--lever NAME``
@@ -55,6 +56,7 @@ from common import (RATIO_SPREAD_NOTE, THREADS, Report, bench_arguments, fmt, fm
 from peers.corpus import prepare_multi30k
 from train_profile import SHAPES, build_trainer
 
+from nmt_cli.models import dropout as dropout_module
 from nmt_cli.models.attention.multihead import MultiHeadAttention
 from nmt_cli.models.linear import products_of, set_products
 from nmt_cli.models.packed import can_pack
@@ -249,6 +251,11 @@ def heads_as_views() -> ContextManager:
     return patch.object(MultiHeadAttention, "_project", project)
 
 
+def dropout_bool_masks() -> ContextManager:
+    """Every dropout mask a bool one, applied through its bytes and the scale, instead of a scaled float32 one."""
+    return patch.object(dropout_module, "_scaled_mask_dtype", lambda *tensors: None)
+
+
 def openblas_threads() -> str:
     """The threads numpy's OpenBLAS took when it loaded: ``OPENBLAS_NUM_THREADS``, else one a core."""
     return os.environ.get("OPENBLAS_NUM_THREADS") or str(os.cpu_count())
@@ -294,6 +301,9 @@ def levers() -> list[Lever]:
     found.append(Lever("attention heads: views", "attention's Q/K/V projection with its bias in the product and its "
                        "heads views of the output, copied inside the batched products, instead of the bias added in "
                        "one copy into contiguous heads", _plain(heads_as_views)))
+    found.append(Lever("dropout masks: bools", "every dropout mask a bool one applied through its bytes and the "
+                       "scale, as before this lever, instead of a float32 one holding the scale",
+                       _plain(dropout_bool_masks)))
     shipped_exponent = shipped_block.bit_length() - 1
     for exponent in range(shipped_exponent - 2, shipped_exponent + 3):  # two halvings and two doublings
         if exponent != shipped_exponent:

@@ -18,6 +18,7 @@ import train_levers  # noqa: E402  (bench/ is not a package)
 
 from nmt_cli.models import packed as packed_module  # noqa: E402
 from nmt_cli.models.attention.multihead import MultiHeadAttention, SoftmaxAttention  # noqa: E402
+from nmt_cli.models.dropout import dropout  # noqa: E402
 from nmt_cli.models.linear import products_of  # noqa: E402
 from nmt_cli.models.packed import can_pack  # noqa: E402
 from nmt_cli.training import loss as loss_module  # noqa: E402
@@ -197,3 +198,14 @@ def test_the_heads_lever_gives_the_same_attention_with_heads_as_views_of_the_pro
     assert all(head.is_contiguous() for head in shipped_heads)
     assert not any(head.is_contiguous() for head in view_heads)
 
+
+def test_the_dropout_lever_draws_bool_masks_that_drop_the_same_elements() -> None:
+    x = torch.rand(1000) + 0.5
+    lever = next(lever for lever in train_levers.levers() if lever.name == "dropout masks: bools")
+    torch.manual_seed(3)
+    shipped = dropout(x.requires_grad_(), 0.3, training=True)
+    torch.manual_seed(3)
+    with lever.context(None)():
+        old = dropout(x, 0.3, training=True)
+    assert old.grad_fn.saved_tensors[0].dtype == torch.bool and shipped.grad_fn.saved_tensors[0].dtype == torch.float32
+    torch.testing.assert_close(old, shipped, rtol=0, atol=0)

@@ -81,7 +81,9 @@ def test_rejects_a_probability_outside_0_1():
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_fused_residual_equals_the_sum_with_dropout(dtype):
-    """``add_dropout(x, y)`` draws the mask ``dropout(y)`` would and gives ``x + dropout(y)`` and its gradients."""
+    """``add_dropout(x, y)`` draws the mask ``dropout(y)`` would and gives ``x + dropout(y)`` and its gradients:
+    the same elements dropped and the same gradients exactly; the sum within one rounding of ``y * scale``
+    (the fused ``x + y * scale`` may skip it, as a fused multiply-add does)."""
     x = torch.randn(24, 7, 16, dtype=dtype, requires_grad=True)
     y = torch.randn(24, 7, 16, dtype=dtype, requires_grad=True)
     upstream = torch.randn(24, 7, 16, dtype=dtype)
@@ -91,9 +93,12 @@ def test_fused_residual_equals_the_sum_with_dropout(dtype):
     fused_grads = x.grad.clone(), y.grad.clone()
     x.grad = y.grad = None
     torch.manual_seed(4)
-    reference = x + dropout(y, 0.3, training=True)
+    dropped = dropout(y, 0.3, training=True)
+    reference = x + dropped
     reference.backward(upstream)
-    assert torch.equal(fused, reference)
+    assert torch.equal(fused == x, dropped == 0)  # the same mask
+    eps = torch.finfo(dtype).eps
+    assert ((fused - reference).abs() <= eps * (reference.abs() + dropped.abs())).all()
     assert torch.equal(fused_grads[0], x.grad) and torch.equal(fused_grads[1], y.grad)
     assert torch.equal(fused_grads[0], upstream)  # x's gradient passes through
 
@@ -112,6 +117,27 @@ def test_fused_residual_of_mixed_precision_rounds_once():
     out.backward(torch.ones_like(out))
     assert y.grad.dtype == torch.bfloat16
     torch.testing.assert_close(y.grad.float(), torch.where(kept, scale, 0.0).bfloat16().float())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_a_float_mask_holds_the_scale_and_other_dtypes_keep_a_bool_one(dtype):
+    """float32/float64: the mask kept for the backward pass is of the input's dtype, 0 or the scale (applied
+    without a conversion); bf16: a bool mask. The same elements are dropped either way."""
+    x = torch.rand(4096, dtype=dtype, requires_grad=True) + 0.5
+    torch.manual_seed(3)
+    out = dropout(x, 0.25, training=True)
+    (mask,) = out.grad_fn.saved_tensors
+    scale = 32768 / (32768 - round(0.25 * 32768))
+    if dtype == torch.bfloat16:
+        assert mask.dtype == torch.bool
+        kept = mask
+    else:
+        assert mask.dtype == dtype
+        kept = mask != 0
+        assert torch.equal(mask[kept], torch.full_like(mask[kept], scale))
+    assert torch.equal(kept, out != 0)
+    torch.manual_seed(3)
+    assert torch.equal(kept, dropout(torch.ones(4096), 0.25, training=True) != 0)  # same draw, any dtype
 
 
 def test_fused_residual_is_a_plain_sum_outside_training():

@@ -12,9 +12,12 @@ words, and an element is dropped when the low 15 bits of its word, uniform on
 ``p`` rounded to a multiple of 2^-15 (at most 1.6e-5 away), and the kept elements are
 scaled by ``32768 / (32768 - t)``, so the expectation stays exactly ``x``. The mask comes
 from torch's default generator, so ``torch.manual_seed`` and the saved RNG states of a
-checkpoint reproduce it. The mask is applied as a product with its bytes, and a residual
-connection's ``x + dropout(y)`` is one ``addcmul`` (:func:`add_dropout`). Other devices, and a
-``p`` that rounds to 0 or 1, use torch's own dropout.
+checkpoint reproduce it. For float32 and float64 the mask is drawn in that dtype with the
+scale in it, so that applying it, forward and backward, is one product with no conversion
+(an element of that dtype kept for the backward pass, not a byte); for other dtypes it is a bool mask
+applied as a product with its bytes and the scale. A residual connection's ``x + dropout(y)``
+is one ``addcmul`` (:func:`add_dropout`). Other devices, and a ``p`` that rounds to 0 or 1, use
+torch's own dropout.
 """
 
 from __future__ import annotations
@@ -29,20 +32,36 @@ _LEVELS = 1 << 15  # values of the 15 random bits of a 16-bit word
 _LOW_BITS = _LEVELS - 1
 
 
-def _keep_mask(shape: torch.Size, drop_levels: int) -> Tensor:
-    """A bool mask of ``shape``, each element False with probability ``drop_levels / 2^15``.
+def _keep_mask(shape: torch.Size, drop_levels: int, scaled: torch.dtype | None) -> Tensor:
+    """A mask of ``shape``, each element dropped with probability ``drop_levels / 2^15``.
 
     ``random_`` fills an int64 with 63 random bits (the sign bit is 0); each of its four
-    16-bit words therefore has 15 random low bits, whatever the byte order.
+    16-bit words therefore has 15 random low bits, whatever the byte order. With a dtype
+    ``scaled`` (:func:`_scaled_mask_dtype`) the mask is of that dtype and holds the kept
+    elements' scale ``2^15 / (2^15 - drop_levels)`` (0 where dropped); without, it is a bool
+    mask (kept: True).
     """
     count = shape.numel()
     words = torch.empty((count + 3) // 4, dtype=torch.int64).random_().view(torch.int16)[:count]
-    return (words.bitwise_and_(_LOW_BITS) >= drop_levels).view(shape)
+    low_bits = words.bitwise_and_(_LOW_BITS)
+    if scaled is None:
+        return (low_bits >= drop_levels).view(shape)
+    kept = torch.ge(low_bits, drop_levels, out=torch.empty(count, dtype=scaled))
+    return kept.mul_(_LEVELS / (_LEVELS - drop_levels)).view(shape)
+
+
+def _scaled_mask_dtype(*tensors: Tensor) -> torch.dtype | None:
+    """The dtype of a scaled mask for these tensors, all float32 or all float64; None (a bool mask) otherwise."""
+    dtypes = {tensor.dtype for tensor in tensors}
+    return dtypes.pop() if len(dtypes) == 1 and dtypes <= {torch.float32, torch.float64} else None
 
 
 def _scale_kept(x: Tensor, keep: Tensor, scale: float) -> Tensor:
-    """``where(keep, x, 0) * scale`` for finite ``x``, as a product with the mask's bytes, which a
-    CPU runs faster than ``where`` with a scalar; like torch's dropout, a dropped inf or NaN gives NaN."""
+    """``where(keep, x, 0) * scale`` for finite ``x``, as a product with the mask (a scaled one's
+    values, or a bool one's bytes), which a CPU runs faster than ``where`` with a scalar; like
+    torch's dropout, a dropped inf or NaN gives NaN."""
+    if keep.dtype != torch.bool:
+        return x * keep
     return (x * keep.view(torch.uint8)).mul_(scale)
 
 
@@ -69,6 +88,8 @@ class _AddScaledKept(torch.autograd.Function):
     def forward(ctx, x: Tensor, y: Tensor, keep: Tensor, scale: float) -> Tensor:
         ctx.save_for_backward(keep)
         ctx.scale, ctx.y_dtype = scale, y.dtype
+        if keep.dtype != torch.bool:
+            return torch.addcmul(x, y, keep)
         return torch.addcmul(x, y, keep.view(torch.uint8), value=scale)
 
     @staticmethod
@@ -91,25 +112,28 @@ def dropout(x: Tensor, p: float, training: bool) -> Tensor:
     drop_levels = _drop_levels(x, p)
     if drop_levels is None:
         return F.dropout(x, p, training=True)
-    return _ScaleKept.apply(x, _keep_mask(x.shape, drop_levels), _LEVELS / (_LEVELS - drop_levels))
+    mask = _keep_mask(x.shape, drop_levels, _scaled_mask_dtype(x))
+    return _ScaleKept.apply(x, mask, _LEVELS / (_LEVELS - drop_levels))
 
 
 def add_dropout(x: Tensor, y: Tensor, p: float, training: bool) -> Tensor:
     """``x + dropout(y, p, training)``, one ``addcmul`` on a CPU (a residual connection).
 
-    The same mask as :func:`dropout` draws. ``y * scale`` is rounded once, in the result's
-    dtype: the same values as the sum where ``x`` and ``y`` are both float32 (or float64); where
+    The same mask as :func:`dropout` draws. Where ``x`` and ``y`` are both float32 (or float64)
+    ``addcmul`` multiplies by the scaled mask and adds, and may skip rounding the product (a
+    fused multiply-add): the sum differs from ``x + dropout(y)`` by at most that rounding. Where
     the sum would first round ``dropout(y)`` to ``y``'s lower precision (a bf16 sublayer output
-    added to autocast's float32 stream, or both bf16) that rounding is skipped, so bf16
-    training differs from the unfused sum in the last bits. Shapes that differ (a broadcast
-    ``x``) take the sum with :func:`dropout`.
+    added to autocast's float32 stream, or both bf16) ``y * scale`` is rounded once, in the
+    result's dtype, and that rounding is skipped, so bf16 training differs from the unfused
+    sum in the last bits. Shapes that differ (a broadcast ``x``) take the sum with :func:`dropout`.
     """
     if not training or p == 0:
         return x + y
     drop_levels = _drop_levels(y, p)
     if drop_levels is None or x.shape != y.shape:
         return x + dropout(y, p, training)
-    return _AddScaledKept.apply(x, y, _keep_mask(y.shape, drop_levels), _LEVELS / (_LEVELS - drop_levels))
+    mask = _keep_mask(y.shape, drop_levels, _scaled_mask_dtype(x, y))
+    return _AddScaledKept.apply(x, y, mask, _LEVELS / (_LEVELS - drop_levels))
 
 
 class Dropout(nn.Dropout):
