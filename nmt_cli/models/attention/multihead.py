@@ -379,15 +379,11 @@ class _BiasedHeads(torch.autograd.Function):
                      for part in range(parts))
 
     @staticmethod
-    def backward(ctx, *grads: Tensor):
-        given = next(grad for grad in grads if grad is not None)
-        batch, heads, length, width = given.shape
-        grad_projected = given.new_empty(batch, length, len(grads), heads, width)
+    def backward(ctx, *grads: Tensor):  # a part without a gradient comes as zeros (autograd materializes them)
+        batch, heads, length, width = grads[0].shape
+        grad_projected = grads[0].new_empty(batch, length, len(grads), heads, width)
         for part, grad in enumerate(grads):
-            if grad is None:
-                grad_projected[:, :, part].zero_()
-            else:
-                grad_projected[:, :, part].copy_(grad.transpose(1, 2))
+            grad_projected[:, :, part].copy_(grad.transpose(1, 2))
         grad_projected = grad_projected.view(batch, length, -1)
         grad_bias = grad_projected.flatten(0, 1).sum(0, dtype=ctx.bias_dtype) if ctx.needs_input_grad[1] else None
         return grad_projected, grad_bias, None, None
