@@ -34,8 +34,13 @@ warm-up pass no timed or profiled update meets a batch the heap has not held.
   the time of an update that did nothing but its products. The rate the products reach inside
   training is their FLOPs over their profiled time, for all of them and apart for the output
   layer's (the loss's block products: logits, their row and weight gradients) and the rest (the
-  model's layers and attention), each beside its time alone at its own shapes' rates: where
-  training loses product speed. **Target**: the update that would run its products at 70% of
+  model's layers and attention), each beside its time alone at its own shapes' rates. Those rates
+  are each shape's best over many back-to-back calls, a ceiling; where training loses product speed
+  is measured like for like **call by call**: one more pass over the same batches under the
+  profiler, with shapes recorded, gives each product call's time (the whole call) and its operands'
+  shapes and strides; then each call runs alone, its operator on fresh operands of that layout, one
+  call at a time, the median of five, and the products that lose the most in training are named.
+  **Target**: the update that would run its products at 70% of
   the peak (issue 57's target), and what it would leave beside the products at their own shapes' rates
   for everything else, against what the rest takes now: where that is nothing, the target is
   out of reach at those shapes whatever the overhead. With ``--threads 1`` the kernels are
@@ -53,6 +58,7 @@ and rnn, 2 updates.
 from __future__ import annotations
 
 import itertools
+import math
 import statistics
 import tempfile
 import time
@@ -208,7 +214,12 @@ def part_microseconds(events) -> tuple[Counter, int, float]:
 def _transposed(operand: torch.Tensor) -> bool:
     """Whether a product's operand is laid out column-major in its last two dimensions (a ``.t()`` of a
     row-major matrix): the libraries take such an operand as it is, at a rate of its own."""
-    return operand.stride(-2) == 1 and operand.stride(-1) != 1 and operand.size(-2) > 1
+    return _column_major(tuple(operand.shape), operand.stride())
+
+
+def _column_major(shape: tuple[int, ...], stride: tuple[int, ...]) -> bool:
+    """:func:`_transposed` of a layout."""
+    return len(shape) >= 2 and stride[-2] == 1 and stride[-1] != 1 and shape[-2] > 1
 
 
 class ProductShapes(TorchDispatchMode):
@@ -288,6 +299,98 @@ def kernel_clock(threads: int):
     return time.process_time if threads == 1 else time.perf_counter
 
 
+#: single calls timed per product alone (after one untimed), the median counts
+ALONE_REPEATS = 5
+#: the profiler's names of the element types a product may take
+PROFILED_DTYPES = {"float": torch.float32, "double": torch.float64, "c10::BFloat16": torch.bfloat16,
+                   "c10::Half": torch.float16}
+
+
+def product_calls(events) -> tuple[Counter, Counter]:
+    """Seconds and calls of each matrix-product call in a profile recorded with shapes, keyed by the
+    operator and its tensor arguments' shapes, strides and element types (each call's whole time, as
+    the same call alone is timed)."""
+    seconds, calls = Counter(), Counter()
+    for event in events:
+        if event.name in PRODUCT_OPS:
+            key = (event.name, tuple((tuple(shape), tuple(stride), dtype) for shape, stride, dtype in zip(
+                event.structured_input_shapes, event.structured_input_strides, event.input_dtypes)
+                if dtype in PROFILED_DTYPES))
+            seconds[key] += event.cpu_time_total / 1e6
+            calls[key] += 1
+    return seconds, calls
+
+
+def _rebuilt(shape: tuple[int, ...], stride: tuple[int, ...], dtype: str) -> torch.Tensor:
+    """A tensor of this layout over new random memory."""
+    extent = sum((size - 1) * step for size, step in zip(shape, stride)) + 1
+    return torch.randn(extent, dtype=PROFILED_DTYPES[dtype]).as_strided(shape, stride)
+
+
+def alone_seconds(key) -> float:
+    """The median time of one call of a :func:`product_calls` key alone, on fresh operands of its layout
+    (oneDNN's packed product: its input and a weight packed once, as :func:`model_flops.product_run`)."""
+    name, operands = key
+    if name == "mkldnn::_linear_pointwise":
+        (inputs, _, _), (weight, _, _) = operands[:2]  # (..., in), the packed (out, in)
+        run = product_run(torch.randn(math.prod(inputs[:-1]), inputs[-1]), torch.randn(weight[1], weight[0]),
+                          ONEDNN_PACKED)
+    else:
+        packet = getattr(aten, name.split("::")[1])
+        arguments = [_rebuilt(*operand) for operand in operands]
+        inputs = sum(str(argument.type) == "Tensor" for argument in packet.default._schema.arguments)
+        if len(arguments) > inputs:  # called with out=: the result's array is the last tensor recorded
+            run = lambda: packet.out(*arguments[:-1], out=arguments[-1])  # noqa: E731
+        else:
+            run = lambda: packet.default(*arguments)  # noqa: E731
+    run()
+    times = []
+    for _ in range(ALONE_REPEATS):
+        started = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def describe_product_call(key) -> str:
+    """``aten::mm (2047x512 @ 512x2048)``, a transposed operand marked ``T``, a bias left out."""
+    name, operands = key
+    with_bias = name in ("aten::addmm", "aten::addmm_", "aten::baddbmm", "aten::addbmm")
+    factors = operands[1:3] if with_bias else operands[:2]
+    named = ["x".join(map(str, shape)) + ("T" if _column_major(shape, stride) else "") for shape, stride, _ in factors]
+    return f"{name} ({' @ '.join(named)})"
+
+
+@dataclass
+class CallByCall:
+    """An update's products timed call by call in training and alone (ms per update)."""
+
+    in_training_ms: float
+    alone_ms: float
+    calls: float
+    most_lost: list[tuple[str, float]]  # (product, ms per update lost in training), the largest first
+
+    def describe(self) -> str:
+        lost = "; ".join(f"{name} +{ms:.1f} ms" for name, ms in self.most_lost)
+        return (f"{fmt(self.calls)} calls an update, each timed by the profiler as the update ran it; the "
+                f"same calls alone (each one's operator, shapes and strides on fresh operands, one call at a time, "
+                f"median of {ALONE_REPEATS}): {self.alone_ms:.1f} ms, so in training they take "
+                f"{self.in_training_ms / self.alone_ms - 1:+.0%}; most time lost in training: {lost}")
+
+
+def time_products_call_by_call(trainer, steps: int) -> CallByCall:
+    """One more pass of ``steps`` updates under the profiler, shapes recorded, then each product call alone."""
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as profiler:
+        for _ in range(steps):
+            trainer._update()
+    seconds, calls = product_calls(profiler.events())
+    alone = {key: alone_seconds(key) * count for key, count in calls.items()}
+    lost = sorted(((describe_product_call(key), (seconds[key] - alone[key]) * 1e3 / steps) for key in alone),
+                  key=lambda item: -item[1])
+    return CallByCall(sum(seconds.values()) * 1e3 / steps, sum(alone.values()) * 1e3 / steps,
+                      sum(calls.values()) / steps, [item for item in lost[:3] if item[1] > 0])
+
+
 @dataclass
 class ShapeProfile:
     """What one shape's updates were made of."""
@@ -302,6 +405,7 @@ class ShapeProfile:
     lstm_flops: float
     product_seconds_at_shape_rates: float  # per update, ``mm``/``bmm`` products at their own shapes' rates
     groups: dict[str, "ProductGroup"]  # OUTPUT_LAYER and MODEL_LAYERS (the LSTM layers in neither)
+    call_by_call: CallByCall
 
 
 @dataclass
@@ -381,7 +485,8 @@ def _profile_trainer(trainer, steps: int, warmup: int, threads: int) -> ShapePro
     groups = {group: ProductGroup(flops[group] * scale, profiled[group], seconds[group] * scale * 1e3)
               for group in shapes.calls}
     return ShapeProfile(wall, cpu, tokens, parts_ms, operators / steps, profiled_wall,
-                        counter.get_total_flops() * scale, lstm_flops * scale, sum(seconds.values()) * scale, groups)
+                        counter.get_total_flops() * scale, lstm_flops * scale, sum(seconds.values()) * scale, groups,
+                        time_products_call_by_call(trainer, steps))
 
 
 def peak_rate(threads: int) -> float:
@@ -480,6 +585,8 @@ def main() -> None:
                              (MODEL_LAYERS, "the model's layers and attention")):
             report.add_row(shape, f"products in training: {title}", f"{measured.groups[group].profiled_ms:.1f}", "",
                            measured.groups[group].describe(measured.flops))
+        report.add_row(shape, "products in training, call by call",
+                       f"{measured.call_by_call.in_training_ms:.1f}", "", measured.call_by_call.describe())
     report.notes += [
         f"whole update: median wall time of {', '.join(f'{n} {args.steps or (QUICK_STEPS if args.quick else STEPS[n])}' for n in names)} "
         f"timed updates on batches drawn once, after a warm-up pass over the same batches (at least "

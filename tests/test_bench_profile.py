@@ -45,6 +45,31 @@ def test_an_operand_timed_alone_has_the_recorded_layout(batch: int, transposed: 
     assert train_profile.product_rate((batch, 7, 4, 5, TORCH, transposed, not transposed), repeats=1) > 0
 
 
+def test_each_product_call_is_keyed_by_its_layout_and_replayed_alone_on_that_layout() -> None:
+    """The call-by-call comparison: a profile's product calls by operator, shapes, strides and type,
+    each timed alone on fresh operands of that layout (a bias, a transposed factor, a batch, out=)."""
+    left, weight, bias = torch.randn(6, 4), torch.randn(5, 4), torch.randn(5)
+    batched, out = torch.randn(3, 2, 4), torch.empty(6, 5)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as profiler:
+        F.linear(left, weight, bias)  # addmm(bias, left, weight.t())
+        F.linear(left, weight, bias)
+        torch.bmm(batched, batched.transpose(1, 2))
+        torch.mm(left, weight.t(), out=out)
+    seconds, calls = train_profile.product_calls(profiler.events())
+    addmm = ("aten::addmm", (((5,), (1,), "float"), ((6, 4), (4, 1), "float"), ((4, 5), (1, 4), "float")))
+    bmm = ("aten::bmm", (((3, 2, 4), (8, 4, 1), "float"), ((3, 4, 2), (8, 1, 4), "float")))
+    with_out = ("aten::mm", (((6, 4), (4, 1), "float"), ((4, 5), (1, 4), "float"), ((6, 5), (5, 1), "float")))
+    assert calls == {addmm: 2, bmm: 1, with_out: 1}
+    assert all(seconds[key] > 0 for key in calls)
+    assert train_profile.describe_product_call(addmm) == "aten::addmm (6x4 @ 4x5T)"
+    assert train_profile.describe_product_call(bmm) == "aten::bmm (3x2x4 @ 3x4x2T)"
+    assert train_profile.describe_product_call(with_out) == "aten::mm (6x4 @ 4x5T)"
+    for key in calls:
+        assert train_profile.alone_seconds(key) > 0
+    rebuilt = train_profile._rebuilt((4, 5), (1, 4), "float")
+    assert rebuilt.shape == (4, 5) and rebuilt.stride() == (1, 4) and rebuilt.dtype == torch.float32
+
+
 @pytest.mark.usefixtures("training_on_onednn")  # the loss on oneDNN where it has it, on any CPU
 def test_the_losss_products_are_the_output_layers_and_the_mark_is_taken_off() -> None:
     generator = torch.Generator().manual_seed(3)
@@ -122,8 +147,8 @@ def test_a_profiles_wrapped_functions_are_put_back_as_they_were_even_after_an_er
 
 
 def test_every_pass_of_the_profile_runs_on_the_batches_drawn_once_for_it() -> None:
-    """Warm-up, timed, profiled and counted updates all take the same few batches, so no timed or
-    profiled update meets a batch (and a heap size) that the warm-up did not."""
+    """Warm-up, timed, profiled, counted and call-by-call updates all take the same few batches, so no
+    timed or profiled update meets a batch (and a heap size) that the warm-up did not."""
     from types import SimpleNamespace
 
     fresh = iter(range(1000))  # the trainer's endless stream of batches
@@ -140,5 +165,6 @@ def test_every_pass_of_the_profile_runs_on_the_batches_drawn_once_for_it() -> No
                       interval=SimpleNamespace(tokens=0))
     profile_of = train_profile._profile_trainer(trainer, steps=3, warmup=2, threads=1)
     assert next(fresh) == 6  # the batches of 3 updates of 2 batches each, drawn once
-    assert set(taken) == set(range(6)) and len(taken) == 2 * (3 + 3 + 3 + 1)  # warm-up, timed, profiled, counted
+    # warm-up, timed, profiled, counted, call by call
+    assert set(taken) == set(range(6)) and len(taken) == 2 * (3 + 3 + 3 + 1 + 3)
     assert taken[:6] == list(range(6)) and profile_of.tokens == 10 and len(profile_of.wall_ms) == 3

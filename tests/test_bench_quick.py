@@ -129,6 +129,11 @@ def test_train_profile_quick_splits_an_update_into_parts_that_add_up(work: Path)
     ceiling = next(row for row in rows if row["part"].startswith("ceiling: products at the peak"))
     assert sum(gflop) == pytest.approx(float(ceiling["note"].split(" GFLOP per update")[0]), rel=0.01)
     assert "GFLOP/s in training; alone at their own shapes' rates" in output_layer["note"]
+    # the products timed call by call in training and alone, like for like
+    (call_by_call,) = [row for row in rows if row["part"] == "products in training, call by call"]
+    assert figure(call_by_call["ms / update"]) > 0
+    alone = float(call_by_call["note"].split("median of 5): ")[1].split(" ms")[0])
+    assert alone > 0 and "in training they take" in call_by_call["note"]
     # issue 57's 70% target: the update it allows, and what that leaves beside the products
     (target,) = [row for row in rows if row["part"] == "target: products at 70% of peak over the whole update"]
     at_peak = figure(next(row for row in rows if row["part"].startswith("ceiling: products at the peak"))["ms / update"])
