@@ -218,8 +218,8 @@ def _transposed(operand: torch.Tensor) -> bool:
 
 
 def _column_major(shape: tuple[int, ...], stride: tuple[int, ...]) -> bool:
-    """:func:`_transposed` of a layout."""
-    return len(shape) >= 2 and stride[-2] == 1 and stride[-1] != 1 and shape[-2] > 1
+    """:func:`_transposed` of a layout (an opaque one, without strides, is not)."""
+    return len(shape) >= 2 and len(stride) >= 2 and stride[-2] == 1 and stride[-1] != 1 and shape[-2] > 1
 
 
 class ProductShapes(TorchDispatchMode):
@@ -353,8 +353,12 @@ def alone_seconds(key) -> float:
 
 
 def describe_product_call(key) -> str:
-    """``aten::mm (2047x512 @ 512x2048)``, a transposed operand marked ``T``, a bias left out."""
+    """``aten::mm (2047x512 @ 512x2048)``, a transposed operand marked ``T``, a bias left out; oneDNN's
+    product by its input and its packed (out, in) weight."""
     name, operands = key
+    if name == "mkldnn::_linear_pointwise":
+        (inputs, _, _), (weight, _, _) = operands[:2]
+        return f"{name} ({'x'.join(map(str, inputs))} @ packed {'x'.join(map(str, weight))}T)"
     with_bias = name in ("aten::addmm", "aten::addmm_", "aten::baddbmm", "aten::addbmm")
     factors = operands[1:3] if with_bias else operands[:2]
     named = ["x".join(map(str, shape)) + ("T" if _column_major(shape, stride) else "") for shape, stride, _ in factors]

@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 import train_profile  # noqa: E402  (bench/ is not a package)
 from common import wrapped_functions  # noqa: E402
-from model_flops import ONEDNN, ONEDNN_PACKED, TORCH  # noqa: E402
+from model_flops import ONEDNN, ONEDNN_PACKED, TORCH, product_run  # noqa: E402
 
 from nmt_cli.models.packed import can_pack  # noqa: E402
 from nmt_cli.training.objectives import cross_entropy  # noqa: E402
@@ -68,6 +68,21 @@ def test_each_product_call_is_keyed_by_its_layout_and_replayed_alone_on_that_lay
         assert train_profile.alone_seconds(key) > 0
     rebuilt = train_profile._rebuilt((4, 5), (1, 4), "float")
     assert rebuilt.shape == (4, 5) and rebuilt.stride() == (1, 4) and rebuilt.dtype == torch.float32
+
+
+@pytest.mark.skipif(not ONEDNN, reason="this torch build has no oneDNN products")
+def test_onednns_packed_product_is_replayed_alone_with_a_packed_weight() -> None:
+    """The loss's product on oneDNN (float32 training's on CPUs other than Intel's): its weight is packed,
+    an opaque layout the profiler records without strides."""
+    run = product_run(torch.randn(6, 4), torch.randn(4, 5), ONEDNN_PACKED)  # (6, 4) @ (5, 4)^T, packed
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as profiler:
+        run()
+    _, calls = train_profile.product_calls(profiler.events())
+    ((key, count),) = calls.items()
+    assert count == 1 and key[0] == "mkldnn::_linear_pointwise"
+    assert [shape for shape, _, _ in key[1]] == [(6, 4), (5, 4)]
+    assert train_profile.describe_product_call(key) == "mkldnn::_linear_pointwise (6x4 @ packed 5x4T)"
+    assert train_profile.alone_seconds(key) > 0
 
 
 @pytest.mark.usefixtures("training_on_onednn")  # the loss on oneDNN where it has it, on any CPU
