@@ -278,8 +278,7 @@ class MultiHeadAttention(nn.Module):
 
     def _split_heads(self, projected: Tensor, parts: int) -> tuple[Tensor, ...]:
         """(B, T, parts * d_model) -> ``parts`` views (B, H, T, d_k) (a split projection's output)."""
-        batch, length, _ = projected.shape
-        return projected.view(batch, length, parts, self.heads, -1).permute(2, 0, 3, 1, 4).unbind(0)
+        return _by_head(projected, parts, self.heads).unbind(0)
 
     def _merge_heads(self, context: Tensor) -> Tensor:
         """(B, H, T, d_k) -> Concat(heads) W^O: (B, T, d_model)."""
@@ -361,6 +360,12 @@ class MultiHeadAttention(nn.Module):
         return self._merge_heads(context), weights
 
 
+def _by_head(projected: Tensor, parts: int, heads: int) -> Tensor:
+    """(B, T, parts * H * d_k) -> a view (parts, B, H, T, d_k) of the same memory."""
+    batch, length, _ = projected.shape
+    return projected.view(batch, length, parts, heads, -1).permute(2, 0, 3, 1, 4)
+
+
 class _BiasedHeads(torch.autograd.Function):
     """``projected + bias`` split into ``parts`` contiguous tensors of heads, one copy each:
     (B, T, parts * H * d_k), (parts * H * d_k,) -> ``parts`` x (B, H, T, d_k).
@@ -371,9 +376,8 @@ class _BiasedHeads(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, projected: Tensor, bias: Tensor, heads: int, parts: int) -> tuple[Tensor, ...]:
-        batch, length, width = projected.shape
         ctx.bias_dtype = bias.dtype
-        by_head = projected.view(batch, length, parts, heads, -1).permute(2, 0, 3, 1, 4)  # (parts, B, H, T, d_k)
+        by_head = _by_head(projected, parts, heads)
         bias = bias.to(projected.dtype).view(parts, 1, heads, 1, -1)
         return tuple(torch.add(by_head[part], bias[part], out=projected.new_empty(by_head.shape[1:]))
                      for part in range(parts))
