@@ -15,7 +15,10 @@ the page are recorded. Options a section needs beyond the shared
 ones (:data:`PASS_THROUGH`: ``--steps``, ``--seeds``, ``--corpora`` ... of align_quality) are
 passed on to the scripts that take them. A script's report run at other settings than its
 default (its ``variant``, such as ``align_quality --steps 10000``) has a section of its own
-beside the default one: a new run replaces only the section of its own variant.
+beside the default one: a new run replaces only the section of its own variant. The page opens
+with its contents, made from the sections' headers (each script's sections, newest first, with
+the day, machine and commit of each); ``--contents`` makes it again after a section is moved in
+by hand, and runs nothing.
 
 A long section is resumable: stop it and run the same command again. align_quality with
 ``--reuse-models`` keeps every finished model and eflomal run under ``--work`` and resumes an
@@ -188,6 +191,73 @@ def kept_key(key: str, heading: str) -> str:
     return f"{key} [{heading}]"
 
 
+#: the heading of the generated list of every section, grouped by script, newest first
+CONTENTS = "## Contents"
+#: the widest extension a header's machine item names, which tells this page's CPUs apart
+WIDEST_EXTENSION = ("AMX", "AVX-512 BF16", "AVX-512", "AVX2")
+
+
+def anchor(heading: str) -> str:
+    """The ``#fragment`` GitHub gives a markdown heading (its text lowercased, punctuation dropped,
+    spaces as hyphens), so that the contents' links lead to their sections."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def machine_name(header: str) -> str:
+    """A section's machine in a few words, from its header's machine item: the CPU model without
+    its trademarks and the widest extension it has (``Intel Xeon with AMX``, ``AMD EPYC with AVX2``)."""
+    item = re.search(r"^- machine: (.*)$", header, re.MULTILINE)
+    if item is None or item.group(1).startswith("not recorded"):
+        return "machine not recorded"
+    cpu, _, rest = item.group(1).partition(" (")
+    cpu = re.sub(r"\((R|TM)\)|\bProcessor\b|\bCPU\b|@.*|,.*", "", cpu)
+    cpu = " ".join(cpu.split())
+    extensions = rest.split("), ")[0].split(", ") if rest else []
+    widest = next((name for name in WIDEST_EXTENSION if name in extensions), None)
+    return f"{cpu} with {widest}" if widest else cpu
+
+
+def contents(sections: list[str]) -> str:
+    """:data:`CONTENTS`: each script's sections (their markdown, in page order), newest first, each a
+    link named by what its heading adds to the script's title, with the day it was measured, its
+    machine and its commit, so that a reader finds the latest run of a comparison, and its runs on
+    other CPUs, without reading the page."""
+    titles: dict[str, str] = {}
+    items: dict[str, list[tuple[str, str]]] = {}
+    for text in sections:
+        heading, _, body = text.partition("\n")
+        marker = next((found for line in body.splitlines() if (found := MARKER.match(line))), None)
+        if marker is None:
+            continue
+        script, variant = marker.group(1), marker.group(2) or ""
+        heading = heading.removeprefix("## ")
+        title = titles.setdefault(script, heading.removesuffix(f", {variant}") if variant else heading)
+        name = heading.removeprefix(f"{title}, ") if heading != title else "default settings"
+        header = body.split("\n|", 1)[0]
+        stamp = re.search(r"(\d{4}-\d\d-\d\d)(?: \d\d:\d\d)?", header)
+        commit = re.search(r"^- commit: ([0-9a-f]{7,40})", header, re.MULTILINE)
+        facts = [stamp.group(1) if stamp else "date not recorded", machine_name(header)]
+        facts += [commit.group(1)] if commit else []
+        items.setdefault(script, []).append(
+            (stamp.group(0) if stamp else "", f"[{name}](#{anchor(heading)}): {', '.join(facts)}"))
+    lines = [CONTENTS, "", "Every section, by the script that made it, the newest first, with the day it was "
+             "measured, its machine (the CPU and its widest vector extension) and its commit.", ""]
+    for script, found in items.items():
+        lines.append(f"- {titles[script]} (`bench/{script}.py`)")
+        lines += [f"  - {item}" for _, item in sorted(found, key=lambda pair: pair[0], reverse=True)]
+    return "\n".join(lines) + "\n"
+
+
+def with_contents(page: str) -> str:
+    """``page`` with its :data:`CONTENTS` made again from its sections: in place of the old one, or
+    before the versions (sections moved in by hand run ``run_all.py --contents`` after them)."""
+    head, *blocks = page.split("\n## ")
+    blocks = [block for block in blocks if not block.startswith(CONTENTS.removeprefix("## ") + "\n")]
+    made = contents(["## " + block for block in blocks]).removeprefix("## ")
+    at = next((number for number, block in enumerate(blocks) if block.startswith("Versions\n")), 0)
+    return "\n## ".join([head, *blocks[:at], made, *blocks[at:]])
+
+
 def render(reports: dict[str, tuple[dict | None, str]], quick: bool, options: list[str],
            carried: dict[str, str], hand_notes: str | None = None) -> str:
     """The whole ``BENCHMARKS.md``; ``options`` are the command-line options it was made with;
@@ -244,7 +314,7 @@ def render(reports: dict[str, tuple[dict | None, str]], quick: bool, options: li
     if left_out:
         lines += ["## Not in this run", "",
                   *(f"- `bench/{name}.py`: `python bench/run_all.py --scripts {name}`" for name in left_out), ""]
-    return "\n".join(lines)
+    return with_contents("\n".join(lines))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -259,7 +329,15 @@ def main(argv: list[str] | None = None) -> None:
             parser.add_argument(entry.option, action="store_true", help=f"{', '.join(entry.scripts)}: {entry.help}")
         else:
             parser.add_argument(entry.option, default=None, help=f"{', '.join(entry.scripts)}: {entry.help}")
+    parser.add_argument("--contents", action="store_true",
+                        help="only make the page's contents again from its sections (after moving one in by hand)")
     args = parser.parse_args(argv)
+    if args.contents:
+        if not args.out.is_file():
+            parser.error(f"--contents: {args.out} is not a file")
+        atomic_write_text(args.out, with_contents(args.out.read_text(encoding="utf-8")))
+        print(f"wrote the contents of {args.out}")
+        return
     names = args.scripts.split(",")
     unknown = [name for name in names if name not in SCRIPTS]
     if unknown:

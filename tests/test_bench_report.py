@@ -6,6 +6,7 @@ needs are passed on to the scripts that take them. No benchmark runs here."""
 from __future__ import annotations
 
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -316,3 +317,77 @@ def test_a_section_kept_beside_one_of_the_same_variant_and_the_hand_notes_surviv
     run_all.main(["--scripts", "align_quality", "--reuse", "--work", str(tmp_path), "--out", str(out)])
     again = out.read_text(encoding="utf-8")
     assert again.count(run_all.HAND_NOTES) == 1 and again.count(kept.rstrip()) == 1
+
+
+def github_anchor(heading: str) -> str:
+    """GitHub's fragment for a heading, written out here apart from run_all's, to check it."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_the_machine_is_named_by_its_cpu_and_widest_extension():
+    from run_all import machine_name
+
+    assert machine_name("- machine: Intel(R) Xeon(R) Processor (AVX2, FMA, AVX-512, AVX-512 BF16, AMX, AMX-BF16), "
+                        "2 cores; GPU: none") == "Intel Xeon with AMX"
+    assert machine_name("- machine: AMD EPYC (AVX2, FMA, AVX-512, AVX-512 BF16), 2 cores") == \
+        "AMD EPYC with AVX-512 BF16"
+    assert machine_name("- machine: Intel(R) Core(TM) i7-8700 CPU @ 3.20GHz (AVX2, FMA), 12 cores") == \
+        "Intel Core i7-8700 with AVX2"
+    assert machine_name("- machine: AMD EPYC, 2 cores; load average 1.0") == "AMD EPYC"
+    assert machine_name("- machine: not recorded by the report") == "machine not recorded"
+    assert machine_name("- commit: abc") == "machine not recorded"
+
+
+def test_the_contents_lists_every_section_newest_first_and_leads_to_it(tmp_path: Path, monkeypatch) -> None:
+    """Sections moved in by hand carry a heading of their own; the contents names each by what its
+    heading adds, orders a script's sections by when they were measured, and `--contents` makes it
+    again in place without touching a section."""
+    import run_all
+
+    def section(heading: str, marker: str, day: str, machine: str, commit: str) -> str:
+        return (f"## {heading}\n\n{marker}, 10 s, measured {day} UTC:\n\n- commit: {commit} (clean tree)\n"
+                f"- machine: {machine}, 2 cores; GPU: none\n\n| a |\n|---|\n| 1 |\n\n- how\n")
+
+    xeon, epyc = "Intel(R) Xeon(R) Processor (AVX2, AVX-512, AMX)", "AMD EPYC (AVX2, FMA)"
+    page = "\n".join(["# Benchmarks", "", "Intro.", "", "## Versions", "", "| toolkit |", "|---|", "",
+                      section("Training speed (tok/s)", "`bench/train_speed.py`", "2026-11-28 06:27", epyc, "63ac36b"),
+                      section("Training speed (tok/s), models tiny, fifteen runs",
+                              "`bench/train_speed.py` (models tiny, fifteen runs)", "2026-12-05 10:35", xeon,
+                              "02253d6"),
+                      section("Training speed (tok/s), models base", "`bench/train_speed.py` (models base)",
+                              "2026-12-04 09:00", xeon, "1abd199"),
+                      section("Word alignment (AER), 10,000 steps", "`bench/align_quality.py` (10,000 steps)",
+                              "2026-11-27 01:00", epyc, "5e24c9f"),
+                      "## Not in this run", "", "- `bench/serve_load.py`", ""])
+    made = run_all.with_contents(page)
+    assert made.index("## Contents") < made.index("## Versions")
+    listed = made[made.index("## Contents"):made.index("## Versions")]
+    lines = [line for line in listed.splitlines() if line.startswith(("- ", "  - "))]
+    assert lines[0] == "- Training speed (tok/s) (`bench/train_speed.py`)"
+    assert [line.split("]")[0] for line in lines[1:4]] == \
+        ["  - [models tiny, fifteen runs", "  - [models base", "  - [default settings"]
+    assert lines[1].endswith("): 2026-12-05, Intel Xeon with AMX, 02253d6")
+    assert lines[3].endswith("): 2026-11-28, AMD EPYC with AVX2, 63ac36b")
+    assert lines[4] == "- Word alignment (AER) (`bench/align_quality.py`)"
+    assert "Not in this run" not in listed
+    headings = {github_anchor(heading) for heading in re.findall(r"^## (.*)$", made, re.M)}
+    targets = re.findall(r"\]\(#([^)]+)\)", listed)
+    assert len(targets) == 4 and set(targets) <= headings
+    assert made.replace(listed, "") == page  # every other byte as it was
+    assert run_all.with_contents(made) == made  # made again, the same
+
+    out = tmp_path / "BENCHMARKS.md"
+    out.write_text(page, encoding="utf-8")
+    monkeypatch.setattr(run_all, "install", lambda peer: (_ for _ in ()).throw(AssertionError("installs nothing")))
+    run_all.main(["--contents", "--out", str(out)])
+    assert out.read_text(encoding="utf-8") == made
+
+
+def test_the_committed_benchmarks_page_has_its_contents_up_to_date():
+    """A section moved in by hand needs `python bench/run_all.py --contents` after it; this says so."""
+    from run_all import with_contents
+
+    page = (Path(__file__).resolve().parents[1] / "BENCHMARKS.md").read_text(encoding="utf-8")
+    assert with_contents(page) == page, "BENCHMARKS.md: run `python bench/run_all.py --contents`"
+    headings = {github_anchor(heading) for heading in re.findall(r"^#+ (.*)$", page, re.M)}
+    assert not [target for target in re.findall(r"\]\(#([^)]+)\)", page) if target not in headings]
