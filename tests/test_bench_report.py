@@ -378,7 +378,10 @@ def test_the_contents_lists_every_section_newest_first_and_leads_to_it(tmp_path:
 
     out = tmp_path / "BENCHMARKS.md"
     out.write_text(page, encoding="utf-8")
-    monkeypatch.setattr(run_all, "install", lambda peer: (_ for _ in ()).throw(AssertionError("installs nothing")))
+    def install(peer: str) -> None:
+        raise AssertionError(f"--contents installs nothing, not {peer}")
+
+    monkeypatch.setattr(run_all, "install", install)
     run_all.main(["--contents", "--out", str(out)])
     assert out.read_text(encoding="utf-8") == made
 
