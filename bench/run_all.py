@@ -137,7 +137,12 @@ def run_script(name: str, args, results: Path) -> tuple[dict | None, str]:
 #: (:func:`common.section_header`), or in pages written before it, the last: ``_`bench/NAME.py` (VARIANT), ..._``
 MARKER = re.compile(r"^_?`bench/(\w+)\.py`(?: \(([^)]*)\))?[,:]")
 #: a header's machine item: a section that has one needs no mark of the page's Machine table
-MACHINE_ITEM = re.compile(r"^- machine: ", re.MULTILINE)
+MACHINE_ITEM = re.compile(r"^- machine: (.*)$", re.MULTILINE)
+
+
+def section_marker(block: str) -> re.Match | None:
+    """The :data:`MARKER` line of a section's markdown (whose script and variant it is), or None."""
+    return next((found for line in block.splitlines() if (found := MARKER.match(line))), None)
 
 
 def section_key(script: str, variant: str = "") -> str:
@@ -163,7 +168,7 @@ def earlier_sections(path: Path) -> dict[str, str]:
     cpu = next((line.split("|")[2].strip() for line in text.splitlines() if line.startswith("| cpu |")), "unknown")
     sections = {}
     for block in text.split("\n## ")[1:]:
-        marker = next((found for line in block.splitlines() if (found := MARKER.match(line))), None)
+        marker = section_marker(block)
         if marker is not None:
             marked = CARRIED in block or MACHINE_ITEM.search(block)
             note = "" if marked else f"\n\n{CARRIED}, whose Machine table named: {cpu}._"
@@ -206,7 +211,7 @@ def anchor(heading: str) -> str:
 def machine_name(header: str) -> str:
     """A section's machine in a few words, from its header's machine item: the CPU model without
     its trademarks and the widest extension it has (``Intel Xeon with AMX``, ``AMD EPYC with AVX2``)."""
-    item = re.search(r"^- machine: (.*)$", header, re.MULTILINE)
+    item = MACHINE_ITEM.search(header)
     if item is None or item.group(1).startswith("not recorded"):
         return "machine not recorded"
     cpu, _, rest = item.group(1).partition(" (")
@@ -226,7 +231,7 @@ def contents(sections: list[str]) -> str:
     items: dict[str, list[tuple[str, str]]] = {}
     for text in sections:
         heading, _, body = text.partition("\n")
-        marker = next((found for line in body.splitlines() if (found := MARKER.match(line))), None)
+        marker = section_marker(body)
         if marker is None:
             continue
         script, variant = marker.group(1), marker.group(2) or ""

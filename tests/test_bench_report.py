@@ -14,6 +14,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 from run_all import CARRIED, earlier_sections  # noqa: E402  (bench/ is not a package)
 
+from tests.test_docs import BENCHMARKS, _slug  # noqa: E402  (the docs' own check of GitHub's anchors)
+
 EARLIER = """# Benchmarks
 
 ## Machine
@@ -319,11 +321,6 @@ def test_a_section_kept_beside_one_of_the_same_variant_and_the_hand_notes_surviv
     assert again.count(run_all.HAND_NOTES) == 1 and again.count(kept.rstrip()) == 1
 
 
-def github_anchor(heading: str) -> str:
-    """GitHub's fragment for a heading, written out here apart from run_all's, to check it."""
-    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
-
-
 def test_the_machine_is_named_by_its_cpu_and_widest_extension():
     from run_all import machine_name
 
@@ -370,7 +367,7 @@ def test_the_contents_lists_every_section_newest_first_and_leads_to_it(tmp_path:
     assert lines[3].endswith("): 2026-11-28, AMD EPYC with AVX2, 63ac36b")
     assert lines[4] == "- Word alignment (AER) (`bench/align_quality.py`)"
     assert "Not in this run" not in listed
-    headings = {github_anchor(heading) for heading in re.findall(r"^## (.*)$", made, re.M)}
+    headings = {_slug(heading) for heading in re.findall(r"^## (.*)$", made, re.M)}
     targets = re.findall(r"\]\(#([^)]+)\)", listed)
     assert len(targets) == 4 and set(targets) <= headings
     assert made.replace(listed, "") == page  # every other byte as it was
@@ -387,10 +384,9 @@ def test_the_contents_lists_every_section_newest_first_and_leads_to_it(tmp_path:
 
 
 def test_the_committed_benchmarks_page_has_its_contents_up_to_date():
-    """A section moved in by hand needs `python bench/run_all.py --contents` after it; this says so."""
+    """A section moved in by hand needs `python bench/run_all.py --contents` after it; this says so
+    (that its links lead to headings, tests/test_docs.py checks with every page's)."""
     from run_all import with_contents
 
-    page = (Path(__file__).resolve().parents[1] / "BENCHMARKS.md").read_text(encoding="utf-8")
+    page = BENCHMARKS.read_text(encoding="utf-8")
     assert with_contents(page) == page, "BENCHMARKS.md: run `python bench/run_all.py --contents`"
-    headings = {github_anchor(heading) for heading in re.findall(r"^#+ (.*)$", page, re.M)}
-    assert not [target for target in re.findall(r"\]\(#([^)]+)\)", page) if target not in headings]
